@@ -1,0 +1,1 @@
+//! body (stub: being written).

@@ -1,0 +1,1 @@
+//! fingerprint (stub: being written).

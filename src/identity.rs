@@ -1,0 +1,1 @@
+//! identity (stub: being written).

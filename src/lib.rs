@@ -1,0 +1,20 @@
+//! idemproxy: an HTTP proxy that stops AI agents from doing the same real-world thing twice.
+//!
+//! # Layout
+//! - `clock`: timestamps, read in one place so pure code takes time as an argument.
+//! - `config`: reads `proxy.toml` and the policy files, validates them into domain types.
+//! - `policy`: the validated provider and route types, route matching, outcome classes.
+//! - `template`: the `{source:argument}` template language (SPEC section 3).
+//! - `body`: a buffered request body, parsed once by content type (JSON, form, bytes).
+//! - `fingerprint`: the canonical parameter hash and the per-field hashes behind a 409.
+//! - `identity`: operation IDs, idempotency keys and their injection into a request.
+//! - `ledger`: the durable redb ledger behind a small domain API.
+
+pub mod body;
+pub mod clock;
+pub mod config;
+pub mod fingerprint;
+pub mod identity;
+pub mod ledger;
+pub mod policy;
+pub mod template;
