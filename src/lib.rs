@@ -9,12 +9,28 @@
 //! - `fingerprint`: the canonical parameter hash and the per-field hashes behind a 409.
 //! - `identity`: operation IDs, idempotency keys and their injection into a request.
 //! - `ledger`: the durable redb ledger behind a small domain API.
+//! - `app`: the shared immutable state of a running proxy.
+//! - `server`: listeners, connections, graceful shutdown.
+//! - `proxy`: the request path: routing and unguarded streaming.
+//! - `guard`: the ledger protocol for guarded routes.
+//! - `upstream`: pooled TLS clients to providers and header hygiene.
+//! - `problem`: every refusal, and the one place it becomes problem+json.
+//! - `admin`: the admin API.
+//! - `metrics`: Prometheus counters, histograms and gauges.
 
+pub mod admin;
+pub mod app;
 pub mod body;
 pub mod clock;
 pub mod config;
 pub mod fingerprint;
+pub mod guard;
 pub mod identity;
 pub mod ledger;
+pub mod metrics;
 pub mod policy;
+pub mod problem;
+pub mod proxy;
+pub mod server;
 pub mod template;
+pub mod upstream;

@@ -1,1 +1,110 @@
-fn main() {}
+//! The `idemproxy` command: parses the command line and calls into the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "idemproxy",
+    version,
+    about = "An HTTP proxy that stops AI agents from doing the same real-world thing twice"
+)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the proxy and its admin API.
+    Serve {
+        #[arg(short, long, default_value = "proxy.toml")]
+        config: PathBuf,
+    },
+    /// Validate proxy.toml and every policy; print the routes table.
+    Check {
+        #[arg(short, long, default_value = "proxy.toml")]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logs(cli.log_format);
+    match cli.command {
+        Command::Serve { config } => serve(config),
+        Command::Check { config } => check(config),
+    }
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("IDEMPROXY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+fn load(path: &std::path::Path) -> Result<idemproxy::config::Config, ExitCode> {
+    idemproxy::config::load(path).map_err(|errors| {
+        eprintln!("{errors}");
+        ExitCode::from(2)
+    })
+}
+
+fn check(path: PathBuf) -> ExitCode {
+    match load(&path) {
+        Ok(config) => {
+            print!("{}", config.routes_table());
+            println!("{}: ok", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+fn serve(path: PathBuf) -> ExitCode {
+    let config = match load(&path) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let app = match idemproxy::app::App::new(config) {
+            Ok(app) => Arc::new(app),
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        };
+        match idemproxy::server::serve(app, idemproxy::server::shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}

@@ -1,0 +1,213 @@
+//! Prometheus metrics (SPEC section 7), kept in memory and rendered as text on scrape.
+//!
+//! Counters and histograms are updated on the request path; the gauges about operations
+//! (`idemproxy_operations`, the oldest ages) are set from the ledger's counters at scrape time,
+//! so scraping never scans the ledger. Labels are names from the policies, never request data.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    provider: String,
+    route: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProviderLabels {
+    provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    provider: String,
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+type Seconds = Gauge<f64, AtomicU64>;
+
+/// The proxy's metrics; cheap to update from any task.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    upstream: Family<ProviderLabels, Histogram>,
+    commit: Histogram,
+    escalations: Family<RouteLabels, Counter>,
+    operations: Family<StateLabels, Gauge>,
+    oldest_unknown: Seconds,
+    oldest_in_flight: Seconds,
+}
+
+fn latency_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let upstream = Family::<ProviderLabels, Histogram>::new_with_constructor(
+            latency_buckets as fn() -> Histogram,
+        );
+        let commit = latency_buckets();
+        let escalations = Family::<RouteLabels, Counter>::default();
+        let operations = Family::<StateLabels, Gauge>::default();
+        let oldest_unknown = Seconds::default();
+        let oldest_in_flight = Seconds::default();
+        registry.register(
+            "idemproxy_requests",
+            "Agent requests by provider, route and outcome",
+            requests.clone(),
+        );
+        registry.register(
+            "idemproxy_upstream_seconds",
+            "Duration of exchanges with providers",
+            upstream.clone(),
+        );
+        registry.register(
+            "idemproxy_ledger_commit_seconds",
+            "Duration of durable ledger commits",
+            commit.clone(),
+        );
+        registry.register(
+            "idemproxy_escalations",
+            "Operations left unknown that only an operator can resolve",
+            escalations.clone(),
+        );
+        registry.register(
+            "idemproxy_operations",
+            "Operations in the ledger by state",
+            operations.clone(),
+        );
+        registry.register(
+            "idemproxy_oldest_unknown_age_seconds",
+            "Age of the oldest unknown operation",
+            oldest_unknown.clone(),
+        );
+        registry.register(
+            "idemproxy_oldest_in_flight_age_seconds",
+            "Age of the oldest in-flight operation",
+            oldest_in_flight.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            upstream,
+            commit,
+            escalations,
+            operations,
+            oldest_unknown,
+            oldest_in_flight,
+        }
+    }
+
+    /// Counts one agent request. `outcome`: forwarded, replayed, conflict, pending, rejected, passthrough.
+    pub fn request(&self, provider: &str, route: &str, outcome: &str) {
+        let labels = RequestLabels {
+            provider: provider.into(),
+            route: route.into(),
+            outcome: outcome.into(),
+        };
+        self.requests.get_or_create(&labels).inc();
+    }
+
+    pub fn upstream(&self, provider: &str, took: Duration) {
+        let labels = ProviderLabels {
+            provider: provider.into(),
+        };
+        self.upstream
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn commit(&self, took: Duration) {
+        self.commit.observe(took.as_secs_f64());
+    }
+
+    pub fn escalation(&self, provider: &str, route: &str) {
+        let labels = RouteLabels {
+            provider: provider.into(),
+            route: route.into(),
+        };
+        self.escalations.get_or_create(&labels).inc();
+    }
+
+    /// Sets the operation gauges from the ledger's counters.
+    pub fn set_operations<'a>(
+        &self,
+        by_state: impl IntoIterator<Item = (&'a str, u64)>,
+        oldest_unknown: Option<Duration>,
+        oldest_in_flight: Option<Duration>,
+    ) {
+        for (state, n) in by_state {
+            let labels = StateLabels {
+                state: state.into(),
+            };
+            self.operations.get_or_create(&labels).set(n as i64);
+        }
+        self.oldest_unknown
+            .set(oldest_unknown.map_or(0.0, |d| d.as_secs_f64()));
+        self.oldest_in_flight
+            .set(oldest_in_flight.map_or(0.0, |d| d.as_secs_f64()));
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_the_named_metrics() {
+        let m = Metrics::new();
+        m.request("stripe", "create_refund", "forwarded");
+        m.request("stripe", "create_refund", "forwarded");
+        m.upstream("stripe", Duration::from_millis(20));
+        m.commit(Duration::from_millis(2));
+        m.set_operations([("unknown", 3)], Some(Duration::from_secs(7)), None);
+        let text = m.render();
+        assert!(text.contains(r#"idemproxy_requests_total{provider="stripe",route="create_refund",outcome="forwarded"} 2"#), "{text}");
+        assert!(
+            text.contains("idemproxy_upstream_seconds_count{provider=\"stripe\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("idemproxy_ledger_commit_seconds_count 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"idemproxy_operations{state="unknown"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("idemproxy_oldest_unknown_age_seconds 7"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,248 @@
+//! Everything the proxy refuses or cannot do, and the one place it becomes an answer.
+//!
+//! `Problem` is the request path's error type, grouped by whose fault it is. `into_response`
+//! turns it into an RFC 9457 `application/problem+json` answer (SPEC section 6) with the
+//! operation's headers when the operation is known. `detail` is written for a person; it never
+//! says "failed" for an outcome that is unknown, and never carries a header value or body.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+use serde_json::{Map, Value, json};
+
+use crate::ledger::State;
+use crate::proxy::{ProxyBody, full};
+
+/// Why a request was not (or not fully) carried out.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Problem {
+    // The client's request cannot be routed or read.
+    #[error("no provider is mounted at this path")]
+    NoMount,
+    #[error("no provider is configured for host {0}")]
+    NoHost(String),
+    #[error("this request matches no route of the provider, which rejects unmatched requests")]
+    RouteNotAllowed,
+    #[error("CONNECT is not supported")]
+    ConnectNotSupported,
+    #[error("the request body is over {limit} bytes")]
+    BodyTooLarge { limit: u64 },
+    #[error("{0}")]
+    InvalidBody(String),
+    #[error("no operation_id template applies")]
+    MissingOperationId { missing: Vec<Vec<String>> },
+    #[error("the operation ID is {len} bytes, over 512")]
+    InvalidOperationId { len: usize },
+
+    // The operation's state says no (or not yet).
+    #[error("the operation was first made with other parameters")]
+    ParameterMismatch { fields: Vec<String> },
+    #[error("the outcome is unknown")]
+    OutcomeUnknown,
+    #[error("the operation is still in flight")]
+    InFlight,
+    #[error("the operation awaits approval")]
+    AwaitingApproval,
+    #[error("an operator rejected the operation")]
+    OperationRejected { reason: Option<String> },
+
+    // The provider's or ours.
+    #[error("the provider could not be reached: {0}")]
+    UpstreamUnreachable(String),
+    #[error("the exchange with the provider broke: {0}")]
+    UpstreamBroken(String),
+    #[error("the ledger cannot record: {0}")]
+    LedgerUnavailable(String),
+}
+
+/// What is known about the operation a problem concerns.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    pub operation_id: Option<String>,
+    pub provider: Option<String>,
+    pub route: Option<String>,
+    pub state: Option<State>,
+}
+
+/// How long a client is told to wait before replaying a pending operation.
+pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+impl Problem {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Problem::NoMount => StatusCode::NOT_FOUND,
+            Problem::NoHost(_) | Problem::RouteNotAllowed | Problem::OperationRejected { .. } => {
+                StatusCode::FORBIDDEN
+            }
+            Problem::ConnectNotSupported => StatusCode::NOT_IMPLEMENTED,
+            Problem::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Problem::InvalidBody(_) => StatusCode::BAD_REQUEST,
+            Problem::MissingOperationId { .. } | Problem::InvalidOperationId { .. } => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            Problem::ParameterMismatch { .. } => StatusCode::CONFLICT,
+            Problem::OutcomeUnknown | Problem::InFlight | Problem::AwaitingApproval => {
+                StatusCode::ACCEPTED
+            }
+            Problem::UpstreamUnreachable(_) | Problem::UpstreamBroken(_) => StatusCode::BAD_GATEWAY,
+            Problem::LedgerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The `urn:idemproxy:` type suffix.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Problem::NoMount | Problem::NoHost(_) => "no-route",
+            Problem::RouteNotAllowed => "route-not-allowed",
+            Problem::ConnectNotSupported => "connect-not-supported",
+            Problem::BodyTooLarge { .. } => "body-too-large",
+            Problem::InvalidBody(_) => "invalid-body",
+            Problem::MissingOperationId { .. } => "missing-operation-id",
+            Problem::InvalidOperationId { .. } => "invalid-operation-id",
+            Problem::ParameterMismatch { .. } => "parameter-mismatch",
+            Problem::OutcomeUnknown => "outcome-unknown",
+            Problem::InFlight => "in-flight",
+            Problem::AwaitingApproval => "awaiting-approval",
+            Problem::OperationRejected { .. } => "operation-rejected",
+            Problem::UpstreamUnreachable(_) => "upstream-unreachable",
+            Problem::UpstreamBroken(_) => "upstream-error",
+            Problem::LedgerUnavailable(_) => "ledger-unavailable",
+        }
+    }
+
+    fn title(&self) -> &'static str {
+        match self {
+            Problem::NoMount | Problem::NoHost(_) => "No route",
+            Problem::RouteNotAllowed => "Route not allowed",
+            Problem::ConnectNotSupported => "CONNECT not supported",
+            Problem::BodyTooLarge { .. } => "Body too large",
+            Problem::InvalidBody(_) => "Invalid body",
+            Problem::MissingOperationId { .. } => "Missing operation ID",
+            Problem::InvalidOperationId { .. } => "Invalid operation ID",
+            Problem::ParameterMismatch { .. } => "Parameter mismatch",
+            Problem::OutcomeUnknown => "Outcome unknown",
+            Problem::InFlight => "In flight",
+            Problem::AwaitingApproval => "Awaiting approval",
+            Problem::OperationRejected { .. } => "Operation rejected",
+            Problem::UpstreamUnreachable(_) => "Upstream unreachable",
+            Problem::UpstreamBroken(_) => "Upstream error",
+            Problem::LedgerUnavailable(_) => "Ledger unavailable",
+        }
+    }
+
+    /// Words for the person reading the answer.
+    fn detail(&self) -> String {
+        match self {
+            Problem::NoMount => "No provider is mounted at this path. Point your client at \
+                http://<proxy>/<mount>/..., where <mount> is a provider's `mount` (see `idemproxy check`)."
+                .into(),
+            Problem::NoHost(host) => format!(
+                "No provider's upstream is {host}, and this proxy is not an open proxy. \
+                 Add a policy for it or send the request to a provider's mount."
+            ),
+            Problem::RouteNotAllowed => "This request matches none of the provider's routes, \
+                and its policy says `unmatched = \"reject\"`. Add a route for it to the policy."
+                .into(),
+            Problem::ConnectNotSupported => "HTTPS interception (CONNECT) is not supported. \
+                Send the request in plain HTTP to the provider's mount instead, for example \
+                http://127.0.0.1:8080/stripe/v1/refunds; the proxy speaks HTTPS to the provider."
+                .into(),
+            Problem::BodyTooLarge { limit } => format!(
+                "The request body is larger than {limit} bytes, the proxy's `max_request_body` \
+                 for guarded routes. Nothing was sent."
+            ),
+            Problem::InvalidBody(detail) => {
+                format!("The operation ID could not be read from the request: {detail}. Nothing was sent.")
+            }
+            Problem::MissingOperationId { .. } => "None of the route's operation_id templates \
+                could be filled from this request, so the operation cannot be identified and \
+                nothing was sent. Send the parts listed in `missing` (for example an \
+                X-Operation-Id header)."
+                .into(),
+            Problem::InvalidOperationId { len } => format!(
+                "The operation ID is {len} bytes long; at most 512 are allowed. Use a shorter \
+                 identifier. Nothing was sent."
+            ),
+            Problem::ParameterMismatch { fields } => format!(
+                "This operation was first requested with other parameters (differing: {}). \
+                 Nothing was sent. Use a new operation ID for a new intent.",
+                fields.join(", ")
+            ),
+            Problem::OutcomeUnknown => "We cannot yet confirm whether this operation took \
+                effect. It will not be sent again until the operation is resolved."
+                .into(),
+            Problem::InFlight => "The same operation is still in progress. Retry later to get \
+                its result; it will not be sent twice."
+                .into(),
+            Problem::AwaitingApproval => "This operation needs a person's approval before it is \
+                sent. Nothing was sent; retry after it has been approved."
+                .into(),
+            Problem::OperationRejected { reason } => match reason {
+                Some(r) => format!("An operator rejected this operation: {r}. It will never be sent."),
+                None => "An operator rejected this operation. It will never be sent.".into(),
+            },
+            Problem::UpstreamUnreachable(why) => format!(
+                "The provider could not be reached ({why}). Nothing was sent, so it is safe to retry."
+            ),
+            Problem::UpstreamBroken(why) => format!(
+                "The exchange with the provider broke before a complete answer arrived ({why}). \
+                 This route is not guarded, so the proxy cannot tell whether it took effect."
+            ),
+            Problem::LedgerUnavailable(_) => "The proxy cannot record operations right now, so \
+                nothing was sent. Retry later."
+                .into(),
+        }
+    }
+
+    fn extensions(&self, body: &mut Map<String, Value>) {
+        match self {
+            Problem::ParameterMismatch { fields } => {
+                body.insert("differing_fields".into(), json!(fields));
+            }
+            Problem::MissingOperationId { missing } => {
+                body.insert("missing".into(), json!(missing));
+            }
+            _ => {}
+        }
+    }
+
+    /// The problem+json answer. Operation headers are the caller's (see `proxy`).
+    pub fn into_response(self, ctx: &Context) -> Response<ProxyBody> {
+        let status = self.status();
+        let mut body = Map::new();
+        body.insert(
+            "type".into(),
+            json!(format!("urn:idemproxy:{}", self.kind())),
+        );
+        body.insert("title".into(), json!(self.title()));
+        body.insert("status".into(), json!(status.as_u16()));
+        body.insert("detail".into(), json!(self.detail()));
+        let known = [
+            ("operation_id", ctx.operation_id.as_deref()),
+            ("provider", ctx.provider.as_deref()),
+            ("route", ctx.route.as_deref()),
+            ("state", ctx.state.map(State::as_str)),
+        ];
+        for (k, v) in known {
+            if let Some(v) = v {
+                body.insert(k.into(), json!(v));
+            }
+        }
+        self.extensions(&mut body);
+        let bytes = Bytes::from(Value::Object(body).to_string());
+        let mut resp = Response::new(full(bytes));
+        *resp.status_mut() = status;
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if status == StatusCode::ACCEPTED {
+            resp.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(RETRY_AFTER.as_secs()),
+            );
+        }
+        resp
+    }
+}

@@ -1,0 +1,165 @@
+//! The request path: from an agent's request to the provider and back.
+//!
+//! `handle` reads top to bottom: resolve the provider and route, then either stream the
+//! request through unguarded (`passthrough`) or hand it to `guard` for the ledger protocol.
+//! Unguarded traffic is never buffered. This module never writes the ledger itself.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, Version, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+
+use crate::app::App;
+use crate::policy::{Captures, Provider, Route, Unmatched};
+use crate::problem::{Context, Problem};
+use crate::upstream::{self, SendError};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body type of every answer the proxy gives and every request it sends.
+pub type ProxyBody = BoxBody<Bytes, BoxError>;
+
+pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+pub fn empty() -> ProxyBody {
+    Empty::new().map_err(|never| match never {}).boxed()
+}
+
+/// Where a request goes: the provider, the route-relative path and the matched route.
+pub struct Target<'a> {
+    pub provider: &'a Provider,
+    pub rel_path: String,
+    pub route: Option<(&'a Route, Captures)>,
+}
+
+/// Serves one agent request.
+pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<ProxyBody> {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let target = match resolve(&app, &req) {
+        Ok(target) => target,
+        Err(problem) => {
+            tracing::info!(%method, status = problem.status().as_u16(), outcome = problem.kind(), "refused");
+            return problem.into_response(&Context::default());
+        }
+    };
+    let provider = target.provider.name.clone();
+    let route_name = target.route.as_ref().map(|(r, _)| r.name.clone());
+    let (resp, outcome) = match &target.route {
+        None if target.provider.unmatched == Unmatched::Reject => {
+            let ctx = Context {
+                provider: Some(provider.clone()),
+                ..Context::default()
+            };
+            (Problem::RouteNotAllowed.into_response(&ctx), "rejected")
+        }
+        Some((route, _)) if route.is_guarded() => crate::guard::handle(&app, &target, req).await,
+        _ => (passthrough(&app, &target, req).await, "passthrough"),
+    };
+    app.metrics
+        .request(&provider, route_name.as_deref().unwrap_or(""), outcome);
+    tracing::info!(
+        provider,
+        route = route_name.as_deref().unwrap_or("-"),
+        %method,
+        status = resp.status().as_u16(),
+        outcome,
+        ms = started.elapsed().as_millis() as u64,
+        "request"
+    );
+    resp
+}
+
+/// Finds the provider (by mount, or by host for absolute-form requests) and the route.
+fn resolve<'a>(app: &'a App, req: &Request<Incoming>) -> Result<Target<'a>, Problem> {
+    if req.method() == Method::CONNECT {
+        return Err(Problem::ConnectNotSupported);
+    }
+    let uri = req.uri();
+    let path = uri.path();
+    // h2 requests always carry an authority; only HTTP/1 absolute-form means forward proxying.
+    let forward = req.version() < Version::HTTP_2 && uri.authority().is_some();
+    let (provider, rel_path) = if forward {
+        let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
+        let provider = uri
+            .host()
+            .and_then(|host| app.provider_for_host(host, uri.port_u16()))
+            .ok_or_else(|| Problem::NoHost(authority.to_string()))?;
+        let base = provider.upstream.base_path.as_str();
+        let rel = match path.strip_prefix(base) {
+            Some(rest) if rest.starts_with('/') => rest,
+            Some("") => "/",
+            _ => path,
+        };
+        (provider, rel.to_string())
+    } else {
+        app.provider_for_path(path).ok_or(Problem::NoMount)?
+    };
+    let route = provider.route_for(req.method(), &rel_path);
+    Ok(Target {
+        provider,
+        rel_path,
+        route,
+    })
+}
+
+/// Streams a request to the provider and its answer back, buffering neither body.
+pub(crate) async fn passthrough(
+    app: &App,
+    target: &Target<'_>,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let provider = target.provider;
+    let (mut parts, body) = req.into_parts();
+    let uri = match upstream::target_uri(provider, &target.rel_path, parts.uri.query()) {
+        Ok(uri) => uri,
+        Err(e) => {
+            return Problem::InvalidBody(format!("the request path is not valid: {e}"))
+                .into_response(&Context::default());
+        }
+    };
+    upstream::outbound_headers(&mut parts.headers, provider);
+    parts.uri = uri;
+    parts.version = Version::HTTP_11;
+    let out = Request::from_parts(parts, body.map_err(BoxError::from).boxed());
+    let ctx = Context {
+        provider: Some(provider.name.clone()),
+        route: target.route.as_ref().map(|(r, _)| r.name.clone()),
+        ..Context::default()
+    };
+    match app
+        .upstreams
+        .send(&provider.name, out, provider.timeout)
+        .await
+    {
+        Ok(resp) => {
+            let (mut parts, body) = resp.into_parts();
+            upstream::strip_hop_by_hop(&mut parts.headers);
+            Response::from_parts(parts, body.map_err(BoxError::from).boxed())
+        }
+        Err(SendError::Connect(why)) => Problem::UpstreamUnreachable(why).into_response(&ctx),
+        Err(e) => Problem::UpstreamBroken(e.to_string()).into_response(&ctx),
+    }
+}
+
+/// A problem+json answer for requests that never reached a provider.
+pub fn refuse(problem: Problem) -> Response<ProxyBody> {
+    problem.into_response(&Context::default())
+}
+
+/// Whether the agent's request declared a body length over `limit`.
+pub fn declared_too_large(req: &Request<Incoming>, limit: u64) -> bool {
+    req.headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|len| len > limit)
+}

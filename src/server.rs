@@ -1,0 +1,163 @@
+//! The two listeners (agents and admin), their connections, and graceful shutdown.
+//!
+//! Agents speak HTTP/1.1 or h2c (prior knowledge) to one listener; the admin API listens on
+//! another, sharing the same `Arc<App>`. On SIGTERM or Ctrl-C both stop accepting, open
+//! connections finish their requests, and guarded exchanges already sent are recorded, all
+//! within `shutdown_grace`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use crate::app::App;
+use crate::proxy::ProxyBody;
+
+/// Inbound protections: slow or oversized headers, too many h2 streams.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+const MAX_HEADERS: usize = 128;
+const MAX_HEADER_BYTES: u32 = 64 * 1024;
+const MAX_H2_STREAMS: u32 = 256;
+
+/// The bound addresses, known once both listeners are up.
+#[derive(Debug, Clone, Copy)]
+pub struct Bound {
+    pub proxy: SocketAddr,
+    pub admin: SocketAddr,
+}
+
+/// Binds both listeners, prints the ready line, and serves until `shutdown` resolves.
+pub async fn serve(app: Arc<App>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    let proxy = bind(app.config.listen, "listen").await?;
+    let admin = bind(app.config.admin_listen, "admin_listen").await?;
+    let bound = Bound {
+        proxy: proxy.local_addr()?,
+        admin: admin.local_addr()?,
+    };
+    announce(bound);
+    let graceful = GracefulShutdown::new();
+    let builder = builder();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            conn = proxy.accept() => if let Ok((stream, _)) = conn {
+                let app = app.clone();
+                let svc = service_fn(move |req| {
+                    let app = app.clone();
+                    async move { Ok::<_, Infallible>(crate::proxy::handle(app, req).await) }
+                });
+                serve_conn(&builder, &graceful, stream, svc);
+            },
+            conn = admin.accept() => if let Ok((stream, _)) = conn {
+                let app = app.clone();
+                let svc = service_fn(move |req| {
+                    let app = app.clone();
+                    async move { Ok::<_, Infallible>(crate::admin::handle(app, req).await) }
+                });
+                serve_conn(&builder, &graceful, stream, svc);
+            },
+            () = &mut shutdown => break,
+        }
+    }
+    drop((proxy, admin));
+    let grace = app.config.limits.shutdown_grace;
+    tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down");
+    let drained = async {
+        graceful.shutdown().await;
+        app.background.close();
+        app.background.wait().await;
+    };
+    if tokio::time::timeout(grace, drained).await.is_err() {
+        tracing::warn!("shutdown grace elapsed with requests still running");
+    }
+    Ok(())
+}
+
+async fn bind(addr: SocketAddr, key: &str) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr} ({key}): {e}")))
+}
+
+/// The one stdout line scripts and tests wait for.
+fn announce(bound: Bound) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "idemproxy ready proxy={} admin={}",
+        bound.proxy, bound.admin
+    );
+    let _ = out.flush();
+    tracing::info!(proxy = %bound.proxy, admin = %bound.admin, "listening");
+}
+
+fn builder() -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_headers(MAX_HEADERS);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_H2_STREAMS)
+        .max_header_list_size(MAX_HEADER_BYTES);
+    builder
+}
+
+fn serve_conn<S>(
+    builder: &auto::Builder<TokioExecutor>,
+    graceful: &GracefulShutdown,
+    stream: tokio::net::TcpStream,
+    svc: S,
+) where
+    S: hyper::service::Service<
+            Request<Incoming>,
+            Response = Response<ProxyBody>,
+            Error = Infallible,
+        > + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let _ = stream.set_nodelay(true);
+    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    let conn = graceful.watch(conn.into_owned());
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "connection ended with an error");
+        }
+    });
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

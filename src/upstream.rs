@@ -1,0 +1,222 @@
+//! Talking to providers: one pooled HTTP client per provider, TLS by rustls.
+//!
+//! This module owns connection pooling, TLS trust (the bundled web roots plus a provider's
+//! `ca_file`; verification is never switched off), ALPN (h2 or HTTP/1.1) and the header
+//! hygiene of both directions (hop-by-hop headers, control headers, `Host`). It never decides
+//! whether a request may be sent; `proxy` does, after the ledger has spoken.
+
+use std::collections::HashMap;
+use std::io::BufReader;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::{self, HeaderName};
+use http::{HeaderMap, Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::policy::Provider;
+use crate::proxy::ProxyBody;
+
+type HttpClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
+
+/// Pooled clients, one per provider (each may trust its own extra CA).
+#[derive(Clone)]
+pub struct Upstreams {
+    clients: Arc<HashMap<String, HttpClient>>,
+}
+
+/// Why an exchange with a provider did not produce a response.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// No byte of the request left: the connection (or TLS handshake) never succeeded.
+    #[error("could not connect: {0}")]
+    Connect(String),
+    /// The request may have reached the provider: its outcome is unknown.
+    #[error("the exchange broke after the request was sent: {0}")]
+    Lost(String),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
+impl Upstreams {
+    /// Builds a client per provider. Fails when a `ca_file` cannot be read.
+    pub fn new(providers: &[Provider]) -> Result<Upstreams, String> {
+        let mut clients = HashMap::new();
+        for p in providers {
+            let tls = tls_config(p.ca_file.as_deref())
+                .map_err(|e| format!("{}: ca_file: {e}", p.file.display()))?;
+            clients.insert(p.name.clone(), client(tls));
+        }
+        Ok(Upstreams {
+            clients: Arc::new(clients),
+        })
+    }
+
+    /// Sends a request (its URI absolute, headers already cleaned) and waits for the
+    /// response head, within `timeout`.
+    pub async fn send(
+        &self,
+        provider: &str,
+        req: Request<ProxyBody>,
+        timeout: Duration,
+    ) -> Result<Response<Incoming>, SendError> {
+        let Some(client) = self.clients.get(provider) else {
+            return Err(SendError::Connect(format!("no client for {provider}")));
+        };
+        match tokio::time::timeout(timeout, client.request(req)).await {
+            Err(_) => Err(SendError::Timeout(timeout)),
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(e)) if e.is_connect() => Err(SendError::Connect(describe(&e))),
+            Ok(Err(e)) => Err(SendError::Lost(describe(&e))),
+        }
+    }
+}
+
+/// The error and its causes on one line, for logs and problem details.
+fn describe(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    s
+}
+
+fn client(tls: rustls::ClientConfig) -> HttpClient {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(Duration::from_secs(10)));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
+    Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_secs(60))
+        .build(https)
+}
+
+fn tls_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(path) = ca_file {
+        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut added = 0;
+        for cert in rustls_pemfile::certs(&mut BufReader::new(file)) {
+            let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err(format!("{} holds no PEM certificate", path.display()));
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(config)
+}
+
+/// Headers that describe one connection, never forwarded (RFC 9110 7.6.1).
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+];
+
+/// Removes hop-by-hop headers, including every header `Connection` names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+}
+
+/// Cleans an agent's request headers for the provider: hop-by-hop, control headers and the
+/// agent's `Host` go (the client sets the upstream's `Host` from the URI).
+pub fn outbound_headers(headers: &mut HeaderMap, provider: &Provider) {
+    strip_hop_by_hop(headers);
+    headers.remove(header::HOST);
+    for name in &provider.control_headers {
+        headers.remove(name);
+    }
+}
+
+/// The provider URL for a route-relative path and query.
+pub fn target_uri(provider: &Provider, rel_path: &str, query: Option<&str>) -> Result<Uri, String> {
+    let up = &provider.upstream;
+    let mut s = format!(
+        "{}://{}{}{}",
+        up.scheme.as_str(),
+        up.authority(),
+        up.base_path,
+        rel_path
+    );
+    if let Some(q) = query {
+        s.push('?');
+        s.push_str(q);
+    }
+    s.parse::<Uri>().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn strips_hop_by_hop_and_connection_named_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert(
+            header::PROXY_AUTHORIZATION,
+            HeaderValue::from_static("Basic x"),
+        );
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer x"));
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        strip_hop_by_hop(&mut h);
+        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, vec!["authorization", "content-type"]);
+    }
+
+    #[test]
+    fn bundled_roots_load_and_a_missing_ca_file_is_an_error() {
+        assert!(tls_config(None).is_ok());
+        let err = tls_config(Some(Path::new("/nonexistent/ca.pem"))).unwrap_err();
+        assert!(err.contains("/nonexistent/ca.pem"), "{err}");
+    }
+}
