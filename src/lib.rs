@@ -9,6 +9,7 @@
 //! - `fingerprint`: the canonical parameter hash and the per-field hashes behind a 409.
 //! - `identity`: operation IDs, idempotency keys and their injection into a request.
 //! - `ledger`: the durable redb ledger behind a small domain API.
+//! - `decide`: the pure state machine of a guarded request (SPEC section 5).
 //! - `app`: the shared immutable state of a running proxy.
 //! - `server`: listeners, connections, graceful shutdown.
 //! - `proxy`: the request path: routing and unguarded streaming.
@@ -23,6 +24,7 @@ pub mod app;
 pub mod body;
 pub mod clock;
 pub mod config;
+pub mod decide;
 pub mod fingerprint;
 pub mod guard;
 pub mod identity;

@@ -1,0 +1,332 @@
+//! The state machine of SPEC section 5, as one pure function.
+//!
+//! `decide` looks at what the ledger holds for an operation, the new request's fingerprint,
+//! the route's rules and the time, and says what to do. It performs no I/O and reads no clock:
+//! the caller runs it inside the ledger transaction and carries the decision out.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::clock::Timestamp;
+use crate::fingerprint::differing_fields;
+use crate::ledger::{Approval as Gate, Operation, State};
+use crate::policy::{Approval, Dedupe, Effect, Provider, Route};
+
+/// The rules of a route that the state machine needs.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules {
+    pub effect: Effect,
+    pub dedupe: Dedupe,
+    pub approval: Approval,
+    pub key_retention: Duration,
+    pub reconcile: bool,
+}
+
+impl Rules {
+    pub fn of(provider: &Provider, route: &Route) -> Rules {
+        Rules {
+            effect: route.effect,
+            dedupe: provider.dedupe,
+            approval: route.approval,
+            key_retention: provider.key_retention,
+            reconcile: route.reconcile.is_some(),
+        }
+    }
+}
+
+/// The parameters of the request being decided.
+#[derive(Debug, Clone, Copy)]
+pub struct Intent<'a> {
+    pub fingerprint: &'a str,
+    pub fields: &'a BTreeMap<String, String>,
+}
+
+/// What to do with a guarded request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// New operation: record it `in_flight` (attempt 1) and send it.
+    Create,
+    /// New operation on a gated route: record it `prepared`; 202 `awaiting-approval`.
+    Prepare,
+    /// Same operation, other parameters: 409, nothing sent.
+    Conflict(Vec<String>),
+    /// `prepared` and not yet approved: 202 `awaiting-approval`.
+    AwaitApproval,
+    /// `succeeded`: answer the stored response.
+    Replay,
+    /// Rejected by an operator: 403 for good.
+    Rejected,
+    /// Send again with the same key, as the next attempt.
+    Resend(Resend),
+    /// `in_flight` under a live owner: wait for its result.
+    Wait,
+    /// `unknown` and not re-sendable: ask the provider (reconciliation).
+    Reconcile,
+    /// `unknown`, nothing may be sent: 202 `outcome-unknown`.
+    Hold,
+}
+
+/// Why an existing operation may be sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resend {
+    /// The provider said the effect did not happen (or an operator did).
+    AfterFailure,
+    /// An operator approved the prepared operation.
+    Approved,
+    /// Unknown, but the provider still remembers the key and deduplicates.
+    WithinKeyRetention,
+    /// Unknown, but the route's effect is idempotent.
+    Idempotent,
+}
+
+/// Decides a guarded request (SPEC section 5, step 2).
+pub fn decide(
+    existing: Option<&Operation>,
+    intent: Intent<'_>,
+    rules: Rules,
+    now: Timestamp,
+) -> Decision {
+    let Some(op) = existing else {
+        return match rules.approval {
+            Approval::Required => Decision::Prepare,
+            Approval::None => Decision::Create,
+        };
+    };
+    if op.fingerprint != intent.fingerprint {
+        return Decision::Conflict(differing_fields(&op.fields, intent.fields));
+    }
+    match op.state {
+        State::Prepared if op.approval == Gate::Approved => Decision::Resend(Resend::Approved),
+        State::Prepared => Decision::AwaitApproval,
+        State::Succeeded => Decision::Replay,
+        State::Failed if op.approval == Gate::Rejected => Decision::Rejected,
+        State::Failed => Decision::Resend(Resend::AfterFailure),
+        State::InFlight => Decision::Wait,
+        State::Unknown => decide_unknown(op, rules, now),
+    }
+}
+
+fn decide_unknown(op: &Operation, rules: Rules, now: Timestamp) -> Decision {
+    if rules.effect == Effect::Idempotent {
+        return Decision::Resend(Resend::Idempotent);
+    }
+    // The key was first visible to the provider when the first claim was committed.
+    let first_seen = op.first_dispatched_at.unwrap_or(op.created_at);
+    if rules.dedupe == Dedupe::Key && now < first_seen.plus(rules.key_retention) {
+        return Decision::Resend(Resend::WithinKeyRetention);
+    }
+    if rules.reconcile {
+        Decision::Reconcile
+    } else {
+        Decision::Hold
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Approval as Gate;
+
+    const T0: Timestamp = Timestamp(1_000_000);
+
+    fn rules() -> Rules {
+        Rules {
+            effect: Effect::Irreversible,
+            dedupe: Dedupe::Key,
+            approval: Approval::None,
+            key_retention: Duration::from_secs(3600),
+            reconcile: false,
+        }
+    }
+
+    fn fields(amount: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("amount".to_string(), amount.to_string()),
+            ("currency".to_string(), "usd".to_string()),
+        ])
+    }
+
+    fn op(state: State) -> Operation {
+        Operation {
+            id: "p/r/x".into(),
+            provider: "p".into(),
+            route: "r".into(),
+            effect: Effect::Irreversible,
+            state,
+            fingerprint: "fp1".into(),
+            fields: fields("100"),
+            idempotency_key: "k".into(),
+            attempts: 1,
+            created_at: T0,
+            updated_at: T0,
+            first_dispatched_at: Some(T0),
+            last_dispatched_at: Some(T0),
+            provider_request_id: None,
+            response: None,
+            error: None,
+            fence: 0,
+            approval: Gate::NotRequired,
+        }
+    }
+
+    fn same(f: &BTreeMap<String, String>) -> Intent<'_> {
+        Intent {
+            fingerprint: "fp1",
+            fields: f,
+        }
+    }
+
+    #[test]
+    fn none_creates_or_prepares() {
+        let f = fields("100");
+        assert_eq!(decide(None, same(&f), rules(), T0), Decision::Create);
+        let gated = Rules {
+            approval: Approval::Required,
+            ..rules()
+        };
+        assert_eq!(decide(None, same(&f), gated, T0), Decision::Prepare);
+    }
+
+    #[test]
+    fn other_parameters_conflict_in_every_state() {
+        let f = fields("200");
+        let intent = Intent {
+            fingerprint: "fp2",
+            fields: &f,
+        };
+        for state in State::ALL {
+            assert_eq!(
+                decide(Some(&op(state)), intent, rules(), T0),
+                Decision::Conflict(vec!["amount".into()]),
+                "{state:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn prepared_waits_for_approval_then_sends() {
+        let f = fields("100");
+        let mut o = op(State::Prepared);
+        o.approval = Gate::Pending;
+        assert_eq!(
+            decide(Some(&o), same(&f), rules(), T0),
+            Decision::AwaitApproval
+        );
+        o.approval = Gate::Approved;
+        assert_eq!(
+            decide(Some(&o), same(&f), rules(), T0),
+            Decision::Resend(Resend::Approved)
+        );
+    }
+
+    #[test]
+    fn succeeded_replays() {
+        let f = fields("100");
+        assert_eq!(
+            decide(Some(&op(State::Succeeded)), same(&f), rules(), T0),
+            Decision::Replay
+        );
+    }
+
+    #[test]
+    fn failed_resends_unless_rejected() {
+        let f = fields("100");
+        let mut o = op(State::Failed);
+        assert_eq!(
+            decide(Some(&o), same(&f), rules(), T0),
+            Decision::Resend(Resend::AfterFailure)
+        );
+        o.approval = Gate::Rejected;
+        assert_eq!(decide(Some(&o), same(&f), rules(), T0), Decision::Rejected);
+    }
+
+    #[test]
+    fn in_flight_waits() {
+        let f = fields("100");
+        assert_eq!(
+            decide(Some(&op(State::InFlight)), same(&f), rules(), T0),
+            Decision::Wait
+        );
+    }
+
+    #[test]
+    fn unknown_resends_only_inside_key_retention() {
+        let f = fields("100");
+        let o = op(State::Unknown);
+        let inside = T0.plus(Duration::from_secs(3599));
+        let outside = T0.plus(Duration::from_secs(3600));
+        assert_eq!(
+            decide(Some(&o), same(&f), rules(), inside),
+            Decision::Resend(Resend::WithinKeyRetention)
+        );
+        assert_eq!(decide(Some(&o), same(&f), rules(), outside), Decision::Hold);
+    }
+
+    #[test]
+    fn retention_counts_from_the_first_claim_not_the_last() {
+        let f = fields("100");
+        let mut o = op(State::Unknown);
+        o.last_dispatched_at = Some(T0.plus(Duration::from_secs(3000)));
+        let now = T0.plus(Duration::from_secs(3700));
+        assert_eq!(decide(Some(&o), same(&f), rules(), now), Decision::Hold);
+    }
+
+    #[test]
+    fn unknown_without_dedupe_holds() {
+        let f = fields("100");
+        let r = Rules {
+            dedupe: Dedupe::None,
+            ..rules()
+        };
+        assert_eq!(
+            decide(Some(&op(State::Unknown)), same(&f), r, T0),
+            Decision::Hold
+        );
+        let compensable = Rules {
+            effect: Effect::Compensable,
+            ..r
+        };
+        assert_eq!(
+            decide(Some(&op(State::Unknown)), same(&f), compensable, T0),
+            Decision::Hold
+        );
+    }
+
+    #[test]
+    fn unknown_idempotent_resends_even_without_dedupe() {
+        let f = fields("100");
+        let r = Rules {
+            dedupe: Dedupe::None,
+            effect: Effect::Idempotent,
+            ..rules()
+        };
+        let late = T0.plus(Duration::from_secs(86_400 * 30));
+        assert_eq!(
+            decide(Some(&op(State::Unknown)), same(&f), r, late),
+            Decision::Resend(Resend::Idempotent)
+        );
+    }
+
+    #[test]
+    fn unknown_with_reconcile_asks_the_provider() {
+        let f = fields("100");
+        let r = Rules {
+            dedupe: Dedupe::None,
+            reconcile: true,
+            ..rules()
+        };
+        assert_eq!(
+            decide(Some(&op(State::Unknown)), same(&f), r, T0),
+            Decision::Reconcile
+        );
+        // Inside key retention a deduping provider is simply asked again.
+        let k = Rules {
+            reconcile: true,
+            ..rules()
+        };
+        assert_eq!(
+            decide(Some(&op(State::Unknown)), same(&f), k, T0),
+            Decision::Resend(Resend::WithinKeyRetention)
+        );
+    }
+}
