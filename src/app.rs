@@ -4,9 +4,14 @@
 //! configuration, the upstream clients, the ledger handle and the metrics; nothing in it is
 //! reconfigured while serving.
 
+use std::sync::Arc;
+
+use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
+use crate::clock::Timestamp;
 use crate::config::Config;
+use crate::ledger::{Ledger, LedgerOptions};
 use crate::metrics::Metrics;
 use crate::policy::Provider;
 use crate::upstream::Upstreams;
@@ -14,21 +19,44 @@ use crate::upstream::Upstreams;
 pub struct App {
     pub config: Config,
     pub upstreams: Upstreams,
-    pub metrics: Metrics,
+    pub ledger: Ledger,
+    pub metrics: Arc<Metrics>,
     /// Exchanges that must finish even if their agent went away; drained at shutdown.
     pub background: TaskTracker,
+    /// Bumped after every recorded result, so duplicates waiting on an in-flight operation
+    /// re-read the ledger instead of polling it.
+    pub completions: watch::Sender<u64>,
 }
 
 impl App {
-    /// Builds the state a server needs from a validated configuration.
-    pub fn new(config: Config) -> Result<App, String> {
+    /// Builds the state a server needs: upstream clients and the opened ledger (whose
+    /// operations left `in_flight` by an earlier process become `unknown`).
+    pub async fn new(config: Config) -> Result<App, String> {
         let upstreams = Upstreams::new(&config.providers)?;
+        let metrics = Arc::new(Metrics::new());
+        let observer = metrics.clone();
+        let options = LedgerOptions {
+            on_commit: Some(Arc::new(move |took| observer.commit(took))),
+            fail_writes: std::env::var("IDEMPROXY_FAIL").is_ok_and(|v| v.split(',').any(|f| f == "ledger.commit")),
+        };
+        let (ledger, orphaned) = Ledger::open(&config.ledger, Timestamp::now(), options)
+            .await
+            .map_err(|e| e.to_string())?;
+        if orphaned > 0 {
+            tracing::warn!(orphaned, "operations left in flight by the previous process are now unknown");
+        }
         Ok(App {
             config,
             upstreams,
-            metrics: Metrics::new(),
+            ledger,
+            metrics,
             background: TaskTracker::new(),
+            completions: watch::Sender::new(0),
         })
+    }
+
+    pub fn provider(&self, name: &str) -> Option<&Provider> {
+        self.config.providers.iter().find(|p| p.name == name)
     }
 
     /// The provider mounted at the start of `path`, with the route-relative rest.
@@ -41,11 +69,9 @@ impl App {
 
     /// The provider whose upstream is this host (and port, when the request names one).
     pub fn provider_for_host(&self, host: &str, port: Option<u16>) -> Option<&Provider> {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
         self.config.providers.iter().find(|p| {
-            p.upstream
-                .host
-                .eq_ignore_ascii_case(host.trim_start_matches('[').trim_end_matches(']'))
-                && port.is_none_or(|port| port == p.upstream.port)
+            p.upstream.host.eq_ignore_ascii_case(host) && port.is_none_or(|port| port == p.upstream.port)
         })
     }
 }

@@ -1,15 +1,475 @@
-//! Guarded routes (stub: the ledger protocol is being written; for now they pass through).
+//! The ledger protocol for guarded routes (SPEC section 5), step by step.
+//!
+//! `handle` reads top to bottom: read the body, identify the operation, decide in one ledger
+//! transaction, then dispatch, replay, wait or refuse. Nothing reaches the provider unless its
+//! claim is committed first; the exchange itself lives in `dispatch` so that it outlives an
+//! agent that hangs up.
 
-use http::{Request, Response};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderValue, Request, Response, header};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use crate::app::App;
-use crate::proxy::{ProxyBody, Target, passthrough};
+use crate::body::{self, Body};
+use crate::clock::Timestamp;
+use crate::decide::{Decision, Intent, Resend, Rules, decide};
+use crate::dispatch::{self, Outgoing};
+use crate::fingerprint::{self, Fingerprint};
+use crate::identity;
+use crate::ledger::{Approval, Event, EventKind, Operation, State, StoredResponse, Write};
+use crate::policy::{Captures, KeyPlacement, OnMissingId, Provider, Route};
+use crate::problem::{Context, Problem};
+use crate::proxy::{ProxyBody, Target, full};
+use crate::template::{self, render_first};
+use crate::upstream;
 
-pub async fn handle(
-    app: &App,
-    target: &Target<'_>,
-    req: Request<Incoming>,
-) -> (Response<ProxyBody>, &'static str) {
-    (passthrough(app, target, req).await, "passthrough")
+/// An answer and the `outcome` label it counts under.
+pub type Answer = (Response<ProxyBody>, &'static str);
+
+/// A guarded request whose body has been read: identified, or let through unguarded.
+enum Identity {
+    Op(Identified),
+    /// No template applies and `on_missing_id = "pass"`.
+    Pass(Outgoing),
 }
+
+/// A guarded request whose operation is identified.
+struct Identified {
+    id: String,
+    key: String,
+    fingerprint: Fingerprint,
+    outgoing: Outgoing,
+}
+
+/// Serves one request on a guarded route.
+pub async fn handle(app: &Arc<App>, target: &Target<'_>, req: Request<Incoming>) -> Answer {
+    let Some((route, captures)) = &target.route else {
+        unreachable!("guard::handle is only called for a matched route")
+    };
+    let provider = target.provider;
+    let mut ctx = Context {
+        provider: Some(provider.name.clone()),
+        route: Some(route.name.clone()),
+        ..Context::default()
+    };
+    match run(app, target, route, captures, req, &mut ctx).await {
+        Ok(answer) => answer,
+        Err(problem) => {
+            let outcome = outcome_of(&problem);
+            (refusal(problem, &ctx), outcome)
+        }
+    }
+}
+
+async fn run(
+    app: &Arc<App>,
+    target: &Target<'_>,
+    route: &Route,
+    captures: &Captures,
+    req: Request<Incoming>,
+    ctx: &mut Context,
+) -> Result<Answer, Problem> {
+    let provider = target.provider;
+    let (parts, bytes) = read_body(req, app.config.limits.max_request_body).await?;
+    let op = match identify(provider, route, target, captures, parts, bytes)? {
+        Identity::Op(op) => op,
+        Identity::Pass(outgoing) => {
+            return Ok((dispatch::unguarded(app, provider, outgoing).await, "passthrough"));
+        }
+    };
+    ctx.operation_id = Some(op.id.clone());
+    let step = claim(app, provider, route, &op).await?;
+    match step {
+        Step::Dispatch { fence, attempt } => {
+            ctx.state = Some(State::InFlight);
+            let exchange = dispatch::Exchange {
+                provider: provider.name.clone(),
+                route: route.name.clone(),
+                id: op.id,
+                fence,
+                attempt,
+                outgoing: op.outgoing,
+            };
+            Ok((dispatch::run(app.clone(), exchange).await, "forwarded"))
+        }
+        Step::Replay(stored) => Ok((replay(stored, &ctx.with_state(State::Succeeded)), "replayed")),
+        Step::Wait => wait(app, ctx).await,
+        Step::Reconcile => {
+            let answer = crate::reconcile::run(app, provider, route, captures, &op.id, &op.key).await;
+            match answer {
+                crate::reconcile::Verdict::Found(stored) => {
+                    Ok((replay(stored, &ctx.with_state(State::Succeeded)), "replayed"))
+                }
+                crate::reconcile::Verdict::Resend { fence, attempt } => {
+                    let exchange = dispatch::Exchange {
+                        provider: provider.name.clone(),
+                        route: route.name.clone(),
+                        id: op.id,
+                        fence,
+                        attempt,
+                        outgoing: op.outgoing,
+                    };
+                    Ok((dispatch::run(app.clone(), exchange).await, "forwarded"))
+                }
+                crate::reconcile::Verdict::Unknown => {
+                    ctx.state = Some(State::Unknown);
+                    Err(Problem::OutcomeUnknown)
+                }
+            }
+        }
+        Step::Refuse(problem, state) => {
+            ctx.state = Some(state);
+            Err(problem)
+        }
+    }
+}
+
+/// Step 1: the body, buffered up to `max_request_body`.
+async fn read_body(req: Request<Incoming>, limit: u64) -> Result<(Parts, Bytes), Problem> {
+    if crate::proxy::declared_too_large(&req, limit) {
+        return Err(Problem::BodyTooLarge { limit });
+    }
+    let (parts, body) = req.into_parts();
+    let limit_usize = usize::try_from(limit).unwrap_or(usize::MAX);
+    match Limited::new(body, limit_usize).collect().await {
+        Ok(collected) => Ok((parts, collected.to_bytes())),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            Err(Problem::BodyTooLarge { limit })
+        }
+        Err(_) => Err(Problem::InvalidBody("the request body could not be read to its end".into())),
+    }
+}
+
+/// Step 2: fingerprint, operation ID, key, and the request as it will be sent.
+fn identify(
+    provider: &Provider,
+    route: &Route,
+    target: &Target<'_>,
+    captures: &Captures,
+    parts: Parts,
+    bytes: Bytes,
+) -> Result<Identity, Problem> {
+    let parsed = body::parse(parts.headers.get(header::CONTENT_TYPE), bytes.clone());
+    let key_field = match &provider.key {
+        KeyPlacement::JsonField(pointer) => Some(pointer.as_str()),
+        KeyPlacement::Header(_) => None,
+    };
+    let fingerprint = fingerprint::compute(&fingerprint::Inputs {
+        method: &parts.method,
+        path: &target.rel_path,
+        query: parts.uri.query(),
+        body: &parsed,
+        headers: &parts.headers,
+        fingerprint_headers: &route.fingerprint_headers,
+        ignore: &route.fingerprint_ignore,
+        key_field,
+    });
+    let inputs = template::Inputs {
+        headers: &parts.headers,
+        query: parts.uri.query(),
+        body: &parsed,
+        captures,
+        provider: &provider.name,
+        route: &route.name,
+        fingerprint: Some(&fingerprint.hex),
+        key: None,
+        operation_id: None,
+    };
+    let rendered = match render_first(&route.operation_id, &inputs) {
+        Err(invalid) => return Err(Problem::InvalidBody(invalid.0)),
+        Ok(Ok(rendered)) => rendered,
+        Ok(Err(_)) if route.on_missing_id == OnMissingId::Pass => {
+            return outgoing(provider, target, parts, &parsed, bytes, None).map(Identity::Pass);
+        }
+        Ok(Err(missing)) => return Err(Problem::MissingOperationId { missing }),
+    };
+    let id = identity::operation_id(&provider.name, &route.name, &rendered).map_err(|_| {
+        Problem::InvalidOperationId {
+            len: provider.name.len() + route.name.len() + rendered.len() + 2,
+        }
+    })?;
+    let key = identity::key(&id, provider.key_format);
+    let outgoing = outgoing(provider, target, parts, &parsed, bytes, Some(&key))?;
+    Ok(Identity::Op(Identified {
+        id,
+        key,
+        fingerprint,
+        outgoing,
+    }))
+}
+
+/// Step 3 prepared in advance: control and hop-by-hop headers removed, the key injected.
+fn outgoing(
+    provider: &Provider,
+    target: &Target<'_>,
+    mut parts: Parts,
+    parsed: &Body,
+    bytes: Bytes,
+    key: Option<&str>,
+) -> Result<Outgoing, Problem> {
+    let uri = upstream::target_uri(provider, &target.rel_path, parts.uri.query())
+        .map_err(|e| Problem::InvalidBody(format!("the request path is not valid: {e}")))?;
+    upstream::outbound_headers(&mut parts.headers, provider);
+    let body = match (&provider.key, key) {
+        (_, None) => bytes,
+        (KeyPlacement::Header(name), Some(key)) => {
+            let value = HeaderValue::from_str(key)
+                .map_err(|_| Problem::InvalidBody("the idempotency key is not a valid header value".into()))?;
+            parts.headers.insert(name.clone(), value);
+            bytes
+        }
+        (KeyPlacement::JsonField(pointer), Some(key)) => {
+            let Body::Json(value) = parsed else {
+                return Err(Problem::InvalidBody(format!(
+                    "the provider takes its idempotency key in the JSON body at {pointer}, but the body is not JSON"
+                )));
+            };
+            let injected = identity::inject_json_key(value, pointer, key).map_err(|e| Problem::InvalidBody(e.0))?;
+            parts.headers.remove(header::CONTENT_LENGTH);
+            injected
+        }
+    };
+    Ok(Outgoing {
+        method: parts.method,
+        uri,
+        headers: parts.headers,
+        body,
+    })
+}
+
+/// What the claim transaction decided, as the handler carries it out.
+enum Step {
+    Dispatch { fence: u64, attempt: u32 },
+    Replay(StoredResponse),
+    Wait,
+    Reconcile,
+    Refuse(Problem, State),
+}
+
+/// Step 2 (ledger): read the operation, decide, and record the decision, in one commit.
+async fn claim(app: &App, provider: &Provider, route: &Route, op: &Identified) -> Result<Step, Problem> {
+    let now = Timestamp::now();
+    let fence = app.ledger.fence();
+    let rules = Rules::of(provider, route);
+    let fresh = Operation {
+        id: op.id.clone(),
+        provider: provider.name.clone(),
+        route: route.name.clone(),
+        effect: route.effect,
+        state: State::InFlight,
+        fingerprint: op.fingerprint.hex.clone(),
+        fields: op.fingerprint.fields.clone(),
+        idempotency_key: op.key.clone(),
+        attempts: 0,
+        created_at: now,
+        updated_at: now,
+        first_dispatched_at: None,
+        last_dispatched_at: None,
+        provider_request_id: None,
+        response: None,
+        error: None,
+        fence: 0,
+        approval: Approval::NotRequired,
+    };
+    let decided = app
+        .ledger
+        .update(&op.id, move |existing| {
+            let intent = Intent {
+                fingerprint: &fresh.fingerprint,
+                fields: &fresh.fields,
+            };
+            let decision = decide(existing.as_ref(), intent, rules, now);
+            transition(existing, fresh.clone(), decision, fence, now)
+        })
+        .await
+        .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?;
+    match decided {
+        Decided::Step(step) => Ok(step),
+        Decided::Replay => match app.ledger.response(&op.id).await {
+            Ok(Some(stored)) => Ok(Step::Replay(stored)),
+            Ok(None) => Err(Problem::LedgerUnavailable("the stored response is missing".into())),
+            Err(e) => Err(Problem::LedgerUnavailable(e.to_string())),
+        },
+    }
+}
+
+enum Decided {
+    Step(Step),
+    /// Read the stored response outside the write transaction.
+    Replay,
+}
+
+/// The write a decision makes, and what the handler does next. Pure.
+fn transition(
+    existing: Option<Operation>,
+    fresh: Operation,
+    decision: Decision,
+    fence: u64,
+    now: Timestamp,
+) -> (Option<Write>, Decided) {
+    let event = |kind, attempt, detail: String| Event { at: now, kind, attempt, detail };
+    let refuse = |problem, state| (None, Decided::Step(Step::Refuse(problem, state)));
+    match (decision, existing) {
+        (Decision::Create, _) => {
+            let op = claimed(fresh, fence, now);
+            let ev = event(EventKind::Claimed, 1, "attempt 1: new operation".into());
+            (Some(write(op, vec![ev])), Decided::Step(Step::Dispatch { fence, attempt: 1 }))
+        }
+        (Decision::Prepare, _) => {
+            let op = Operation {
+                state: State::Prepared,
+                approval: Approval::Pending,
+                ..fresh
+            };
+            let ev = event(EventKind::Prepared, 0, "waiting for an operator's approval".into());
+            (Some(write(op, vec![ev])), Decided::Step(Step::Refuse(Problem::AwaitingApproval, State::Prepared)))
+        }
+        (Decision::Conflict(fields), Some(op)) => {
+            let state = op.state;
+            let detail = format!("request with other parameters refused; differing: {}", fields.join(", "));
+            let ev = event(EventKind::Conflict, op.attempts, detail);
+            let problem = Problem::ParameterMismatch { fields };
+            (Some(write(op, vec![ev])), Decided::Step(Step::Refuse(problem, state)))
+        }
+        (Decision::Replay, Some(op)) => {
+            let ev = event(EventKind::Replayed, op.attempts, "answered from the ledger".into());
+            (Some(write(op, vec![ev])), Decided::Replay)
+        }
+        (Decision::Resend(why), Some(op)) => {
+            let attempt = op.attempts + 1;
+            let detail = format!("attempt {attempt}: {}", resend_reason(why));
+            let op = claimed(op, fence, now);
+            let ev = event(EventKind::Claimed, attempt, detail);
+            (Some(write(op, vec![ev])), Decided::Step(Step::Dispatch { fence, attempt }))
+        }
+        (Decision::AwaitApproval, _) => refuse(Problem::AwaitingApproval, State::Prepared),
+        (Decision::Rejected, op) => {
+            let reason = op.and_then(|op| op.error);
+            refuse(Problem::OperationRejected { reason }, State::Failed)
+        }
+        (Decision::Wait, _) => (None, Decided::Step(Step::Wait)),
+        (Decision::Reconcile, _) => (None, Decided::Step(Step::Reconcile)),
+        (Decision::Hold, _) => refuse(Problem::OutcomeUnknown, State::Unknown),
+        // decide() only returns these for an existing operation.
+        (Decision::Conflict(_) | Decision::Replay | Decision::Resend(_), None) => {
+            refuse(Problem::LedgerUnavailable("inconsistent decision".into()), State::Unknown)
+        }
+    }
+}
+
+fn resend_reason(why: Resend) -> &'static str {
+    match why {
+        Resend::AfterFailure => "the previous attempt definitively failed",
+        Resend::Approved => "approved by an operator",
+        Resend::WithinKeyRetention => "outcome unknown; the provider deduplicates on the same key",
+        Resend::Idempotent => "outcome unknown; the route is idempotent",
+    }
+}
+
+/// The operation claimed by `fence` for its next attempt.
+pub fn claimed(op: Operation, fence: u64, now: Timestamp) -> Operation {
+    Operation {
+        state: State::InFlight,
+        attempts: op.attempts + 1,
+        fence,
+        updated_at: now,
+        first_dispatched_at: op.first_dispatched_at.or(Some(now)),
+        last_dispatched_at: Some(now),
+        error: None,
+        ..op
+    }
+}
+
+fn write(op: Operation, events: Vec<Event>) -> Write {
+    Write {
+        op,
+        events,
+        response: None,
+    }
+}
+
+/// A duplicate of an in-flight operation waits for its result, up to `in_flight_wait`.
+async fn wait(app: &App, ctx: &mut Context) -> Result<Answer, Problem> {
+    let id = ctx.operation_id.clone().unwrap_or_default();
+    let deadline = tokio::time::Instant::now() + app.config.limits.in_flight_wait;
+    let mut completions = app.completions.subscribe();
+    loop {
+        let op = app
+            .ledger
+            .get(&id)
+            .await
+            .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?
+            .ok_or_else(|| Problem::LedgerUnavailable("the operation vanished".into()))?;
+        ctx.state = Some(op.state);
+        if op.state != State::InFlight {
+            return settled(app, &op, ctx).await;
+        }
+        match tokio::time::timeout_at(deadline, completions.changed()).await {
+            Ok(Ok(())) => continue,
+            _ => return Err(Problem::InFlight),
+        }
+    }
+}
+
+/// The answer for an operation that finished while we waited.
+async fn settled(app: &App, op: &Operation, ctx: &Context) -> Result<Answer, Problem> {
+    let stored = app
+        .ledger
+        .response(&op.id)
+        .await
+        .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?;
+    match (op.state, stored) {
+        (State::Succeeded | State::Failed, Some(stored)) => Ok((replay(stored, ctx), "replayed")),
+        (State::Failed, None) => Err(Problem::UpstreamUnreachable(
+            op.error.clone().unwrap_or_else(|| "the provider could not be reached".into()),
+        )),
+        (State::Prepared, _) => Err(Problem::AwaitingApproval),
+        _ => Err(Problem::OutcomeUnknown),
+    }
+}
+
+/// A stored response, replayed.
+pub fn replay(stored: StoredResponse, ctx: &Context) -> Response<ProxyBody> {
+    let mut resp = Response::new(full(stored.body));
+    *resp.status_mut() = http::StatusCode::from_u16(stored.status).unwrap_or(http::StatusCode::OK);
+    *resp.headers_mut() = stored.headers;
+    op_headers(&mut resp, ctx, true);
+    resp
+}
+
+/// A problem answer with the operation's headers when the operation is known.
+pub fn refusal(problem: Problem, ctx: &Context) -> Response<ProxyBody> {
+    let mut resp = problem.into_response(ctx);
+    op_headers(&mut resp, ctx, false);
+    resp
+}
+
+/// `Idem-Operation-Id`, `Idem-State`, `Idempotent-Replayed` (SPEC section 5).
+pub fn op_headers(resp: &mut Response<ProxyBody>, ctx: &Context, replayed: bool) {
+    let Some(id) = &ctx.operation_id else { return };
+    let headers = resp.headers_mut();
+    headers.insert("idem-operation-id", identity::header_value(id));
+    if let Some(state) = ctx.state {
+        headers.insert("idem-state", HeaderValue::from_static(state.as_str()));
+    }
+    let provider_said = headers
+        .get("idempotent-replayed")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+    let value = if replayed || provider_said { "true" } else { "false" };
+    headers.insert("idempotent-replayed", HeaderValue::from_static(value));
+}
+
+/// The metrics outcome of a refusal.
+fn outcome_of(problem: &Problem) -> &'static str {
+    match problem {
+        Problem::ParameterMismatch { .. } => "conflict",
+        Problem::OutcomeUnknown | Problem::InFlight | Problem::AwaitingApproval => "pending",
+        Problem::UpstreamUnreachable(_) | Problem::UpstreamBroken(_) => "forwarded",
+        _ => "rejected",
+    }
+}
+

@@ -13,7 +13,9 @@
 //! - `app`: the shared immutable state of a running proxy.
 //! - `server`: listeners, connections, graceful shutdown.
 //! - `proxy`: the request path: routing and unguarded streaming.
-//! - `guard`: the ledger protocol for guarded routes.
+//! - `guard`: the ledger protocol for guarded routes, step by step.
+//! - `dispatch`: one claimed attempt: send, classify, record, answer; outlives the agent.
+//! - `reconcile`: asking the provider whether an unknown effect happened.
 //! - `upstream`: pooled TLS clients to providers and header hygiene.
 //! - `problem`: every refusal, and the one place it becomes problem+json.
 //! - `admin`: the admin API.
@@ -25,6 +27,7 @@ pub mod body;
 pub mod clock;
 pub mod config;
 pub mod decide;
+pub mod dispatch;
 pub mod fingerprint;
 pub mod guard;
 pub mod identity;
@@ -32,6 +35,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod policy;
 pub mod problem;
+pub mod reconcile;
 pub mod proxy;
 pub mod server;
 pub mod template;

@@ -92,7 +92,7 @@ fn serve(path: PathBuf) -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let app = match idemproxy::app::App::new(config) {
+        let app = match idemproxy::app::App::new(config).await {
             Ok(app) => Arc::new(app),
             Err(e) => {
                 eprintln!("{e}");

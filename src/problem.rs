@@ -65,6 +65,16 @@ pub struct Context {
     pub state: Option<State>,
 }
 
+impl Context {
+    /// The same context in another state.
+    pub fn with_state(&self, state: State) -> Context {
+        Context {
+            state: Some(state),
+            ..self.clone()
+        }
+    }
+}
+
 /// How long a client is told to wait before replaying a pending operation.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 

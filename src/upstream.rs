@@ -58,21 +58,15 @@ impl Upstreams {
     }
 
     /// Sends a request (its URI absolute, headers already cleaned) and waits for the
-    /// response head, within `timeout`.
-    pub async fn send(
-        &self,
-        provider: &str,
-        req: Request<ProxyBody>,
-        timeout: Duration,
-    ) -> Result<Response<Incoming>, SendError> {
+    /// response head. Callers bound it with the provider's `timeout`.
+    pub async fn send(&self, provider: &str, req: Request<ProxyBody>) -> Result<Response<Incoming>, SendError> {
         let Some(client) = self.clients.get(provider) else {
             return Err(SendError::Connect(format!("no client for {provider}")));
         };
-        match tokio::time::timeout(timeout, client.request(req)).await {
-            Err(_) => Err(SendError::Timeout(timeout)),
-            Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(e)) if e.is_connect() => Err(SendError::Connect(describe(&e))),
-            Ok(Err(e)) => Err(SendError::Lost(describe(&e))),
+        match client.request(req).await {
+            Ok(resp) => Ok(resp),
+            Err(e) if e.is_connect() => Err(SendError::Connect(describe(&e))),
+            Err(e) => Err(SendError::Lost(describe(&e))),
         }
     }
 }

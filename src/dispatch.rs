@@ -1,0 +1,313 @@
+//! One claimed attempt: send it to the provider, classify the answer, record it, answer.
+//!
+//! The exchange runs on its own task, tracked by `App::background`, so it finishes and is
+//! recorded even when the agent hangs up (hyper drops the handler's future then): an agent's
+//! timeout must never turn a known outcome into an unknown one. The result is written only by
+//! the owner of the claim (its fencing token); the agent gets its answer only after that
+//! commit.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, header};
+use http_body_util::{BodyExt, Limited};
+use sha2::{Digest, Sha256};
+
+use crate::app::App;
+use crate::clock::Timestamp;
+use crate::ledger::{Event, EventKind, ResponseMeta, State, StoredResponse, Write};
+use crate::policy::{Dedupe, Effect, Outcome, Provider};
+use crate::problem::{Context, Problem};
+use crate::proxy::{BoxError, ProxyBody, full};
+use crate::upstream::{self, SendError};
+
+/// A buffered request ready to be sent (and sent again, byte for byte).
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    pub method: Method,
+    pub uri: Uri,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Outgoing {
+    fn request(&self) -> Request<ProxyBody> {
+        let mut req = Request::new(full(self.body.clone()));
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.uri.clone();
+        *req.headers_mut() = self.headers.clone();
+        req
+    }
+}
+
+/// A claimed attempt of an operation.
+pub struct Exchange {
+    pub provider: String,
+    pub route: String,
+    pub id: String,
+    pub fence: u64,
+    pub attempt: u32,
+    pub outgoing: Outgoing,
+}
+
+/// Runs the attempt on a background task and waits for its answer.
+pub async fn run(app: Arc<App>, exchange: Exchange) -> Response<ProxyBody> {
+    let ctx = Context {
+        operation_id: Some(exchange.id.clone()),
+        provider: Some(exchange.provider.clone()),
+        route: Some(exchange.route.clone()),
+        state: Some(State::InFlight),
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task_app = app.clone();
+    app.background.spawn(async move {
+        let _ = tx.send(attempt(&task_app, exchange).await);
+    });
+    rx.await
+        .unwrap_or_else(|_| crate::guard::refusal(Problem::OutcomeUnknown, &ctx))
+}
+
+/// What came back from the provider.
+struct Fetched {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+    /// The body was over `max_stored_response` and was dropped.
+    truncated: bool,
+}
+
+async fn attempt(app: &App, ex: Exchange) -> Response<ProxyBody> {
+    let mut ctx = Context {
+        operation_id: Some(ex.id.clone()),
+        provider: Some(ex.provider.clone()),
+        route: Some(ex.route.clone()),
+        state: Some(State::InFlight),
+    };
+    let Some(provider) = app.provider(&ex.provider) else {
+        return crate::guard::refusal(Problem::OutcomeUnknown, &ctx);
+    };
+    let sent_at = Timestamp::now();
+    let started = Instant::now();
+    let fetched = fetch(app, provider, &ex.outgoing).await;
+    app.metrics.upstream(&provider.name, started.elapsed());
+    let record = Record::of(provider, &ex, sent_at, &fetched);
+    let state = record.state;
+    let recorded = persist(app, &ex, record).await;
+    // Wake duplicates waiting on this (or any) operation; they re-read the ledger.
+    app.completions.send_modify(|n| *n = n.wrapping_add(1));
+    match recorded {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(operation = %ex.id, "a newer claim owns this operation; this attempt's result was not written");
+            return crate::guard::refusal(Problem::OutcomeUnknown, &ctx);
+        }
+        Err(e) => {
+            tracing::error!(operation = %ex.id, error = %e, "the provider answered but the ledger could not record it");
+            return crate::guard::refusal(Problem::OutcomeUnknown, &ctx);
+        }
+    }
+    ctx.state = Some(state);
+    if state == State::Unknown {
+        escalate(app, provider, &ex);
+    }
+    match fetched {
+        Ok(answer) => first_answer(answer, &ctx),
+        Err(SendError::Connect(why)) => crate::guard::refusal(Problem::UpstreamUnreachable(why), &ctx),
+        Err(_) => crate::guard::refusal(Problem::OutcomeUnknown, &ctx),
+    }
+}
+
+/// Sends and reads the whole answer within the provider's `timeout`.
+async fn fetch(app: &App, provider: &Provider, outgoing: &Outgoing) -> Result<Fetched, SendError> {
+    let max = usize::try_from(app.config.limits.max_stored_response).unwrap_or(usize::MAX);
+    let exchange = async {
+        let resp = app.upstreams.send(&provider.name, outgoing.request()).await?;
+        let (parts, body) = resp.into_parts();
+        let (body, truncated) = match Limited::new(body, max).collect().await {
+            Ok(collected) => (collected.to_bytes(), false),
+            Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => (Bytes::new(), true),
+            Err(e) => return Err(SendError::Lost(e.to_string())),
+        };
+        let mut headers = parts.headers;
+        upstream::strip_hop_by_hop(&mut headers);
+        headers.remove(header::CONTENT_LENGTH);
+        Ok(Fetched {
+            status: parts.status,
+            headers,
+            body,
+            truncated,
+        })
+    };
+    match tokio::time::timeout(provider.timeout, exchange).await {
+        Ok(result) => result,
+        Err(_) => Err(SendError::Timeout(provider.timeout)),
+    }
+}
+
+/// What an attempt writes to the ledger.
+struct Record {
+    state: State,
+    response: Option<StoredResponse>,
+    error: Option<String>,
+    request_id: Option<String>,
+    events: Vec<Event>,
+}
+
+impl Record {
+    fn of(provider: &Provider, ex: &Exchange, sent_at: Timestamp, fetched: &Result<Fetched, SendError>) -> Record {
+        let now = Timestamp::now();
+        let event = |at, kind, detail: String| Event {
+            at,
+            kind,
+            attempt: ex.attempt,
+            detail,
+        };
+        match fetched {
+            Ok(answer) => {
+                let status = answer.status.as_u16();
+                let state = match provider.outcomes.classify(status) {
+                    Outcome::Succeeded => State::Succeeded,
+                    Outcome::Failed => State::Failed,
+                    Outcome::Unknown => State::Unknown,
+                };
+                let mut events = vec![
+                    event(sent_at, EventKind::ProviderRequested, format!("attempt {} sent", ex.attempt)),
+                    event(now, EventKind::ProviderResponded, format!("status {status}")),
+                ];
+                if state == State::Unknown {
+                    events.push(event(now, EventKind::Unknown, format!("status {status} proves neither success nor failure")));
+                }
+                events.push(event(now, EventKind::ResultPersisted, state.as_str().to_string()));
+                Record {
+                    state,
+                    response: Some(stored(provider, answer)),
+                    error: answer
+                        .truncated
+                        .then(|| "the response body was over max_stored_response and was not stored".to_string()),
+                    request_id: request_id(provider, &answer.headers),
+                    events,
+                }
+            }
+            Err(SendError::Connect(why)) => Record {
+                state: State::Failed,
+                response: None,
+                error: Some(format!("the provider could not be reached: {why}")),
+                request_id: None,
+                events: vec![event(now, EventKind::ResultPersisted, "failed: never connected, nothing was sent".into())],
+            },
+            Err(e) => Record {
+                state: State::Unknown,
+                response: None,
+                error: Some(e.to_string()),
+                request_id: None,
+                events: vec![
+                    event(sent_at, EventKind::ProviderRequested, format!("attempt {} sent", ex.attempt)),
+                    event(now, EventKind::Unknown, e.to_string()),
+                ],
+            },
+        }
+    }
+}
+
+/// The answer as it will be stored and replayed: no cookies, nothing redacted.
+fn stored(provider: &Provider, answer: &Fetched) -> StoredResponse {
+    let mut headers = answer.headers.clone();
+    for name in [header::SET_COOKIE, header::HeaderName::from_static("set-cookie2")] {
+        headers.remove(name);
+    }
+    for name in &provider.redact_headers {
+        headers.remove(name);
+    }
+    for name in ["idem-operation-id", "idem-state", "idempotent-replayed"] {
+        headers.remove(name);
+    }
+    StoredResponse {
+        status: answer.status.as_u16(),
+        headers,
+        body: answer.body.clone(),
+    }
+}
+
+fn request_id(provider: &Provider, headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(provider.request_id_header.as_ref()?)?.to_str().ok()?;
+    Some(value.chars().take(200).collect())
+}
+
+/// Writes the result, only if this attempt still owns the claim. `Ok(false)`: superseded.
+async fn persist(app: &App, ex: &Exchange, record: Record) -> Result<bool, crate::ledger::LedgerError> {
+    let fence = ex.fence;
+    let now = Timestamp::now();
+    app.ledger
+        .update(&ex.id, move |existing| match existing {
+            Some(op) if op.fence == fence && op.state == State::InFlight => {
+                let meta = record.response.as_ref().map(|r| ResponseMeta {
+                    status: r.status,
+                    body_bytes: r.body.len() as u64,
+                    body_sha256: hex::encode(Sha256::digest(&r.body)),
+                });
+                let op = crate::ledger::Operation {
+                    state: record.state,
+                    updated_at: now,
+                    fence: 0,
+                    response: meta,
+                    error: record.error,
+                    provider_request_id: record.request_id.or(op.provider_request_id),
+                    ..op
+                };
+                let write = Write {
+                    op,
+                    events: record.events,
+                    response: record.response,
+                };
+                (Some(write), true)
+            }
+            _ => (None, false),
+        })
+        .await
+}
+
+/// An unknown outcome that only a person can resolve gets one warning and a metric.
+fn escalate(app: &App, provider: &Provider, ex: &Exchange) {
+    let Some(route) = provider.routes.iter().find(|r| r.name == ex.route) else { return };
+    let risky = matches!(route.effect, Effect::Compensable | Effect::Irreversible);
+    if risky && provider.dedupe == Dedupe::None && route.reconcile.is_none() {
+        app.metrics.escalation(&provider.name, &route.name);
+        tracing::warn!(
+            operation = %ex.id,
+            "outcome unknown and the provider cannot deduplicate: check with the provider, then run \
+             `idemproxy ops resolve {} --succeeded` or `--failed --reason ...`",
+            ex.id
+        );
+    }
+}
+
+/// The provider's own answer, with the operation's headers.
+fn first_answer(answer: Fetched, ctx: &Context) -> Response<ProxyBody> {
+    let mut resp = Response::new(full(answer.body));
+    *resp.status_mut() = answer.status;
+    *resp.headers_mut() = answer.headers;
+    crate::guard::op_headers(&mut resp, ctx, false);
+    resp
+}
+
+/// `on_missing_id = "pass"`: sends the buffered request unguarded and streams the answer back.
+pub async fn unguarded(app: &App, provider: &Provider, outgoing: Outgoing) -> Response<ProxyBody> {
+    let ctx = Context {
+        provider: Some(provider.name.clone()),
+        ..Context::default()
+    };
+    let sent = tokio::time::timeout(provider.timeout, app.upstreams.send(&provider.name, outgoing.request())).await;
+    let mut resp = match sent {
+        Ok(Ok(resp)) => {
+            let (mut parts, body) = resp.into_parts();
+            upstream::strip_hop_by_hop(&mut parts.headers);
+            Response::from_parts(parts, body.map_err(BoxError::from).boxed())
+        }
+        Ok(Err(SendError::Connect(why))) => Problem::UpstreamUnreachable(why).into_response(&ctx),
+        Ok(Err(e)) => Problem::UpstreamBroken(e.to_string()).into_response(&ctx),
+        Err(_) => Problem::UpstreamBroken(SendError::Timeout(provider.timeout).to_string()).into_response(&ctx),
+    };
+    resp.headers_mut().insert("idem-state", HeaderValue::from_static("unguarded"));
+    resp
+}
