@@ -680,4 +680,18 @@ mod tests {
             .collect();
         assert_eq!(names, ["id", "sub"]);
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_parses_or_fails_without_panicking(text in "[a-z{}:/ ]{0,24}") {
+            let _ = Template::parse(&text);
+        }
+
+        #[test]
+        fn doubled_braces_always_render_the_text_itself(text in "[a-z{}:/é ]{1,24}") {
+            let escaped = text.replace('{', "{{").replace('}', "}}");
+            let req = Req::new(Body::Empty);
+            proptest::prop_assert_eq!(req.render(&escaped), value(&text));
+        }
+    }
 }
