@@ -296,48 +296,52 @@ struct Walk<'a> {
 impl Walk<'_> {
     fn value(&mut self, value: &Value, path: &str, depth: usize) {
         match value {
-            Value::Object(map) => {
-                let mut entries: Vec<_> = map.iter().collect();
-                entries.sort_by(|a, b| a.0.cmp(b.0));
-                self.text.push('{');
-                let mut first = true;
-                for (key, child) in entries {
-                    let child_path = if depth == 0 {
-                        key.clone()
-                    } else {
-                        format!("{path}[{key}]")
-                    };
-                    if self.excluded.body_field(&child_path) {
-                        continue;
-                    }
-                    if !std::mem::take(&mut first) {
-                        self.text.push(',');
-                    }
-                    self.text.push_str(&Value::from(key.as_str()).to_string());
-                    self.text.push(':');
-                    self.child(child, child_path, depth);
-                }
-                self.text.push('}');
-            }
-            Value::Array(items) => {
-                self.text.push('[');
-                for (i, child) in items.iter().enumerate() {
-                    if i > 0 {
-                        self.text.push(',');
-                    }
-                    let child_path = format!("{path}[{i}]");
-                    if self.excluded.body_field(&child_path) {
-                        // A mark that is no JSON value keeps the later items' positions, so
-                        // `[a, ignored, c]` never reads like `[a, c]`.
-                        self.text.push('_');
-                        continue;
-                    }
-                    self.child(child, child_path, depth);
-                }
-                self.text.push(']');
-            }
+            Value::Object(map) => self.object(map, path, depth),
+            Value::Array(items) => self.array(items, path, depth),
             scalar => self.text.push_str(&scalar.to_string()),
         }
+    }
+
+    fn object(&mut self, map: &serde_json::Map<String, Value>, path: &str, depth: usize) {
+        let mut entries: Vec<_> = map.iter().collect();
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        self.text.push('{');
+        let mut first = true;
+        for (key, child) in entries {
+            let child_path = if depth == 0 {
+                key.clone()
+            } else {
+                format!("{path}[{key}]")
+            };
+            if self.excluded.body_field(&child_path) {
+                continue;
+            }
+            if !std::mem::take(&mut first) {
+                self.text.push(',');
+            }
+            self.text.push_str(&Value::from(key.as_str()).to_string());
+            self.text.push(':');
+            self.child(child, child_path, depth);
+        }
+        self.text.push('}');
+    }
+
+    fn array(&mut self, items: &[Value], path: &str, depth: usize) {
+        self.text.push('[');
+        for (i, child) in items.iter().enumerate() {
+            if i > 0 {
+                self.text.push(',');
+            }
+            let child_path = format!("{path}[{i}]");
+            if self.excluded.body_field(&child_path) {
+                // A mark that is no JSON value keeps the later items' positions, so
+                // `[a, ignored, c]` never reads like `[a, c]`.
+                self.text.push('_');
+                continue;
+            }
+            self.child(child, child_path, depth);
+        }
+        self.text.push(']');
     }
 
     /// Writes one child of a container at `depth` and records its hash where one is kept.
