@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::client::{Body, full};
 use common::pattern::{self, PatternBody};
-use common::proxy::parse_ready;
+use common::process::parse_ready;
 use common::tls::TestPki;
 use common::{Behavior, FakeProvider, Proxy, send, send_h2c, send_with};
 use http::{Method, StatusCode, Version};

@@ -1,5 +1,7 @@
 //! What the fake provider does with a request: the answer, how slow it is, whether it waits
-//! for the test's go-ahead, whether it deduplicates on a key, and whether it loses the answer.
+//! for the test's go-ahead, whether it deduplicates on a key, and whether it loses the answer;
+//! and the pure pieces that make an answer (dedupe key, echo, response). The state (counts,
+//! stored answers, the gate) lives in `provider`.
 //!
 //! Order, for every request that is not a streaming endpoint: hold gate -> effect committed
 //! (or replayed, when deduplicating on a key already seen) -> delay -> answer or drop. So the
@@ -9,6 +11,10 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::{Response, StatusCode};
+
+use super::client::{Body, full};
+use super::provider::Recorded;
 
 /// The answer given for a new effect.
 #[derive(Clone, Debug)]
@@ -117,4 +123,85 @@ impl Behavior {
         self.drop_first_response = n;
         self
     }
+}
+
+/// An answer as first given, kept per dedupe key to be given again.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Bytes,
+}
+
+pub fn dedupe_key(dedupe: &Dedupe, request: &Recorded) -> Option<String> {
+    match dedupe {
+        Dedupe::Header(name) => request.header(name).map(str::to_string),
+        Dedupe::JsonField(pointer) => {
+            let body: serde_json::Value = serde_json::from_slice(&request.body).ok()?;
+            match body.pointer(pointer)? {
+                serde_json::Value::String(s) => Some(s.clone()),
+                v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_)) => {
+                    Some(v.to_string())
+                }
+                _ => None,
+            }
+        }
+    }
+}
+
+/// The answer for effect number `effect`; it carries `x-fake-effect: N` so a test can tell
+/// which effect any answer (first or replayed) belongs to.
+pub fn new_answer(behavior: &Behavior, request: &Recorded, effect: usize) -> Stored {
+    let mut headers = behavior.headers.clone();
+    headers.push(("x-fake-effect".into(), effect.to_string()));
+    let (status, body) = match &behavior.answer {
+        Answer::Fixed { status, body } => (*status, body.clone()),
+        Answer::Echo => {
+            headers.push(("content-type".into(), "application/json".into()));
+            (200, echo_body(request, effect))
+        }
+    };
+    Stored {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// `{"effect", "method", "path", "version", "headers": {name: value}, "body"}`; repeated
+/// headers are joined with ", ", the body is text (lossy UTF-8).
+pub fn echo_body(request: &Recorded, effect: usize) -> Bytes {
+    let mut headers = serde_json::Map::new();
+    for name in request.headers.keys() {
+        let values: Vec<_> = request
+            .headers
+            .get_all(name)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .collect();
+        headers.insert(name.to_string(), values.join(", ").into());
+    }
+    let echo = serde_json::json!({
+        "effect": effect,
+        "method": request.method.as_str(),
+        "path": request.path_and_query,
+        "version": format!("{:?}", request.version),
+        "headers": headers,
+        "body": String::from_utf8_lossy(&request.body),
+    });
+    Bytes::from(echo.to_string())
+}
+
+pub fn respond(stored: &Stored, replayed: bool) -> Response<Body> {
+    let status = StatusCode::from_u16(stored.status).expect("test gave a valid status");
+    let mut response = Response::builder().status(status);
+    for (name, value) in &stored.headers {
+        response = response.header(name, value);
+    }
+    if replayed {
+        response = response.header("idempotent-replayed", "true");
+    }
+    response
+        .body(full(stored.body.clone()))
+        .expect("test gave valid headers")
 }

@@ -6,16 +6,24 @@
 //! proxy's internals: it drives the binary only through its files, its wire and its CLI,
 //! exactly as SPEC.md describes them.
 //!
-//! Each test file does `mod common;` and uses only part of this module, hence the allows.
-#![allow(dead_code, unused_imports)]
+//! Each test file does `mod common;` and uses only part of this module, hence the allows
+//! (dead code, and the re-exports below that a given test file does not use).
+#![allow(dead_code)]
 
 pub mod behavior;
 pub mod client;
+pub mod files;
 pub mod pattern;
+pub mod process;
 pub mod provider;
 pub mod proxy;
 pub mod tls;
 
+#[allow(unused_imports)]
 pub use client::{Body, Resp, client, h2c_client, send, send_h2c, send_with};
+#[allow(unused_imports)]
+pub use files::{policy, route};
+#[allow(unused_imports)]
 pub use provider::{Answer, Behavior, Dedupe, FakeProvider, Recorded};
-pub use proxy::{ConfigDir, Proxy, ProxyBuilder, policy, route};
+#[allow(unused_imports)]
+pub use proxy::{ConfigDir, Proxy, ProxyBuilder};

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Request, Response, StatusCode, Version};
+use http::{HeaderMap, Method, Request, Response, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use super::behavior::{Answer, Behavior, Dedupe};
+use super::behavior::{Stored, dedupe_key, new_answer, respond};
 use super::client::{Body, full};
 use super::pattern::{PatternBody, drain};
 use super::tls::TestPki;
@@ -44,14 +45,6 @@ impl Recorded {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
-}
-
-/// An answer as first given, kept per dedupe key to be given again.
-#[derive(Clone, Debug)]
-struct Stored {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Bytes,
 }
 
 /// The effects side: committed once, under one lock, so counts are exact under concurrency.
@@ -157,7 +150,7 @@ impl FakeProvider {
     /// `extra` (more `[provider]` keys, then tables such as `[[route]]`) appended.
     pub fn policy(&self, name: &str, extra: &str) -> String {
         let ca = self.tls.as_ref().map(|_| self.ca_file());
-        super::proxy::policy_with_ca(name, &self.url(), ca.as_deref(), extra)
+        super::files::policy_with_ca(name, &self.url(), ca.as_deref(), extra)
     }
 
     /// Replaces the behaviour for requests arriving from now on; restarts the
@@ -350,77 +343,4 @@ impl Shared {
         self.committed.send_replace(effects.count);
         (stored, false, drop)
     }
-}
-
-fn dedupe_key(dedupe: &Dedupe, request: &Recorded) -> Option<String> {
-    match dedupe {
-        Dedupe::Header(name) => request.header(name).map(str::to_string),
-        Dedupe::JsonField(pointer) => {
-            let body: serde_json::Value = serde_json::from_slice(&request.body).ok()?;
-            match body.pointer(pointer)? {
-                serde_json::Value::String(s) => Some(s.clone()),
-                v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_)) => {
-                    Some(v.to_string())
-                }
-                _ => None,
-            }
-        }
-    }
-}
-
-/// The answer for effect number `effect`; it carries `x-fake-effect: N` so a test can tell
-/// which effect any answer (first or replayed) belongs to.
-fn new_answer(behavior: &Behavior, request: &Recorded, effect: usize) -> Stored {
-    let mut headers = behavior.headers.clone();
-    headers.push(("x-fake-effect".into(), effect.to_string()));
-    let (status, body) = match &behavior.answer {
-        Answer::Fixed { status, body } => (*status, body.clone()),
-        Answer::Echo => {
-            headers.push(("content-type".into(), "application/json".into()));
-            (200, echo_body(request, effect))
-        }
-    };
-    Stored {
-        status,
-        headers,
-        body,
-    }
-}
-
-/// `{"effect", "method", "path", "version", "headers": {name: value}, "body"}`; repeated
-/// headers are joined with ", ", the body is text (lossy UTF-8).
-pub fn echo_body(request: &Recorded, effect: usize) -> Bytes {
-    let mut headers = serde_json::Map::new();
-    for name in request.headers.keys() {
-        let values: Vec<_> = request
-            .headers
-            .get_all(name)
-            .iter()
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-            .collect();
-        headers.insert(name.to_string(), values.join(", ").into());
-    }
-    let echo = serde_json::json!({
-        "effect": effect,
-        "method": request.method.as_str(),
-        "path": request.path_and_query,
-        "version": format!("{:?}", request.version),
-        "headers": headers,
-        "body": String::from_utf8_lossy(&request.body),
-    });
-    Bytes::from(echo.to_string())
-}
-
-fn respond(stored: &Stored, replayed: bool) -> Response<Body> {
-    let status = StatusCode::from_u16(stored.status).expect("test gave a valid status");
-    let mut response = Response::builder().status(status);
-    for (name, value) in &stored.headers {
-        response = response.header(name, value);
-    }
-    if replayed {
-        response = response.header("idempotent-replayed", "true");
-    }
-    response
-        .body(full(stored.body.clone()))
-        .expect("test gave valid headers")
 }

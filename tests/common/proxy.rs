@@ -5,53 +5,13 @@
 //! CLI: a crash test kills a real process (SIGKILL), never a future.
 
 use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, ExitStatus, Stdio};
 
-use tokio::sync::oneshot;
+use super::process::{NotReady, PROCESS_TIMEOUT, signal, wait_exit, wait_ready};
 
-/// How long a start, a stop or a CLI run may take before the test fails.
-const PROCESS_TIMEOUT: Duration = Duration::from_secs(20);
-const READY_PREFIX: &str = "idemproxy ready ";
 const LOG_FILE: &str = "proxy.log";
-
-/// A TOML basic string holding exactly `s`.
-pub fn toml_str(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
-}
-
-/// A policy file for provider `name` at `upstream`, mounted at `/{name}`, with `extra`
-/// (more `[provider]` keys, then tables such as `[[route]]`) appended.
-pub fn policy(name: &str, upstream: &str, extra: &str) -> String {
-    policy_with_ca(name, upstream, None, extra)
-}
-
-/// `policy`, trusting the PEM roots in `ca_file` when given.
-pub fn policy_with_ca(name: &str, upstream: &str, ca_file: Option<&Path>, extra: &str) -> String {
-    let ca = ca_file.map_or_else(String::new, |path| {
-        format!("ca_file = {}\n", toml_str(&path.to_string_lossy()))
-    });
-    format!(
-        "[provider]\nname = {}\nupstream = {}\nmount = {}\n{ca}{extra}\n",
-        toml_str(name),
-        toml_str(upstream),
-        toml_str(&format!("/{name}")),
-    )
-}
-
-/// A `[[route]]` table; append more keys (`effect = ...`) right after it.
-pub fn route(name: &str, matcher: &str, operation_id: &[&str]) -> String {
-    let ids: Vec<String> = operation_id.iter().map(|t| toml_str(t)).collect();
-    format!(
-        "\n[[route]]\nname = {}\nmatch = {}\noperation_id = [{}]\n",
-        toml_str(name),
-        toml_str(matcher),
-        ids.join(", "),
-    )
-}
 
 /// Builds the proxy's temp dir; `start` (or `write`) creates it.
 pub struct ProxyBuilder {
@@ -248,88 +208,6 @@ impl ConfigDir {
                 let _ = child.wait();
                 panic!("idemproxy should have refused to start but {outcome:?}")
             }
-        }
-    }
-}
-
-/// Why no ready line came.
-#[derive(Debug)]
-enum NotReady {
-    Exited,
-    TimedOut,
-}
-
-impl std::fmt::Display for NotReady {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Exited => write!(f, "closed stdout (exited?) before its ready line"),
-            Self::TimedOut => write!(f, "printed no ready line within {PROCESS_TIMEOUT:?}"),
-        }
-    }
-}
-
-/// Parses `idemproxy ready proxy=127.0.0.1:PORT admin=127.0.0.1:PORT`.
-pub fn parse_ready(line: &str) -> Option<(SocketAddr, SocketAddr)> {
-    let (mut proxy, mut admin) = (None, None);
-    for part in line
-        .trim_end()
-        .strip_prefix(READY_PREFIX)?
-        .split_whitespace()
-    {
-        match part.split_once('=')? {
-            ("proxy", addr) => proxy = Some(addr.parse().ok()?),
-            ("admin", addr) => admin = Some(addr.parse().ok()?),
-            _ => {}
-        }
-    }
-    Some((proxy?, admin?))
-}
-
-/// Waits for the ready line on the child's stdout. A thread reads stdout to its end, so
-/// the child never blocks on a full pipe.
-async fn wait_ready(child: &mut Child) -> Result<(SocketAddr, SocketAddr), NotReady> {
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let (tx, rx) = oneshot::channel();
-    std::thread::spawn(move || read_stdout(stdout, tx));
-    match tokio::time::timeout(PROCESS_TIMEOUT, rx).await {
-        Ok(Ok(addrs)) => Ok(addrs),
-        Ok(Err(_)) => Err(NotReady::Exited),
-        Err(_) => Err(NotReady::TimedOut),
-    }
-}
-
-fn read_stdout(stdout: ChildStdout, tx: oneshot::Sender<(SocketAddr, SocketAddr)>) {
-    let mut tx = Some(tx);
-    for line in BufReader::new(stdout).lines() {
-        let Ok(line) = line else { break };
-        if let Some(addrs) = parse_ready(&line)
-            && let Some(tx) = tx.take()
-        {
-            let _ = tx.send(addrs);
-        }
-    }
-}
-
-/// Sends a signal with the `kill` command (no libc in the test dependencies).
-fn signal(pid: u32, name: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -{name} {pid} failed");
-}
-
-/// Waits for the child off the async workers; SIGKILLs it and fails after the timeout.
-async fn wait_exit(mut child: Child) -> ExitStatus {
-    let pid = child.id();
-    let waited = tokio::task::spawn_blocking(move || child.wait());
-    match tokio::time::timeout(PROCESS_TIMEOUT, waited).await {
-        Ok(Ok(Ok(status))) => status,
-        Ok(failed) => panic!("waiting for idemproxy: {failed:?}"),
-        Err(_) => {
-            signal(pid, "KILL");
-            panic!("idemproxy (pid {pid}) did not exit within {PROCESS_TIMEOUT:?}")
         }
     }
 }
