@@ -7,12 +7,11 @@ mod common;
 use std::time::Duration;
 
 use common::client::{Body, full};
-use common::pattern::{self, PatternBody};
+use common::pattern;
 use common::process::parse_ready;
 use common::tls::TestPki;
 use common::{Behavior, FakeProvider, Proxy, send, send_h2c, send_with};
 use http::{Method, StatusCode, Version};
-use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
@@ -201,16 +200,10 @@ async fn streaming_download_and_upload_cross_chunk_boundaries() {
     let provider = FakeProvider::start(Behavior::echo()).await;
     let len = 3 * pattern::CHUNK as u64 + 17;
     let url = format!("{}/files/download/{len}", provider.url());
-    let request = http::Request::get(url).body(full("")).unwrap();
-    let response = common::client().request(request).await.unwrap();
-    let (count, ok) = pattern::drain(response.into_body()).await.unwrap();
-    assert_eq!((count, ok), (len, true));
+    assert_eq!(common::download(&url).await, (StatusCode::OK, len, true));
 
-    let body: Body = PatternBody::new(len).boxed();
     let url = format!("{}/files/upload", provider.url());
-    let resp = send_with(&common::client(), Method::POST, &url, &[], body)
-        .await
-        .unwrap();
+    let resp = common::upload(&url, len).await;
     assert_eq!(
         resp.json(),
         serde_json::json!({"bytes": len, "pattern_ok": true})

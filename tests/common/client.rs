@@ -78,6 +78,28 @@ pub async fn send_h2c(
     send_with(&h2c_client(), method, url, headers, full(body)).await
 }
 
+/// GETs `url` and drains the answer without holding it: (status, byte count, whether every
+/// byte followed the `pattern`).
+pub async fn download(url: &str) -> (StatusCode, u64, bool) {
+    let request = Request::get(url)
+        .body(full(""))
+        .expect("valid test request");
+    let response = client().request(request).await.expect("download answer");
+    let status = response.status();
+    let (count, ok) = super::pattern::drain(response.into_body())
+        .await
+        .expect("download body");
+    (status, count, ok)
+}
+
+/// POSTs `len` pattern bytes to `url`, streamed, and reads the (small) answer.
+pub async fn upload(url: &str, len: u64) -> Resp {
+    let body = super::pattern::PatternBody::new(len).boxed();
+    send_with(&client(), Method::POST, url, &[], body)
+        .await
+        .expect("upload answer")
+}
+
 /// Sends one request with the given client. Transport errors are returned (a test of a
 /// dropped connection asserts on them); a body that breaks off mid-way panics.
 pub async fn send_with<C>(

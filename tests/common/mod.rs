@@ -20,7 +20,7 @@ pub mod proxy;
 pub mod tls;
 
 #[allow(unused_imports)]
-pub use client::{Body, Resp, client, h2c_client, send, send_h2c, send_with};
+pub use client::{Body, Resp, client, download, h2c_client, send, send_h2c, send_with, upload};
 #[allow(unused_imports)]
 pub use files::{policy, route};
 #[allow(unused_imports)]

@@ -59,14 +59,15 @@ pub async fn wait_ready(child: &mut Child) -> Result<(SocketAddr, SocketAddr), N
 }
 
 fn read_stdout(stdout: ChildStdout, tx: oneshot::Sender<(SocketAddr, SocketAddr)>) {
-    let mut tx = Some(tx);
-    for line in BufReader::new(stdout).lines() {
-        let Ok(line) = line else { break };
-        if let Some(addrs) = parse_ready(&line)
+    let (mut tx, mut reader, mut line) = (Some(tx), BufReader::new(stdout), Vec::new());
+    // Bytes, not `lines()`: a non-UTF-8 line must not stop the draining.
+    while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+        if let Some(addrs) = parse_ready(&String::from_utf8_lossy(&line))
             && let Some(tx) = tx.take()
         {
             let _ = tx.send(addrs);
         }
+        line.clear();
     }
 }
 
