@@ -1,0 +1,29 @@
+//! The behaviour-test harness shared by every file in `tests/`: a fake provider, a launcher
+//! for the real `idemproxy` process, and a small HTTP client.
+//!
+//! Everything binds port 0 and lives in temp dirs, so tests run in parallel; waits are on
+//! signals (ready line, request counters), never on sleeps. It must never depend on the
+//! proxy's internals: it drives the binary only through its files, its wire and its CLI,
+//! exactly as SPEC.md describes them.
+//!
+//! Each test file does `mod common;` and uses only part of this module, hence the allows
+//! (dead code, and the re-exports below that a given test file does not use).
+#![allow(dead_code)]
+
+pub mod behavior;
+pub mod client;
+pub mod files;
+pub mod pattern;
+pub mod process;
+pub mod provider;
+pub mod proxy;
+pub mod tls;
+
+#[allow(unused_imports)]
+pub use client::{Body, Resp, client, download, h2c_client, send, send_h2c, send_with, upload};
+#[allow(unused_imports)]
+pub use files::{policy, route};
+#[allow(unused_imports)]
+pub use provider::{Answer, Behavior, Dedupe, FakeProvider, Recorded};
+#[allow(unused_imports)]
+pub use proxy::{ConfigDir, Proxy, ProxyBuilder};

@@ -1,0 +1,96 @@
+//! The child process plumbing under `Proxy`: the ready line, signals, and waiting for an
+//! exit without blocking the async workers (the fake provider shares them).
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, ChildStdout, Command, ExitStatus};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+/// How long a start, a stop or a CLI run may take before the test fails.
+pub const PROCESS_TIMEOUT: Duration = Duration::from_secs(20);
+const READY_PREFIX: &str = "idemproxy ready ";
+
+/// Why no ready line came.
+#[derive(Debug)]
+pub enum NotReady {
+    Exited,
+    TimedOut,
+}
+
+impl std::fmt::Display for NotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Exited => write!(f, "closed stdout (exited?) before its ready line"),
+            Self::TimedOut => write!(f, "printed no ready line within {PROCESS_TIMEOUT:?}"),
+        }
+    }
+}
+
+/// Parses `idemproxy ready proxy=127.0.0.1:PORT admin=127.0.0.1:PORT`.
+pub fn parse_ready(line: &str) -> Option<(SocketAddr, SocketAddr)> {
+    let (mut proxy, mut admin) = (None, None);
+    for part in line
+        .trim_end()
+        .strip_prefix(READY_PREFIX)?
+        .split_whitespace()
+    {
+        match part.split_once('=')? {
+            ("proxy", addr) => proxy = Some(addr.parse().ok()?),
+            ("admin", addr) => admin = Some(addr.parse().ok()?),
+            _ => {}
+        }
+    }
+    Some((proxy?, admin?))
+}
+
+/// Waits for the ready line on the child's stdout. A thread reads stdout to its end, so
+/// the child never blocks on a full pipe.
+pub async fn wait_ready(child: &mut Child) -> Result<(SocketAddr, SocketAddr), NotReady> {
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = oneshot::channel();
+    std::thread::spawn(move || read_stdout(stdout, tx));
+    match tokio::time::timeout(PROCESS_TIMEOUT, rx).await {
+        Ok(Ok(addrs)) => Ok(addrs),
+        Ok(Err(_)) => Err(NotReady::Exited),
+        Err(_) => Err(NotReady::TimedOut),
+    }
+}
+
+fn read_stdout(stdout: ChildStdout, tx: oneshot::Sender<(SocketAddr, SocketAddr)>) {
+    let (mut tx, mut reader, mut line) = (Some(tx), BufReader::new(stdout), Vec::new());
+    // Bytes, not `lines()`: a non-UTF-8 line must not stop the draining.
+    while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+        if let Some(addrs) = parse_ready(&String::from_utf8_lossy(&line))
+            && let Some(tx) = tx.take()
+        {
+            let _ = tx.send(addrs);
+        }
+        line.clear();
+    }
+}
+
+/// Sends a signal with the `kill` command (no libc in the test dependencies).
+pub fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} {pid} failed");
+}
+
+/// Waits for the child off the async workers; SIGKILLs it and fails after the timeout.
+pub async fn wait_exit(mut child: Child) -> ExitStatus {
+    let pid = child.id();
+    let waited = tokio::task::spawn_blocking(move || child.wait());
+    match tokio::time::timeout(PROCESS_TIMEOUT, waited).await {
+        Ok(Ok(Ok(status))) => status,
+        Ok(failed) => panic!("waiting for idemproxy: {failed:?}"),
+        Err(_) => {
+            signal(pid, "KILL");
+            panic!("idemproxy (pid {pid}) did not exit within {PROCESS_TIMEOUT:?}")
+        }
+    }
+}

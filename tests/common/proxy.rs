@@ -1,0 +1,311 @@
+//! `Proxy`: the real `idemproxy` binary in a temp dir of its own (proxy.toml, policies/,
+//! ledger, stderr log), started with `serve -c` and ready once it prints its ready line.
+//!
+//! The proxy is only ever a child process driven through files, signals, its wire and its
+//! CLI: a crash test kills a real process (SIGKILL), never a future.
+
+use std::fs::OpenOptions;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+
+use super::process::{NotReady, PROCESS_TIMEOUT, signal, wait_exit, wait_ready};
+
+const LOG_FILE: &str = "proxy.log";
+
+/// Builds the proxy's temp dir; `start` (or `write`) creates it.
+pub struct ProxyBuilder {
+    proxy_toml: String,
+    files: Vec<(String, String)>,
+    env: Vec<(String, String)>,
+    bin: (PathBuf, Vec<String>),
+}
+
+impl Default for ProxyBuilder {
+    fn default() -> Self {
+        let proxy_toml = "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+                          ledger = \"ledger.redb\"\npolicies = \"policies\"\n";
+        Self {
+            proxy_toml: proxy_toml.to_string(),
+            files: Vec::new(),
+            env: vec![("IDEMPROXY_LOG".into(), "debug".into())],
+            bin: (PathBuf::from(env!("CARGO_BIN_EXE_idemproxy")), Vec::new()),
+        }
+    }
+}
+
+impl ProxyBuilder {
+    /// Appends TOML (e.g. a `[limits]` table) to the default proxy.toml, which listens on
+    /// port 0 for both listeners and keeps `ledger.redb` and `policies/` in the temp dir.
+    pub fn config(mut self, extra: &str) -> Self {
+        self.proxy_toml.push('\n');
+        self.proxy_toml.push_str(extra);
+        self
+    }
+
+    /// Replaces proxy.toml entirely (for config-error tests).
+    pub fn raw_config(mut self, text: &str) -> Self {
+        self.proxy_toml = text.to_string();
+        self
+    }
+
+    /// Writes `policies/{name}.toml`.
+    pub fn policy(self, name: &str, text: &str) -> Self {
+        self.file(&format!("policies/{name}.toml"), text)
+    }
+
+    /// Writes any file, relative to the temp dir.
+    pub fn file(mut self, path: &str, text: &str) -> Self {
+        self.files.push((path.to_string(), text.to_string()));
+        self
+    }
+
+    /// Sets an environment variable for the proxy (and for `run_cli`); `IDEMPROXY_LOG`
+    /// defaults to `debug`, `IDEMPROXY_ADMIN_TOKEN` is unset unless given here.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Runs `program ARGS...` in place of the idemproxy binary, the usual arguments
+    /// following (the harness's own tests use `sh script`).
+    pub fn bin(mut self, program: impl Into<PathBuf>, args: &[&str]) -> Self {
+        self.bin = (program.into(), args.iter().map(|a| a.to_string()).collect());
+        self
+    }
+
+    /// Creates the temp dir with every file, `policies/` always present.
+    pub fn write(self) -> ConfigDir {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("policies")).expect("policies dir");
+        std::fs::write(dir.path().join("proxy.toml"), &self.proxy_toml).expect("proxy.toml");
+        for (path, text) in &self.files {
+            let path = dir.path().join(path);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).expect("file's folder");
+            }
+            std::fs::write(path, text).expect("write test file");
+        }
+        ConfigDir {
+            dir,
+            env: self.env,
+            bin: self.bin,
+        }
+    }
+
+    pub async fn start(self) -> Proxy {
+        self.write().start().await
+    }
+
+    /// Starts a proxy that must refuse to start; returns its exit status and stderr.
+    pub async fn start_expect_failure(self) -> (ExitStatus, String) {
+        self.write().start_expect_failure().await
+    }
+}
+
+/// The proxy's temp dir and how to launch things in it; removed on drop.
+pub struct ConfigDir {
+    dir: tempfile::TempDir,
+    env: Vec<(String, String)>,
+    bin: (PathBuf, Vec<String>),
+}
+
+impl ConfigDir {
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("proxy.toml")
+    }
+
+    pub fn ledger_path(&self) -> PathBuf {
+        self.dir.path().join("ledger.redb")
+    }
+
+    /// Everything the proxy processes started here wrote to stderr, across restarts.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join(LOG_FILE)).unwrap_or_default()
+    }
+
+    /// The binary with this dir's environment; no other `IDEMPROXY_*` leaks in.
+    fn command(&self) -> Command {
+        let mut command = Command::new(&self.bin.0);
+        command
+            .args(&self.bin.1)
+            .env_remove("IDEMPROXY_ADMIN_TOKEN")
+            .env_remove("IDEMPROXY_LOG")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs `idemproxy ARGS` (e.g. `check -c <config_path>`) to its end; returns
+    /// (status, stdout, stderr).
+    pub async fn run_cli(&self, args: &[&str]) -> (ExitStatus, String, String) {
+        let mut command = self.command();
+        command
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child = command.spawn().expect("spawn idemproxy");
+        let pid = child.id();
+        let output = tokio::task::spawn_blocking(move || child.wait_with_output());
+        let output = match tokio::time::timeout(PROCESS_TIMEOUT, output).await {
+            Ok(Ok(Ok(output))) => output,
+            Ok(failed) => panic!("waiting for idemproxy {args:?}: {failed:?}"),
+            Err(_) => {
+                signal(pid, "KILL");
+                panic!("idemproxy {args:?} did not finish within {PROCESS_TIMEOUT:?}")
+            }
+        };
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        (output.status, text(&output.stdout), text(&output.stderr))
+    }
+
+    /// Spawns `serve -c proxy.toml`, stdout piped for the ready line, stderr appended to
+    /// the log file.
+    fn spawn(&self) -> Child {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(LOG_FILE))
+            .expect("log file");
+        self.command()
+            .arg("serve")
+            .arg("-c")
+            .arg(self.config_path())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("spawn idemproxy")
+    }
+
+    pub async fn start(self) -> Proxy {
+        let mut child = self.spawn();
+        match wait_ready(&mut child).await {
+            Ok((proxy, admin)) => Proxy {
+                config: self,
+                child: Some(child),
+                proxy,
+                admin,
+            },
+            Err(why) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("idemproxy {why}; stderr:\n{}", self.log_text())
+            }
+        }
+    }
+
+    /// Starts a proxy that must refuse to start; returns its exit status and stderr.
+    pub async fn start_expect_failure(self) -> (ExitStatus, String) {
+        let mut child = self.spawn();
+        match wait_ready(&mut child).await {
+            Err(NotReady::Exited) => (wait_exit(child).await, self.log_text()),
+            outcome => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("idemproxy should have refused to start but {outcome:?}")
+            }
+        }
+    }
+}
+
+/// A running proxy; dropping it SIGKILLs the process and removes its dir.
+pub struct Proxy {
+    config: ConfigDir,
+    child: Option<Child>,
+    proxy: SocketAddr,
+    admin: SocketAddr,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Proxy {
+    pub fn builder() -> ProxyBuilder {
+        ProxyBuilder::default()
+    }
+
+    /// Where agents connect; changes on `restart`.
+    pub fn proxy_addr(&self) -> SocketAddr {
+        self.proxy
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin
+    }
+
+    /// `http://127.0.0.1:PORT{path}` on the proxy listener.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.proxy)
+    }
+
+    /// `http://127.0.0.1:PORT{path}` on the admin listener.
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.admin)
+    }
+
+    pub fn dir(&self) -> &ConfigDir {
+        &self.config
+    }
+
+    pub fn ledger_path(&self) -> PathBuf {
+        self.config.ledger_path()
+    }
+
+    pub fn log_text(&self) -> String {
+        self.config.log_text()
+    }
+
+    /// The running process id, if any.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGKILL: a crash, no chance to clean up. Returns once the process is gone.
+    pub async fn kill(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("proxy is running");
+        child.kill().expect("SIGKILL idemproxy");
+        wait_exit(child).await
+    }
+
+    /// SIGTERM: a graceful stop. Returns the exit status (fails after 20 s).
+    pub async fn terminate(&mut self) -> ExitStatus {
+        let child = self.child.take().expect("proxy is running");
+        signal(child.id(), "TERM");
+        wait_exit(child).await
+    }
+
+    /// Starts the proxy again on the same dir and ledger (terminating it first if it still
+    /// runs) and waits for it to be ready; the listeners get new ports.
+    pub async fn restart(&mut self) {
+        if self.child.is_some() {
+            self.terminate().await;
+        }
+        let mut child = self.config.spawn();
+        match wait_ready(&mut child).await {
+            Ok((proxy, admin)) => {
+                (self.proxy, self.admin) = (proxy, admin);
+                self.child = Some(child);
+            }
+            Err(why) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("idemproxy restart: {why}; stderr:\n{}", self.log_text())
+            }
+        }
+    }
+
+    /// `ConfigDir::run_cli` with this proxy's environment (e.g. its admin token).
+    pub async fn run_cli(&self, args: &[&str]) -> (ExitStatus, String, String) {
+        self.config.run_cli(args).await
+    }
+}
