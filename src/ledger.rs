@@ -22,13 +22,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::HeaderMap;
-use redb::{Database, Durability, ReadTransaction, ReadableDatabase, WriteTransaction};
-use tokio::sync::oneshot;
+use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
 
 use crate::clock::Timestamp;
 use crate::policy::Effect;
-use store::{Fault, Tables};
-use writer::{Job, Writer};
+use store::{Fault, PruneBatch, Tables};
+use writer::{Job, PruneJob, Reply, UpdateJob, Writer};
 
 /// The five states of SPEC section 4.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -335,14 +334,8 @@ impl Ledger {
         T: Send + 'static,
     {
         let fail_writes = self.inner.fail_writes;
-        self.submit(|reply| UpdateJob {
-            id: id.to_owned(),
-            f: Some(f),
-            fail_writes,
-            value: None,
-            reply,
-        })
-        .await
+        self.submit(|reply| UpdateJob::new(id, f, fail_writes, reply))
+            .await
     }
 
     /// The operation stored under `id`, if any.
@@ -383,8 +376,8 @@ impl Ledger {
     }
 
     /// Deletes `succeeded` and `failed` operations last updated before `older_than`, with
-    /// their events, responses and index entries, in transactions of at most `max` (at least
-    /// 1) deletions so other writes interleave. Never touches `prepared`, `in_flight` or
+    /// their events, responses and index entries, in transactions of at most `max.max(1)`
+    /// deletions so other writes interleave. Never touches `prepared`, `in_flight` or
     /// `unknown` operations. Returns how many were deleted.
     pub async fn prune(&self, older_than: Timestamp, max: usize) -> Result<usize, LedgerError> {
         let max = max.max(1);
@@ -393,20 +386,18 @@ impl Ledger {
         for state in [State::Succeeded, State::Failed] {
             let mut after = None;
             loop {
-                let (deleted, resume) = self
-                    .submit(|reply| PruneJob {
-                        state,
-                        older_than,
-                        after: after.take(),
-                        max,
-                        fail_writes,
-                        result: None,
-                        reply,
-                    })
+                let batch = PruneBatch {
+                    state,
+                    older_than,
+                    after: after.take(),
+                    max,
+                };
+                let pruned = self
+                    .submit(|reply| PruneJob::new(batch, fail_writes, reply))
                     .await?;
-                total += deleted;
-                match resume {
-                    Some(key) => after = Some(key),
+                total += pruned.deleted;
+                match pruned.resume {
+                    Some(position) => after = Some(position),
                     None => break,
                 }
             }
@@ -420,14 +411,11 @@ impl Ledger {
         self.read(store::stats).await
     }
 
-    async fn submit<T, J>(
-        &self,
-        job: impl FnOnce(oneshot::Sender<Result<T, LedgerError>>) -> J,
-    ) -> Result<T, LedgerError>
+    async fn submit<T, J>(&self, job: impl FnOnce(Reply<T>) -> J) -> Result<T, LedgerError>
     where
         J: Job + 'static,
     {
-        let (reply, answer) = oneshot::channel();
+        let (reply, answer) = tokio::sync::oneshot::channel();
         self.inner.writer.submit(Box::new(job(reply)));
         answer.await.unwrap_or_else(|_| {
             Err(LedgerError::Unavailable(
@@ -487,81 +475,4 @@ fn recover(db: &Database, now: Timestamp) -> Result<(u64, usize), Fault> {
     let orphaned = Tables::open(&txn)?.orphan_in_flight(now)?;
     txn.commit()?;
     Ok((epoch, orphaned))
-}
-
-fn injected() -> LedgerError {
-    LedgerError::Unavailable("fault injection: ledger.commit fails".to_owned())
-}
-
-/// An `update` on its way through the writer.
-struct UpdateJob<T, F> {
-    id: String,
-    f: Option<F>,
-    fail_writes: bool,
-    value: Option<T>,
-    reply: oneshot::Sender<Result<T, LedgerError>>,
-}
-
-impl<T, F> Job for UpdateJob<T, F>
-where
-    F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send,
-    T: Send,
-{
-    fn stage(&mut self, txn: &WriteTransaction) -> Result<bool, LedgerError> {
-        // The closure runs with no table open, so its panic cannot leave redb mid-change.
-        let existing = Tables::open(txn)?.get_op(&self.id)?;
-        let f = self.f.take().ok_or_else(|| unanswered())?;
-        let (write, value) = f(existing.clone());
-        self.value = Some(value);
-        let Some(write) = write else {
-            return Ok(false);
-        };
-        if self.fail_writes {
-            return Err(injected());
-        }
-        Tables::open(txn)?.apply(&self.id, existing.as_ref(), &write)?;
-        Ok(true)
-    }
-
-    fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
-        let job = *self;
-        let answer = outcome.and_then(|()| job.value.ok_or_else(unanswered));
-        // The caller may have gone away; the write stands either way.
-        let _ = job.reply.send(answer);
-    }
-}
-
-fn unanswered() -> LedgerError {
-    LedgerError::Unavailable("the update produced no answer".to_owned())
-}
-
-/// One batch of `prune` on its way through the writer.
-struct PruneJob {
-    state: State,
-    older_than: Timestamp,
-    after: Option<(i64, String)>,
-    max: usize,
-    fail_writes: bool,
-    result: Option<(usize, Option<(i64, String)>)>,
-    reply: oneshot::Sender<Result<(usize, Option<(i64, String)>), LedgerError>>,
-}
-
-impl Job for PruneJob {
-    fn stage(&mut self, txn: &WriteTransaction) -> Result<bool, LedgerError> {
-        if self.fail_writes {
-            return Err(injected());
-        }
-        let mut tables = Tables::open(txn)?;
-        let after = self.after.take();
-        let result = tables.prune_batch(self.state, self.older_than, after, self.max)?;
-        let wrote = result.0 > 0;
-        self.result = Some(result);
-        Ok(wrote)
-    }
-
-    fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
-        let job = *self;
-        let answer = outcome.and_then(|()| job.result.ok_or_else(unanswered));
-        let _ = job.reply.send(answer);
-    }
 }

@@ -34,6 +34,25 @@ const ALL: &str = "c";
 /// The `meta` key of the boot epoch, bumped at every open.
 const EPOCH: &str = "boot_epoch";
 
+/// Where an entry sits inside one index prefix: `(created_at, id)`.
+pub(super) type Position = (i64, String);
+
+/// Where one prune transaction starts and how much it may delete.
+pub(super) struct PruneBatch {
+    pub(super) state: State,
+    pub(super) older_than: Timestamp,
+    /// Resume strictly after this entry of the by-state index.
+    pub(super) after: Option<Position>,
+    pub(super) max: usize,
+}
+
+/// What one prune transaction did.
+pub(super) struct Pruned {
+    pub(super) deleted: usize,
+    /// Set when the batch filled up: where the next one resumes.
+    pub(super) resume: Option<Position>,
+}
+
 /// A storage failure, as words. It never leaves `ledger`: it becomes `LedgerError::Unavailable`.
 #[derive(Debug)]
 pub(super) struct Fault(String);
@@ -240,27 +259,21 @@ impl<'t> Tables<'t> {
         Ok(ids.len())
     }
 
-    /// Deletes up to `max` operations in `state` last updated before `older_than`, scanning the
-    /// by-state index upward from `after`. Returns how many were deleted and, when it stopped
-    /// because the batch was full, where the next batch resumes.
-    pub(super) fn prune_batch(
-        &mut self,
-        state: State,
-        older_than: Timestamp,
-        after: Option<(i64, String)>,
-        max: usize,
-    ) -> Result<(usize, Option<(i64, String)>), Fault> {
-        let prefix = state_prefix(state);
-        let start = match &after {
+    /// Deletes up to `batch.max` operations in `batch.state` last updated before
+    /// `batch.older_than`, scanning the by-state index upward from `batch.after`.
+    pub(super) fn prune_batch(&mut self, batch: &PruneBatch) -> Result<Pruned, Fault> {
+        let prefix = state_prefix(batch.state);
+        let start = match &batch.after {
             Some((created, id)) => Bound::Excluded((prefix.as_str(), *created, id.as_str())),
             None => Bound::Included((prefix.as_str(), i64::MIN, "")),
         };
+        let older_than = batch.older_than;
         // updated_at >= created_at, so nothing created at or after the cut-off can qualify.
         let end = Bound::Excluded((prefix.as_str(), older_than.0, ""));
         let mut doomed = Vec::new();
         let mut resume = None;
         for entry in self.index.range((start, end))? {
-            if doomed.len() == max {
+            if doomed.len() == batch.max {
                 break;
             }
             let (key, _) = entry?;
@@ -274,8 +287,11 @@ impl<'t> Tables<'t> {
         for op in &doomed {
             self.delete_op(op)?;
         }
-        let full = doomed.len() == max;
-        Ok((doomed.len(), if full { resume } else { None }))
+        let full = doomed.len() == batch.max;
+        Ok(Pruned {
+            deleted: doomed.len(),
+            resume: if full { resume } else { None },
+        })
     }
 }
 
@@ -284,7 +300,7 @@ fn scan_ids(
     index: &impl ReadableTable<(&'static str, i64, &'static str), ()>,
     prefix: &str,
     max: usize,
-) -> Result<Vec<(i64, String)>, Fault> {
+) -> Result<Vec<Position>, Fault> {
     let stop = prefix_end(prefix);
     let range = (prefix, i64::MIN, "")..(stop.as_str(), i64::MIN, "");
     let mut out = Vec::new();
@@ -333,7 +349,7 @@ pub(super) fn list(
     txn: &ReadTransaction,
     filter: &Filter,
     limit: usize,
-    after: Option<(i64, String)>,
+    after: Option<Position>,
 ) -> Result<Page, Fault> {
     let counters = txn.open_table(COUNTERS)?;
     let prefix = most_selective(&counters, filter)?;

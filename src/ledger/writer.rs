@@ -1,4 +1,5 @@
-//! The single writer: one OS thread that owns every write transaction of an open ledger.
+//! The single writer: one OS thread that owns every write transaction of an open ledger, and
+//! the jobs it runs (`update`, a batch of `prune`).
 //!
 //! Callers hand it boxed `Job`s through a channel and await the answer on a oneshot. A job
 //! first stages its changes in a transaction, then is told the fate of the commit; splitting
@@ -13,8 +14,10 @@ use std::time::{Duration, Instant};
 
 use redb::{Database, Durability, WriteTransaction};
 
-use super::LedgerError;
-use super::store::Fault;
+use tokio::sync::oneshot;
+
+use super::store::{Fault, PruneBatch, Pruned, Tables};
+use super::{LedgerError, Operation, Write};
 
 /// A unit of work for the writer thread.
 pub(super) trait Job: Send {
@@ -125,4 +128,102 @@ fn commit(txn: WriteTransaction, on_commit: Option<&OnCommit>) -> Result<(), Fau
         let _ = catch_unwind(AssertUnwindSafe(|| on_commit(elapsed)));
     }
     Ok(())
+}
+
+pub(super) fn injected() -> LedgerError {
+    LedgerError::Unavailable("fault injection: ledger.commit fails".to_owned())
+}
+
+fn unanswered() -> LedgerError {
+    LedgerError::Unavailable("the job produced no answer".to_owned())
+}
+
+/// Where a job's answer goes.
+pub(super) type Reply<T> = oneshot::Sender<Result<T, LedgerError>>;
+
+/// An `update` on its way through the writer.
+pub(super) struct UpdateJob<T, F> {
+    id: String,
+    f: Option<F>,
+    fail_writes: bool,
+    value: Option<T>,
+    reply: Reply<T>,
+}
+
+impl<T, F> UpdateJob<T, F> {
+    pub(super) fn new(id: &str, f: F, fail_writes: bool, reply: Reply<T>) -> UpdateJob<T, F> {
+        UpdateJob {
+            id: id.to_owned(),
+            f: Some(f),
+            fail_writes,
+            value: None,
+            reply,
+        }
+    }
+}
+
+impl<T, F> Job for UpdateJob<T, F>
+where
+    F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send,
+    T: Send,
+{
+    fn stage(&mut self, txn: &WriteTransaction) -> Result<bool, LedgerError> {
+        // The closure runs with no table open, so its panic cannot leave redb mid-change.
+        let existing = Tables::open(txn)?.get_op(&self.id)?;
+        let f = self.f.take().ok_or_else(unanswered)?;
+        let (write, value) = f(existing.clone());
+        self.value = Some(value);
+        let Some(write) = write else {
+            return Ok(false);
+        };
+        if self.fail_writes {
+            return Err(injected());
+        }
+        Tables::open(txn)?.apply(&self.id, existing.as_ref(), &write)?;
+        Ok(true)
+    }
+
+    fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
+        let job = *self;
+        let answer = outcome.and_then(|()| job.value.ok_or_else(unanswered));
+        // The caller may have gone away; the write stands either way.
+        let _ = job.reply.send(answer);
+    }
+}
+
+/// One batch of `prune` on its way through the writer.
+pub(super) struct PruneJob {
+    batch: PruneBatch,
+    fail_writes: bool,
+    result: Option<Pruned>,
+    reply: Reply<Pruned>,
+}
+
+impl PruneJob {
+    pub(super) fn new(batch: PruneBatch, fail_writes: bool, reply: Reply<Pruned>) -> PruneJob {
+        PruneJob {
+            batch,
+            fail_writes,
+            result: None,
+            reply,
+        }
+    }
+}
+
+impl Job for PruneJob {
+    fn stage(&mut self, txn: &WriteTransaction) -> Result<bool, LedgerError> {
+        if self.fail_writes {
+            return Err(injected());
+        }
+        let pruned = Tables::open(txn)?.prune_batch(&self.batch)?;
+        let wrote = pruned.deleted > 0;
+        self.result = Some(pruned);
+        Ok(wrote)
+    }
+
+    fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
+        let job = *self;
+        let answer = outcome.and_then(|()| job.result.ok_or_else(unanswered));
+        let _ = job.reply.send(answer);
+    }
 }
