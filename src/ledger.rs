@@ -7,14 +7,27 @@
 //! several queued writes can share one commit (group commit). It never decides what a request
 //! means: callers pass a closure that sees the current operation and says what to write.
 
+mod codec;
+mod store;
+#[cfg(test)]
+mod tests;
+mod writer;
+
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::HeaderMap;
+use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
 
 use crate::clock::Timestamp;
 use crate::policy::Effect;
+use store::{Fault, PruneBatch, Tables};
+use writer::{Job, PruneJob, Reply, UpdateJob, Writer};
 
 /// The five states of SPEC section 4.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -128,6 +141,29 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    pub const ALL: [EventKind; 15] = [
+        EventKind::Prepared,
+        EventKind::Claimed,
+        EventKind::ProviderRequested,
+        EventKind::ProviderResponded,
+        EventKind::ResultPersisted,
+        EventKind::Replayed,
+        EventKind::Conflict,
+        EventKind::Orphaned,
+        EventKind::Unknown,
+        EventKind::ReconcileStarted,
+        EventKind::ReconcileFound,
+        EventKind::ReconcileNotFound,
+        EventKind::OperatorResolved,
+        EventKind::OperatorApproved,
+        EventKind::OperatorRejected,
+    ];
+
+    /// The kind named by `s` (as `as_str` spells it).
+    pub fn parse(s: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             EventKind::Prepared => "operation.prepared",
@@ -204,14 +240,239 @@ pub enum LedgerError {
     BadCursor,
 }
 
-/// A cheap `Clone` handle to the ledger.
+/// How to open the ledger.
+#[derive(Clone, Default)]
+pub struct LedgerOptions {
+    /// Called with each commit's duration (for a histogram).
+    pub on_commit: Option<Arc<dyn Fn(Duration) + Send + Sync>>,
+    /// Test-only fault injection: every write fails with `Unavailable` and writes nothing.
+    /// `IDEMPROXY_FAIL=ledger.commit` in the environment sets it too. The recovery write of
+    /// `open` is exempt, so a proxy under injection still starts.
+    pub fail_writes: bool,
+}
+
+impl fmt::Debug for LedgerOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LedgerOptions")
+            .field(
+                "on_commit",
+                &self.on_commit.as_ref().map(|_| "Fn(Duration)"),
+            )
+            .field("fail_writes", &self.fail_writes)
+            .finish()
+    }
+}
+
+/// A cheap `Clone` handle to the ledger. The database file stays open (and locked against
+/// other processes) until the last clone is dropped.
 #[derive(Clone)]
-pub struct Ledger {}
+pub struct Ledger {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: Arc<Database>,
+    writer: Writer,
+    epoch: u64,
+    next_fence: AtomicU64,
+    fail_writes: bool,
+}
+
+/// The error and event detail of an operation found `in_flight` at start.
+fn orphan_reason() -> &'static str {
+    "the proxy stopped while this operation was in flight"
+}
 
 impl Ledger {
-    /// Opens (or creates) the ledger; every `in_flight` operation left by an earlier process
-    /// becomes `unknown` with an `operation.orphaned` event. Returns how many were orphaned.
-    pub async fn open(_path: &Path, _now: Timestamp) -> Result<(Ledger, usize), LedgerError> {
-        todo!()
+    /// Opens (or creates, with its parent directories) the ledger; every `in_flight`
+    /// operation left by an earlier process becomes `unknown` (fence 0, `updated_at = now`)
+    /// with an `operation.orphaned` event, and the boot epoch behind `fence` is bumped, in one
+    /// durable commit. Returns how many operations were orphaned.
+    pub async fn open(
+        path: &Path,
+        now: Timestamp,
+        opts: LedgerOptions,
+    ) -> Result<(Ledger, usize), LedgerError> {
+        let owned = path.to_path_buf();
+        let (db, epoch, orphaned) =
+            match tokio::task::spawn_blocking(move || open_blocking(&owned, now)).await {
+                Ok(opened) => opened?,
+                Err(e) => return Err(open_error(path, e)),
+            };
+        let writer = Writer::start(Arc::clone(&db), opts.on_commit)
+            .map_err(|reason| open_error(path, reason))?;
+        let inner = Inner {
+            db,
+            writer,
+            epoch,
+            next_fence: AtomicU64::new(1),
+            fail_writes: opts.fail_writes || fault_injected(),
+        };
+        let ledger = Ledger {
+            inner: Arc::new(inner),
+        };
+        Ok((ledger, orphaned))
     }
+
+    /// A fresh, non-zero fencing token, unique across restarts: the boot epoch (persisted and
+    /// bumped at every open) in the high 32 bits, an in-process counter in the low 32 bits.
+    /// Unique for the first 2^32 tokens of a process.
+    pub fn fence(&self) -> u64 {
+        let n = self.inner.next_fence.fetch_add(1, Ordering::Relaxed);
+        (self.inner.epoch << 32) | (n & 0xFFFF_FFFF)
+    }
+
+    /// Reads the operation `id`, calls `f` with it and applies the `Write` it returns, in one
+    /// write transaction made durable (`Durability::Immediate`) before this returns `f`'s
+    /// value. Updates are serialized: no other write happens between the read and the commit.
+    /// If `f` returns no `Write`, nothing is written. On any storage failure, a `Write` whose
+    /// `op.id` is not `id`, or a panic in `f`, the answer is `Unavailable` and nothing is
+    /// written.
+    pub async fn update<T, F>(&self, id: &str, f: F) -> Result<T, LedgerError>
+    where
+        F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send + 'static,
+        T: Send + 'static,
+    {
+        let fail_writes = self.inner.fail_writes;
+        self.submit(|reply| UpdateJob::new(id, f, fail_writes, reply))
+            .await
+    }
+
+    /// The operation stored under `id`, if any.
+    pub async fn get(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| store::get(txn, &id)).await
+    }
+
+    /// The history of `id`, in the order it was written (empty for an unknown ID).
+    pub async fn events(&self, id: &str) -> Result<Vec<Event>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| store::events(txn, &id)).await
+    }
+
+    /// The response stored for `id`, exactly as it will be replayed.
+    pub async fn response(&self, id: &str) -> Result<Option<StoredResponse>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| store::response(txn, &id)).await
+    }
+
+    /// Up to `limit` (at least 1) operations matching `filter`, newest first by `created_at`
+    /// (ties by ID, descending), strictly after the cursor `after` from an earlier page.
+    /// `next` is `None` on the last page. A cursor this ledger did not make is `BadCursor`.
+    /// The scan uses the index of the filter term with the fewest operations.
+    pub async fn list(
+        &self,
+        filter: &Filter,
+        limit: usize,
+        after: Option<&str>,
+    ) -> Result<Page, LedgerError> {
+        let after = match after {
+            Some(cursor) => Some(codec::decode_cursor(cursor).ok_or(LedgerError::BadCursor)?),
+            None => None,
+        };
+        let filter = filter.clone();
+        self.read(move |txn| store::list(txn, &filter, limit, after))
+            .await
+    }
+
+    /// Deletes `succeeded` and `failed` operations last updated before `older_than`, with
+    /// their events, responses and index entries, in transactions of at most `max.max(1)`
+    /// deletions so other writes interleave. Never touches `prepared`, `in_flight` or
+    /// `unknown` operations. Returns how many were deleted.
+    pub async fn prune(&self, older_than: Timestamp, max: usize) -> Result<usize, LedgerError> {
+        let max = max.max(1);
+        let fail_writes = self.inner.fail_writes;
+        let mut total = 0;
+        for state in [State::Succeeded, State::Failed] {
+            let mut after = None;
+            loop {
+                let batch = PruneBatch {
+                    state,
+                    older_than,
+                    after: after.take(),
+                    max,
+                };
+                let pruned = self
+                    .submit(|reply| PruneJob::new(batch, fail_writes, reply))
+                    .await?;
+                total += pruned.deleted;
+                match pruned.resume {
+                    Some(position) => after = Some(position),
+                    None => break,
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// Operation counts per state (every state present) and the `created_at` of the oldest
+    /// `unknown` and `in_flight` operations, from counters and indexes (no scan).
+    pub async fn stats(&self) -> Result<Stats, LedgerError> {
+        self.read(store::stats).await
+    }
+
+    async fn submit<T, J>(&self, job: impl FnOnce(Reply<T>) -> J) -> Result<T, LedgerError>
+    where
+        J: Job + 'static,
+    {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.inner.writer.submit(Box::new(job(reply)));
+        answer.await.unwrap_or_else(|_| {
+            Err(LedgerError::Unavailable(
+                "the ledger writer stopped before answering".to_owned(),
+            ))
+        })
+    }
+
+    /// Runs `f` on a read snapshot, off the async workers.
+    async fn read<T, F>(&self, f: F) -> Result<T, LedgerError>
+    where
+        F: FnOnce(&ReadTransaction) -> Result<T, Fault> + Send + 'static,
+        T: Send + 'static,
+    {
+        let db = Arc::clone(&self.inner.db);
+        let joined = tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read()?;
+            f(&txn)
+        })
+        .await;
+        match joined {
+            Ok(result) => result.map_err(LedgerError::from),
+            Err(e) => Err(LedgerError::Unavailable(format!(
+                "a ledger read failed: {e}"
+            ))),
+        }
+    }
+}
+
+fn open_error(path: &Path, reason: impl fmt::Display) -> LedgerError {
+    LedgerError::Open {
+        path: path.display().to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Whether `IDEMPROXY_FAIL` (a comma-separated list of fault points) names `ledger.commit`.
+fn fault_injected() -> bool {
+    std::env::var("IDEMPROXY_FAIL")
+        .is_ok_and(|points| points.split(',').any(|p| p.trim() == "ledger.commit"))
+}
+
+fn open_blocking(path: &Path, now: Timestamp) -> Result<(Arc<Database>, u64, usize), LedgerError> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| open_error(path, e))?;
+    }
+    let db = Database::create(path).map_err(|e| open_error(path, e))?;
+    let (epoch, orphaned) = recover(&db, now).map_err(|fault| open_error(path, fault))?;
+    Ok((Arc::new(db), epoch, orphaned))
+}
+
+/// The start-up write: bump the boot epoch and orphan what a dead process left in flight.
+fn recover(db: &Database, now: Timestamp) -> Result<(u64, usize), Fault> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    let epoch = store::bump_epoch(&txn)?;
+    let orphaned = Tables::open(&txn)?.orphan_in_flight(now)?;
+    txn.commit()?;
+    Ok((epoch, orphaned))
 }

@@ -1,0 +1,312 @@
+//! Byte encodings of what the ledger stores: operations, events, responses and list cursors.
+//!
+//! This file owns the on-disk value formats and nothing else: it never opens a table. Decoding
+//! never panics; bytes it does not understand become a `Fault` naming what was corrupt.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use serde::{Deserialize, Serialize};
+
+use super::store::Fault;
+use super::{Approval, Event, EventKind, Operation, ResponseMeta, State, StoredResponse};
+use crate::clock::Timestamp;
+use crate::policy::Effect;
+
+/// An operation as stored: enums as their names, so a reordered enum never changes meaning.
+#[derive(Serialize, Deserialize)]
+struct OpRecord {
+    id: String,
+    provider: String,
+    route: String,
+    effect: String,
+    state: String,
+    fingerprint: String,
+    #[serde(default)]
+    fields: BTreeMap<String, String>,
+    idempotency_key: String,
+    attempts: u32,
+    created_at: i64,
+    updated_at: i64,
+    first_dispatched_at: Option<i64>,
+    last_dispatched_at: Option<i64>,
+    provider_request_id: Option<String>,
+    response: Option<MetaRecord>,
+    error: Option<String>,
+    fence: u64,
+    approval: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct MetaRecord {
+    status: u16,
+    body_bytes: u64,
+    body_sha256: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct EventRecord {
+    at: i64,
+    kind: String,
+    attempt: u32,
+    detail: String,
+}
+
+pub(super) fn encode_op(op: &Operation) -> Result<Vec<u8>, Fault> {
+    let record = OpRecord {
+        id: op.id.clone(),
+        provider: op.provider.clone(),
+        route: op.route.clone(),
+        effect: op.effect.as_str().to_owned(),
+        state: op.state.as_str().to_owned(),
+        fingerprint: op.fingerprint.clone(),
+        fields: op.fields.clone(),
+        idempotency_key: op.idempotency_key.clone(),
+        attempts: op.attempts,
+        created_at: op.created_at.0,
+        updated_at: op.updated_at.0,
+        first_dispatched_at: op.first_dispatched_at.map(|t| t.0),
+        last_dispatched_at: op.last_dispatched_at.map(|t| t.0),
+        provider_request_id: op.provider_request_id.clone(),
+        response: op.response.as_ref().map(|m| MetaRecord {
+            status: m.status,
+            body_bytes: m.body_bytes,
+            body_sha256: m.body_sha256.clone(),
+        }),
+        error: op.error.clone(),
+        fence: op.fence,
+        approval: approval_str(op.approval).to_owned(),
+    };
+    serde_json::to_vec(&record).map_err(|e| Fault::new(format!("cannot encode {}: {e}", op.id)))
+}
+
+pub(super) fn decode_op(bytes: &[u8]) -> Result<Operation, Fault> {
+    let r: OpRecord = serde_json::from_slice(bytes)
+        .map_err(|e| Fault::new(format!("corrupt operation record: {e}")))?;
+    let corrupt = |what: &str| Fault::new(format!("operation {}: unknown {what}", r.id));
+    let effect = parse_effect(&r.effect).ok_or_else(|| corrupt("effect"))?;
+    let state = State::parse(&r.state).ok_or_else(|| corrupt("state"))?;
+    let approval = parse_approval(&r.approval).ok_or_else(|| corrupt("approval"))?;
+    Ok(Operation {
+        id: r.id,
+        provider: r.provider,
+        route: r.route,
+        effect,
+        state,
+        fingerprint: r.fingerprint,
+        fields: r.fields,
+        idempotency_key: r.idempotency_key,
+        attempts: r.attempts,
+        created_at: Timestamp(r.created_at),
+        updated_at: Timestamp(r.updated_at),
+        first_dispatched_at: r.first_dispatched_at.map(Timestamp),
+        last_dispatched_at: r.last_dispatched_at.map(Timestamp),
+        provider_request_id: r.provider_request_id,
+        response: r.response.map(|m| ResponseMeta {
+            status: m.status,
+            body_bytes: m.body_bytes,
+            body_sha256: m.body_sha256,
+        }),
+        error: r.error,
+        fence: r.fence,
+        approval,
+    })
+}
+
+pub(super) fn encode_event(event: &Event) -> Result<Vec<u8>, Fault> {
+    let record = EventRecord {
+        at: event.at.0,
+        kind: event.kind.as_str().to_owned(),
+        attempt: event.attempt,
+        detail: event.detail.clone(),
+    };
+    serde_json::to_vec(&record).map_err(|e| Fault::new(format!("cannot encode an event: {e}")))
+}
+
+pub(super) fn decode_event(bytes: &[u8]) -> Result<Event, Fault> {
+    let r: EventRecord = serde_json::from_slice(bytes)
+        .map_err(|e| Fault::new(format!("corrupt event record: {e}")))?;
+    let kind = EventKind::parse(&r.kind)
+        .ok_or_else(|| Fault::new(format!("unknown event kind {:?}", r.kind)))?;
+    Ok(Event {
+        at: Timestamp(r.at),
+        kind,
+        attempt: r.attempt,
+        detail: r.detail,
+    })
+}
+
+/// Version tag of the response format below, so a later format can be told apart.
+const RESPONSE_V1: u8 = 1;
+
+/// `[1][status u16][header count u32]([name len u32][name][value len u32][value])*[body]`,
+/// integers big-endian. Binary rather than JSON because header values may be non-UTF-8 bytes
+/// and bodies may be large.
+pub(super) fn encode_response(response: &StoredResponse) -> Vec<u8> {
+    let headers_len: usize = response
+        .headers
+        .iter()
+        .map(|(n, v)| 8 + n.as_str().len() + v.len())
+        .sum();
+    let mut out = Vec::with_capacity(7 + headers_len + response.body.len());
+    out.push(RESPONSE_V1);
+    out.extend_from_slice(&response.status.to_be_bytes());
+    out.extend_from_slice(&len_u32(response.headers.len()).to_be_bytes());
+    for (name, value) in &response.headers {
+        put_chunk(&mut out, name.as_str().as_bytes());
+        put_chunk(&mut out, value.as_bytes());
+    }
+    out.extend_from_slice(&response.body);
+    out
+}
+
+pub(super) fn decode_response(bytes: &[u8]) -> Result<StoredResponse, Fault> {
+    let corrupt = || Fault::new("corrupt stored response".to_owned());
+    let mut input = Reader(bytes);
+    if input.take(1).ok_or_else(corrupt)? != [RESPONSE_V1] {
+        return Err(corrupt());
+    }
+    let status = u16::from_be_bytes(input.array().ok_or_else(corrupt)?);
+    let count = u32::from_be_bytes(input.array().ok_or_else(corrupt)?);
+    let mut headers = HeaderMap::new();
+    for _ in 0..count {
+        let name = input.chunk().ok_or_else(corrupt)?;
+        let value = input.chunk().ok_or_else(corrupt)?;
+        let name = HeaderName::from_bytes(name).map_err(|_| corrupt())?;
+        let value = HeaderValue::from_bytes(value).map_err(|_| corrupt())?;
+        headers.append(name, value);
+    }
+    Ok(StoredResponse {
+        status,
+        headers,
+        body: Bytes::copy_from_slice(input.0),
+    })
+}
+
+/// An opaque list cursor: hex of the last listed operation's `created_at` and ID.
+pub(super) fn encode_cursor(created_at: i64, id: &str) -> String {
+    let mut raw = created_at.to_be_bytes().to_vec();
+    raw.extend_from_slice(id.as_bytes());
+    hex::encode(raw)
+}
+
+/// The `(created_at, id)` a cursor points after, or `None` for anything `encode_cursor` did
+/// not make.
+pub(super) fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
+    let raw = hex::decode(cursor).ok()?;
+    let (created, id) = raw.split_first_chunk::<8>()?;
+    let id = String::from_utf8(id.to_vec()).ok()?;
+    Some((i64::from_be_bytes(*created), id))
+}
+
+fn approval_str(approval: Approval) -> &'static str {
+    match approval {
+        Approval::NotRequired => "not_required",
+        Approval::Pending => "pending",
+        Approval::Approved => "approved",
+        Approval::Rejected => "rejected",
+    }
+}
+
+fn parse_approval(s: &str) -> Option<Approval> {
+    [
+        Approval::NotRequired,
+        Approval::Pending,
+        Approval::Approved,
+        Approval::Rejected,
+    ]
+    .into_iter()
+    .find(|a| approval_str(*a) == s)
+}
+
+fn parse_effect(s: &str) -> Option<Effect> {
+    [
+        Effect::ReadOnly,
+        Effect::Idempotent,
+        Effect::Compensable,
+        Effect::Irreversible,
+    ]
+    .into_iter()
+    .find(|e| e.as_str() == s)
+}
+
+/// Header names and values are far below 4 GiB (hyper refuses much smaller ones), so the
+/// saturation never happens in practice; it only keeps the conversion total.
+fn len_u32(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+fn put_chunk(out: &mut Vec<u8>, chunk: &[u8]) {
+    out.extend_from_slice(&len_u32(chunk.len()).to_be_bytes());
+    out.extend_from_slice(chunk);
+}
+
+/// A cursor over bytes whose every read is bounds-checked.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.take(N)?.try_into().ok()
+    }
+
+    fn chunk(&mut self) -> Option<&'a [u8]> {
+        let len = u32::from_be_bytes(self.array()?);
+        self.take(usize::try_from(len).ok()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn response_round_trips_with_non_utf8_header_bytes() {
+        let mut headers = HeaderMap::new();
+        headers.append("x-raw", HeaderValue::from_bytes(b"caf\xe9").unwrap());
+        headers.append("x-raw", HeaderValue::from_static("second"));
+        headers.append("content-type", HeaderValue::from_static("application/json"));
+        let response = StoredResponse {
+            status: 201,
+            headers,
+            body: Bytes::from_static(b"{\"id\":\"re_1\"}"),
+        };
+        let decoded = decode_response(&encode_response(&response)).unwrap();
+        assert_eq!(decoded, response);
+    }
+
+    #[test]
+    fn truncated_response_is_a_fault_not_a_panic() {
+        let mut headers = HeaderMap::new();
+        headers.append("x-a", HeaderValue::from_static("b"));
+        let bytes = encode_response(&StoredResponse {
+            status: 200,
+            headers,
+            body: Bytes::new(),
+        });
+        for cut in 0..bytes.len() {
+            assert!(decode_response(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn cursor_round_trips_and_rejects_garbage() {
+        let cursor = encode_cursor(-5, "stripe/refund/é");
+        assert_eq!(
+            decode_cursor(&cursor),
+            Some((-5, "stripe/refund/é".to_owned()))
+        );
+        assert_eq!(decode_cursor("zz"), None);
+        assert_eq!(decode_cursor("0011"), None);
+        assert_eq!(decode_cursor(""), None);
+    }
+}

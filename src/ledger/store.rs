@@ -1,0 +1,439 @@
+//! The redb layout: table definitions, index and counter upkeep, and the queries over them.
+//!
+//! This file owns every table definition and every key format; they never leave `ledger`.
+//! It runs inside transactions it is handed and never begins, commits or aborts one (the
+//! writer and the read helpers do that), so a group of writes can share one commit.
+//!
+//! Layout. `ops` maps an operation ID to its record; `events` maps `(id, seq)` to one event;
+//! `responses` maps an ID to its stored response. `index` holds one empty entry
+//! `(prefix, created_at, id)` per operation and prefix, where the prefixes are `c` (all),
+//! `s/{state}`, `p/{provider}` and `r/{route}`; `counters` holds, per prefix, how many
+//! entries it has. So listing by any filter is a reverse range scan, the by-state index finds
+//! orphans and prune candidates without a full scan, and stats are point reads.
+
+use std::ops::Bound;
+
+use redb::{
+    ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction,
+};
+
+use super::codec;
+use super::{Event, EventKind, Filter, LedgerError, Operation, Page, State, Stats, StoredResponse};
+use super::{Write, orphan_reason};
+use crate::clock::Timestamp;
+
+const OPS: TableDefinition<&str, &[u8]> = TableDefinition::new("ops");
+const EVENTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("events");
+const RESPONSES: TableDefinition<&str, &[u8]> = TableDefinition::new("responses");
+const INDEX: TableDefinition<(&str, i64, &str), ()> = TableDefinition::new("index");
+const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// The index prefix holding every operation.
+const ALL: &str = "c";
+/// The `meta` key of the boot epoch, bumped at every open.
+const EPOCH: &str = "boot_epoch";
+
+/// Where an entry sits inside one index prefix: `(created_at, id)`.
+pub(super) type Position = (i64, String);
+
+/// Where one prune transaction starts and how much it may delete.
+pub(super) struct PruneBatch {
+    pub(super) state: State,
+    pub(super) older_than: Timestamp,
+    /// Resume strictly after this entry of the by-state index.
+    pub(super) after: Option<Position>,
+    pub(super) max: usize,
+}
+
+/// What one prune transaction did.
+pub(super) struct Pruned {
+    pub(super) deleted: usize,
+    /// Set when the batch filled up: where the next one resumes.
+    pub(super) resume: Option<Position>,
+}
+
+/// A storage failure, as words. It never leaves `ledger`: it becomes `LedgerError::Unavailable`.
+#[derive(Debug)]
+pub(super) struct Fault(String);
+
+impl Fault {
+    pub(super) fn new(reason: String) -> Fault {
+        Fault(reason)
+    }
+}
+
+impl From<Fault> for LedgerError {
+    fn from(fault: Fault) -> LedgerError {
+        LedgerError::Unavailable(fault.0)
+    }
+}
+
+macro_rules! fault_from {
+    ($($t:ty),+) => {$(
+        impl From<$t> for Fault {
+            fn from(e: $t) -> Fault {
+                Fault(e.to_string())
+            }
+        }
+    )+};
+}
+
+fault_from!(
+    redb::Error,
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError,
+    redb::SetDurabilityError,
+    redb::DatabaseError
+);
+
+/// The four index prefixes of an operation, in a fixed order so two versions compare slot by slot.
+fn prefixes(op: &Operation) -> [String; 4] {
+    [
+        ALL.to_owned(),
+        state_prefix(op.state),
+        format!("p/{}", op.provider),
+        format!("r/{}", op.route),
+    ]
+}
+
+fn state_prefix(state: State) -> String {
+    format!("s/{}", state.as_str())
+}
+
+/// Bounds covering exactly the entries of `prefix`: no string sorts strictly between
+/// `prefix` and `prefix + "\0"`, so the exclusive end never cuts a longer prefix's entries in.
+fn prefix_end(prefix: &str) -> String {
+    format!("{prefix}\0")
+}
+
+/// Bumps the persisted boot epoch, creating every table on first use; returns the new epoch.
+pub(super) fn bump_epoch(txn: &WriteTransaction) -> Result<u64, Fault> {
+    let mut meta = txn.open_table(META)?;
+    let epoch = meta.get(EPOCH)?.map_or(0, |v| v.value()).saturating_add(1);
+    meta.insert(EPOCH, epoch)?;
+    Ok(epoch)
+}
+
+/// The ledger's tables opened in one write transaction.
+pub(super) struct Tables<'t> {
+    ops: Table<'t, &'static str, &'static [u8]>,
+    events: Table<'t, (&'static str, u32), &'static [u8]>,
+    responses: Table<'t, &'static str, &'static [u8]>,
+    index: Table<'t, (&'static str, i64, &'static str), ()>,
+    counters: Table<'t, &'static str, u64>,
+}
+
+impl<'t> Tables<'t> {
+    pub(super) fn open(txn: &'t WriteTransaction) -> Result<Tables<'t>, Fault> {
+        Ok(Tables {
+            ops: txn.open_table(OPS)?,
+            events: txn.open_table(EVENTS)?,
+            responses: txn.open_table(RESPONSES)?,
+            index: txn.open_table(INDEX)?,
+            counters: txn.open_table(COUNTERS)?,
+        })
+    }
+
+    pub(super) fn get_op(&self, id: &str) -> Result<Option<Operation>, Fault> {
+        read_op(&self.ops, id)
+    }
+
+    /// Applies one `Write` to the operation stored under `id` (`old` is what is stored now).
+    pub(super) fn apply(
+        &mut self,
+        id: &str,
+        old: Option<&Operation>,
+        write: &Write,
+    ) -> Result<(), Fault> {
+        if write.op.id != id {
+            return Err(Fault(format!(
+                "a write for {id} carried the operation {}",
+                write.op.id
+            )));
+        }
+        self.put_op(old, &write.op)?;
+        self.append_events(id, &write.events)?;
+        if let Some(response) = &write.response {
+            let bytes = codec::encode_response(response);
+            self.responses.insert(id, bytes.as_slice())?;
+        }
+        Ok(())
+    }
+
+    /// Stores `new` and moves its index entries and counters from where `old` had them.
+    fn put_op(&mut self, old: Option<&Operation>, new: &Operation) -> Result<(), Fault> {
+        let bytes = codec::encode_op(new)?;
+        self.ops.insert(new.id.as_str(), bytes.as_slice())?;
+        let new_keys = prefixes(new);
+        let old_keys = old.map(|o| (prefixes(o), o.created_at.0));
+        for (slot, prefix) in new_keys.iter().enumerate() {
+            if let Some((keys, created)) = &old_keys {
+                if keys[slot] == *prefix && *created == new.created_at.0 {
+                    continue;
+                }
+                self.unindex(&keys[slot], *created, &new.id)?;
+            }
+            self.index
+                .insert((prefix.as_str(), new.created_at.0, new.id.as_str()), ())?;
+            self.bump(prefix, 1)?;
+        }
+        Ok(())
+    }
+
+    fn unindex(&mut self, prefix: &str, created: i64, id: &str) -> Result<(), Fault> {
+        if self.index.remove((prefix, created, id))?.is_some() {
+            self.bump(prefix, -1)?;
+        }
+        Ok(())
+    }
+
+    /// Adds `delta` to a prefix's counter; a counter that reaches zero is removed.
+    fn bump(&mut self, prefix: &str, delta: i64) -> Result<(), Fault> {
+        let current = self.counters.get(prefix)?.map_or(0, |v| v.value());
+        let next = current.saturating_add_signed(delta);
+        if next == 0 {
+            self.counters.remove(prefix)?;
+        } else {
+            self.counters.insert(prefix, next)?;
+        }
+        Ok(())
+    }
+
+    fn append_events(&mut self, id: &str, events: &[Event]) -> Result<(), Fault> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let last = self
+            .events
+            .range((id, 0)..=(id, u32::MAX))?
+            .next_back()
+            .transpose()?
+            .map(|(k, _)| k.value().1);
+        let mut seq = last.map_or(0, |s| s.saturating_add(1));
+        for event in events {
+            let bytes = codec::encode_event(event)?;
+            self.events.insert((id, seq), bytes.as_slice())?;
+            seq = seq.saturating_add(1);
+        }
+        Ok(())
+    }
+
+    /// Removes an operation with its events, response, index entries and counts.
+    fn delete_op(&mut self, op: &Operation) -> Result<(), Fault> {
+        let id = op.id.as_str();
+        self.ops.remove(id)?;
+        self.responses.remove(id)?;
+        self.events
+            .retain_in((id, 0)..=(id, u32::MAX), |_, _| false)?;
+        for prefix in prefixes(op) {
+            self.unindex(&prefix, op.created_at.0, id)?;
+        }
+        Ok(())
+    }
+
+    /// Turns every `in_flight` operation into `unknown`, found through the by-state index.
+    pub(super) fn orphan_in_flight(&mut self, now: Timestamp) -> Result<usize, Fault> {
+        let prefix = state_prefix(State::InFlight);
+        let ids = scan_ids(&self.index, &prefix, usize::MAX)?;
+        for (_, id) in &ids {
+            let Some(old) = self.get_op(id)? else {
+                return Err(Fault(format!("index names a missing operation {id}")));
+            };
+            let mut op = old.clone();
+            op.state = State::Unknown;
+            op.fence = 0;
+            op.updated_at = now;
+            op.error = Some(orphan_reason().to_owned());
+            let event = Event {
+                at: now,
+                kind: EventKind::Orphaned,
+                attempt: op.attempts,
+                detail: orphan_reason().to_owned(),
+            };
+            self.put_op(Some(&old), &op)?;
+            self.append_events(id, &[event])?;
+        }
+        Ok(ids.len())
+    }
+
+    /// Deletes up to `batch.max` operations in `batch.state` last updated before
+    /// `batch.older_than`, scanning the by-state index upward from `batch.after`.
+    pub(super) fn prune_batch(&mut self, batch: &PruneBatch) -> Result<Pruned, Fault> {
+        let prefix = state_prefix(batch.state);
+        let start = match &batch.after {
+            Some((created, id)) => Bound::Excluded((prefix.as_str(), *created, id.as_str())),
+            None => Bound::Included((prefix.as_str(), i64::MIN, "")),
+        };
+        let older_than = batch.older_than;
+        // updated_at >= created_at, so nothing created at or after the cut-off can qualify.
+        let end = Bound::Excluded((prefix.as_str(), older_than.0, ""));
+        let mut doomed = Vec::new();
+        let mut resume = None;
+        for entry in self.index.range((start, end))? {
+            if doomed.len() == batch.max {
+                break;
+            }
+            let (key, _) = entry?;
+            let (_, created, id) = key.value();
+            let op = read_op(&self.ops, id)?;
+            if let Some(op) = op.filter(|op| op.updated_at < older_than) {
+                doomed.push(op);
+            }
+            resume = Some((created, id.to_owned()));
+        }
+        for op in &doomed {
+            self.delete_op(op)?;
+        }
+        let full = doomed.len() == batch.max;
+        Ok(Pruned {
+            deleted: doomed.len(),
+            resume: if full { resume } else { None },
+        })
+    }
+}
+
+/// The first `max` `(created_at, id)` entries of `prefix`, oldest first.
+fn scan_ids(
+    index: &impl ReadableTable<(&'static str, i64, &'static str), ()>,
+    prefix: &str,
+    max: usize,
+) -> Result<Vec<Position>, Fault> {
+    let stop = prefix_end(prefix);
+    let range = (prefix, i64::MIN, "")..(stop.as_str(), i64::MIN, "");
+    let mut out = Vec::new();
+    for entry in index.range(range)?.take(max) {
+        let (key, _) = entry?;
+        let (_, created, id) = key.value();
+        out.push((created, id.to_owned()));
+    }
+    Ok(out)
+}
+
+fn read_op(
+    ops: &impl ReadableTable<&'static str, &'static [u8]>,
+    id: &str,
+) -> Result<Option<Operation>, Fault> {
+    match ops.get(id)? {
+        Some(bytes) => codec::decode_op(bytes.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+pub(super) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Operation>, Fault> {
+    read_op(&txn.open_table(OPS)?, id)
+}
+
+pub(super) fn events(txn: &ReadTransaction, id: &str) -> Result<Vec<Event>, Fault> {
+    let table = txn.open_table(EVENTS)?;
+    let mut out = Vec::new();
+    for entry in table.range((id, 0)..=(id, u32::MAX))? {
+        let (_, value) = entry?;
+        out.push(codec::decode_event(value.value())?);
+    }
+    Ok(out)
+}
+
+pub(super) fn response(txn: &ReadTransaction, id: &str) -> Result<Option<StoredResponse>, Fault> {
+    let table = txn.open_table(RESPONSES)?;
+    match table.get(id)? {
+        Some(bytes) => codec::decode_response(bytes.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// One page, newest first, strictly older than `after` in `(created_at, id)` order.
+pub(super) fn list(
+    txn: &ReadTransaction,
+    filter: &Filter,
+    limit: usize,
+    after: Option<Position>,
+) -> Result<Page, Fault> {
+    let counters = txn.open_table(COUNTERS)?;
+    let prefix = most_selective(&counters, filter)?;
+    let index = txn.open_table(INDEX)?;
+    let ops = txn.open_table(OPS)?;
+    let stop = prefix_end(&prefix);
+    let end = match &after {
+        Some((created, id)) => Bound::Excluded((prefix.as_str(), *created, id.as_str())),
+        None => Bound::Excluded((stop.as_str(), i64::MIN, "")),
+    };
+    let start = Bound::Included((prefix.as_str(), i64::MIN, ""));
+    let limit = limit.max(1);
+    let mut found = Vec::new();
+    // One match beyond the page tells whether a next page exists.
+    for entry in index.range((start, end))?.rev() {
+        let (key, _) = entry?;
+        let (_, _, id) = key.value();
+        let Some(op) = read_op(&ops, id)? else {
+            return Err(Fault(format!("index names a missing operation {id}")));
+        };
+        if matches(filter, &op) {
+            found.push(op);
+            if found.len() > limit {
+                break;
+            }
+        }
+    }
+    let next = if found.len() > limit {
+        found.truncate(limit);
+        found
+            .last()
+            .map(|op| codec::encode_cursor(op.created_at.0, &op.id))
+    } else {
+        None
+    };
+    Ok(Page { ops: found, next })
+}
+
+fn matches(filter: &Filter, op: &Operation) -> bool {
+    filter.state.is_none_or(|s| s == op.state)
+        && filter.provider.as_ref().is_none_or(|p| *p == op.provider)
+        && filter.route.as_ref().is_none_or(|r| *r == op.route)
+}
+
+/// The index prefix of the filter term with the fewest operations (all operations if none).
+fn most_selective(
+    counters: &ReadOnlyTable<&'static str, u64>,
+    filter: &Filter,
+) -> Result<String, Fault> {
+    let candidates = [
+        filter.state.map(state_prefix),
+        filter.provider.as_ref().map(|p| format!("p/{p}")),
+        filter.route.as_ref().map(|r| format!("r/{r}")),
+    ];
+    let mut best: Option<(u64, String)> = None;
+    for prefix in candidates.into_iter().flatten() {
+        let count = counters.get(prefix.as_str())?.map_or(0, |v| v.value());
+        if best.as_ref().is_none_or(|(n, _)| count < *n) {
+            best = Some((count, prefix));
+        }
+    }
+    Ok(best.map_or_else(|| ALL.to_owned(), |(_, prefix)| prefix))
+}
+
+pub(super) fn stats(txn: &ReadTransaction) -> Result<Stats, Fault> {
+    let counters = txn.open_table(COUNTERS)?;
+    let index = txn.open_table(INDEX)?;
+    let mut stats = Stats::default();
+    for state in State::ALL {
+        let prefix = state_prefix(state);
+        let count = counters.get(prefix.as_str())?.map_or(0, |v| v.value());
+        stats.by_state.insert(state.as_str(), count);
+    }
+    let oldest = |state| -> Result<Option<Timestamp>, Fault> {
+        let first = scan_ids(&index, &state_prefix(state), 1)?;
+        Ok(first.first().map(|(created, _)| Timestamp(*created)))
+    };
+    stats.oldest_unknown = oldest(State::Unknown)?;
+    stats.oldest_in_flight = oldest(State::InFlight)?;
+    Ok(stats)
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}

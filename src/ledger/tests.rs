@@ -1,0 +1,622 @@
+//! Behaviour of the ledger against a real redb file in a temporary directory.
+
+use std::collections::HashSet;
+use std::sync::atomic::AtomicUsize;
+
+use http::HeaderValue;
+use tempfile::TempDir;
+
+use super::*;
+
+const T0: i64 = 1_800_000_000_000;
+
+fn op(id: &str, state: State, created: i64) -> Operation {
+    let mut parts = id.splitn(3, '/');
+    let provider = parts.next().unwrap_or_default().to_owned();
+    let route = parts.next().unwrap_or_default().to_owned();
+    Operation {
+        id: id.to_owned(),
+        provider,
+        route,
+        effect: Effect::Irreversible,
+        state,
+        fingerprint: "ab".repeat(32),
+        fields: BTreeMap::from([("/amount".to_owned(), "1f2e".to_owned())]),
+        idempotency_key: format!("key-{id}"),
+        attempts: 1,
+        created_at: Timestamp(created),
+        updated_at: Timestamp(created),
+        first_dispatched_at: Some(Timestamp(created)),
+        last_dispatched_at: None,
+        provider_request_id: None,
+        response: None,
+        error: None,
+        fence: 7,
+        approval: Approval::NotRequired,
+    }
+}
+
+fn event(kind: EventKind, at: i64) -> Event {
+    Event {
+        at: Timestamp(at),
+        kind,
+        attempt: 1,
+        detail: format!("{} happened", kind.as_str()),
+    }
+}
+
+fn response(body: &'static [u8]) -> StoredResponse {
+    let mut headers = HeaderMap::new();
+    headers.append("content-type", HeaderValue::from_static("application/json"));
+    headers.append("x-bin", HeaderValue::from_bytes(b"\xff\xfeok").unwrap());
+    StoredResponse {
+        status: 200,
+        headers,
+        body: Bytes::from_static(body),
+    }
+}
+
+async fn open(dir: &TempDir) -> Ledger {
+    open_with(dir, Timestamp(T0), LedgerOptions::default())
+        .await
+        .0
+}
+
+async fn open_with(dir: &TempDir, now: Timestamp, opts: LedgerOptions) -> (Ledger, usize) {
+    Ledger::open(&dir.path().join("data/ledger.redb"), now, opts)
+        .await
+        .unwrap()
+}
+
+/// Unconditionally writes `op` with `events` (and a response when given).
+async fn put(ledger: &Ledger, op: Operation, events: Vec<Event>, resp: Option<StoredResponse>) {
+    let id = op.id.clone();
+    let write = Write {
+        op,
+        events,
+        response: resp,
+    };
+    ledger
+        .update(&id, move |_| (Some(write), ()))
+        .await
+        .unwrap();
+}
+
+fn ids(page: &Page) -> Vec<&str> {
+    page.ops.iter().map(|o| o.id.as_str()).collect()
+}
+
+#[tokio::test]
+async fn update_creates_and_reads_back() {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    let id = "stripe/create_refund/wf-81:ch_1";
+    let mut created = op(id, State::Succeeded, T0);
+    created.response = Some(ResponseMeta {
+        status: 200,
+        body_bytes: 2,
+        body_sha256: "cd".repeat(32),
+    });
+    let events = vec![
+        event(EventKind::Claimed, T0),
+        event(EventKind::ProviderResponded, T0 + 1),
+    ];
+    let seen = ledger
+        .update(id, {
+            let write = Write {
+                op: created.clone(),
+                events: events.clone(),
+                response: Some(response(b"{}")),
+            };
+            move |existing| (Some(write), existing.is_none())
+        })
+        .await
+        .unwrap();
+    assert!(seen, "the closure saw no operation before the first write");
+    assert_eq!(ledger.get(id).await.unwrap(), Some(created));
+    assert_eq!(ledger.events(id).await.unwrap(), events);
+    assert_eq!(ledger.response(id).await.unwrap(), Some(response(b"{}")));
+
+    // A second write appends events after the first ones and replaces the response.
+    let later = op(id, State::Succeeded, T0);
+    let replayed = event(EventKind::Replayed, T0 + 5);
+    put(
+        &ledger,
+        later.clone(),
+        vec![replayed.clone()],
+        Some(response(b"[]")),
+    )
+    .await;
+    let history = ledger.events(id).await.unwrap();
+    assert_eq!(history.len(), 3);
+    assert_eq!(history[2], replayed);
+    assert_eq!(ledger.response(id).await.unwrap(), Some(response(b"[]")));
+    assert_eq!(
+        ledger.get("stripe/create_refund/other").await.unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn closure_returning_none_writes_nothing() {
+    let dir = TempDir::new().unwrap();
+    let commits = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&commits);
+    let opts = LedgerOptions {
+        on_commit: Some(Arc::new(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })),
+        fail_writes: false,
+    };
+    let (ledger, _) = open_with(&dir, Timestamp(T0), opts).await;
+    let answer = ledger.update("p/r/x", |_| (None, 42)).await.unwrap();
+    assert_eq!(answer, 42);
+    assert_eq!(ledger.get("p/r/x").await.unwrap(), None);
+    assert_eq!(commits.load(Ordering::SeqCst), 0);
+
+    put(&ledger, op("p/r/x", State::InFlight, T0), vec![], None).await;
+    assert_eq!(commits.load(Ordering::SeqCst), 1);
+    let before = ledger.get("p/r/x").await.unwrap();
+    let saw = ledger
+        .update("p/r/x", |existing| (None, existing.map(|o| o.state)))
+        .await
+        .unwrap();
+    assert_eq!(saw, Some(State::InFlight));
+    assert_eq!(ledger.get("p/r/x").await.unwrap(), before);
+    assert_eq!(commits.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn state_change_moves_indexes_and_counters() {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    put(&ledger, op("p/r/a", State::InFlight, T0), vec![], None).await;
+    put(&ledger, op("p/r/b", State::InFlight, T0 + 1), vec![], None).await;
+    let stats = ledger.stats().await.unwrap();
+    assert_eq!(stats.by_state["in_flight"], 2);
+    assert_eq!(stats.by_state["succeeded"], 0);
+    assert_eq!(stats.oldest_in_flight, Some(Timestamp(T0)));
+
+    let mut done = op("p/r/a", State::Succeeded, T0);
+    done.updated_at = Timestamp(T0 + 10);
+    put(&ledger, done, vec![], None).await;
+    let stats = ledger.stats().await.unwrap();
+    assert_eq!(stats.by_state["in_flight"], 1);
+    assert_eq!(stats.by_state["succeeded"], 1);
+    assert_eq!(stats.oldest_in_flight, Some(Timestamp(T0 + 1)));
+    assert_eq!(stats.oldest_unknown, None);
+
+    let by_state = |state| Filter {
+        state: Some(state),
+        ..Filter::default()
+    };
+    let flying = ledger.list(&by_state(State::InFlight), 10, None).await;
+    assert_eq!(ids(&flying.unwrap()), ["p/r/b"]);
+    let done = ledger.list(&by_state(State::Succeeded), 10, None).await;
+    assert_eq!(ids(&done.unwrap()), ["p/r/a"]);
+    let all = ledger.list(&Filter::default(), 10, None).await.unwrap();
+    assert_eq!(
+        ids(&all),
+        ["p/r/b", "p/r/a"],
+        "an update must not duplicate entries"
+    );
+}
+
+#[tokio::test]
+async fn reopen_orphans_in_flight_only() {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    let states = [
+        ("p/r/fly1", State::InFlight),
+        ("p/r/fly2", State::InFlight),
+        ("p/r/prep", State::Prepared),
+        ("p/r/done", State::Succeeded),
+        ("p/r/lost", State::Unknown),
+    ];
+    for (i, (id, state)) in states.into_iter().enumerate() {
+        let created = T0 + i64::try_from(i).unwrap();
+        put(
+            &ledger,
+            op(id, state, created),
+            vec![event(EventKind::Claimed, created)],
+            None,
+        )
+        .await;
+    }
+    let untouched = [
+        ledger.get("p/r/prep").await.unwrap(),
+        ledger.get("p/r/done").await.unwrap(),
+        ledger.get("p/r/lost").await.unwrap(),
+    ];
+    drop(ledger);
+
+    let now = Timestamp(T0 + 60_000);
+    let (ledger, orphaned) = open_with(&dir, now, LedgerOptions::default()).await;
+    assert_eq!(orphaned, 2);
+    for id in ["p/r/fly1", "p/r/fly2"] {
+        let op = ledger.get(id).await.unwrap().unwrap();
+        assert_eq!(op.state, State::Unknown);
+        assert_eq!(op.fence, 0);
+        assert_eq!(op.updated_at, now);
+        assert_eq!(op.error.as_deref(), Some(orphan_reason()));
+        let events = ledger.events(id).await.unwrap();
+        let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, [EventKind::Claimed, EventKind::Orphaned]);
+        assert_eq!(events[1].at, now);
+    }
+    let after = [
+        ledger.get("p/r/prep").await.unwrap(),
+        ledger.get("p/r/done").await.unwrap(),
+        ledger.get("p/r/lost").await.unwrap(),
+    ];
+    assert_eq!(after, untouched);
+    let stats = ledger.stats().await.unwrap();
+    assert_eq!(stats.by_state["in_flight"], 0);
+    assert_eq!(stats.by_state["unknown"], 3);
+    assert_eq!(stats.oldest_unknown, Some(Timestamp(T0)));
+    drop(ledger);
+
+    let (_, again) = open_with(&dir, now, LedgerOptions::default()).await;
+    assert_eq!(again, 0);
+}
+
+#[tokio::test]
+async fn fences_are_unique_across_reopen() {
+    let dir = TempDir::new().unwrap();
+    let mut seen = HashSet::new();
+    for _ in 0..3 {
+        let ledger = open(&dir).await;
+        for _ in 0..100 {
+            let fence = ledger.fence();
+            assert_ne!(fence, 0);
+            assert!(seen.insert(fence), "fence {fence:#x} handed out twice");
+        }
+    }
+    assert_eq!(seen.len(), 300);
+}
+
+/// Ops over two providers, three routes and several states; two share a `created_at`.
+async fn seeded() -> (TempDir, Ledger) {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    let rows = [
+        ("stripe/refund/1", State::Succeeded, T0),
+        ("stripe/refund/2", State::Unknown, T0 + 1),
+        ("stripe/charge/3", State::Succeeded, T0 + 2),
+        ("square/refund/4", State::Failed, T0 + 3),
+        ("square/pay/5", State::Succeeded, T0 + 3),
+        ("stripe/refund/6", State::InFlight, T0 + 5),
+    ];
+    for (id, state, created) in rows {
+        put(&ledger, op(id, state, created), vec![], None).await;
+    }
+    (dir, ledger)
+}
+
+#[tokio::test]
+async fn list_is_newest_first_and_filters() {
+    let (_dir, ledger) = seeded().await;
+    let all = ledger.list(&Filter::default(), 50, None).await.unwrap();
+    let newest_first = [
+        "stripe/refund/6",
+        "square/refund/4",
+        "square/pay/5",
+        "stripe/charge/3",
+        "stripe/refund/2",
+        "stripe/refund/1",
+    ];
+    assert_eq!(ids(&all), newest_first);
+    assert_eq!(all.next, None);
+
+    let cases: [(Filter, &[&str]); 5] = [
+        (
+            Filter {
+                state: Some(State::Succeeded),
+                ..Filter::default()
+            },
+            &["square/pay/5", "stripe/charge/3", "stripe/refund/1"],
+        ),
+        (
+            Filter {
+                provider: Some("square".to_owned()),
+                ..Filter::default()
+            },
+            &["square/refund/4", "square/pay/5"],
+        ),
+        (
+            Filter {
+                route: Some("refund".to_owned()),
+                ..Filter::default()
+            },
+            &[
+                "stripe/refund/6",
+                "square/refund/4",
+                "stripe/refund/2",
+                "stripe/refund/1",
+            ],
+        ),
+        (
+            Filter {
+                state: Some(State::Succeeded),
+                provider: Some("stripe".to_owned()),
+                route: Some("refund".to_owned()),
+            },
+            &["stripe/refund/1"],
+        ),
+        (
+            Filter {
+                provider: Some("nobody".to_owned()),
+                ..Filter::default()
+            },
+            &[],
+        ),
+    ];
+    for (filter, expected) in cases {
+        let page = ledger.list(&filter, 50, None).await.unwrap();
+        assert_eq!(ids(&page), expected, "filter {filter:?}");
+    }
+}
+
+#[tokio::test]
+async fn list_pages_with_cursor_until_the_end() {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    for i in 0..25_i64 {
+        let state = if i % 2 == 0 {
+            State::Succeeded
+        } else {
+            State::Failed
+        };
+        // Pairs share a created_at, so paging must break ties by ID.
+        put(
+            &ledger,
+            op(&format!("p/r/{i:02}"), state, T0 + i / 2),
+            vec![],
+            None,
+        )
+        .await;
+    }
+    let full = ledger.list(&Filter::default(), 100, None).await.unwrap();
+    for (filter, expected_len) in [
+        (Filter::default(), 25),
+        (
+            Filter {
+                state: Some(State::Succeeded),
+                ..Filter::default()
+            },
+            13,
+        ),
+    ] {
+        let mut collected = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = ledger.list(&filter, 4, cursor.as_deref()).await.unwrap();
+            assert!(page.ops.len() <= 4);
+            assert!(!page.ops.is_empty(), "no empty page before the end");
+            collected.extend(page.ops);
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(collected.len(), expected_len);
+        let expected: Vec<_> = full
+            .ops
+            .iter()
+            .filter(|o| filter.state.is_none_or(|s| s == o.state))
+            .cloned()
+            .collect();
+        assert_eq!(collected, expected);
+    }
+}
+
+#[tokio::test]
+async fn list_rejects_a_bad_cursor() {
+    let (_dir, ledger) = seeded().await;
+    for cursor in [
+        "not a cursor",
+        "abcd",
+        "zz",
+        &hex::encode([0_u8, 1, 2, 3, 4, 5, 6, 7, 0xff]),
+    ] {
+        let answer = ledger.list(&Filter::default(), 10, Some(cursor)).await;
+        assert!(matches!(answer, Err(LedgerError::BadCursor)), "{cursor}");
+    }
+}
+
+#[tokio::test]
+async fn prune_removes_only_old_completed_operations() {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    let cutoff = Timestamp(T0 + 1_000);
+    let old = |id, state| op(id, state, T0);
+    let mut touched = old("p/r/old-but-touched", State::Succeeded);
+    touched.updated_at = Timestamp(T0 + 2_000);
+    let doomed = [
+        old("p/r/old-ok", State::Succeeded),
+        old("p/r/old-failed", State::Failed),
+        old("p/r/old-ok-2", State::Succeeded),
+    ];
+    let kept = [
+        touched,
+        old("p/r/old-unknown", State::Unknown),
+        old("p/r/old-flying", State::InFlight),
+        old("p/r/old-prepared", State::Prepared),
+        op("p/r/new-ok", State::Succeeded, T0 + 1_500),
+    ];
+    for o in doomed.iter().chain(&kept) {
+        let events = vec![event(EventKind::Claimed, T0)];
+        put(&ledger, o.clone(), events, Some(response(b"ok"))).await;
+    }
+
+    // max = 1: several transactions, each resuming past what the previous one kept.
+    assert_eq!(ledger.prune(cutoff, 1).await.unwrap(), 3);
+    for o in &doomed {
+        assert_eq!(ledger.get(&o.id).await.unwrap(), None);
+        assert!(ledger.events(&o.id).await.unwrap().is_empty());
+        assert_eq!(ledger.response(&o.id).await.unwrap(), None);
+    }
+    for o in &kept {
+        assert_eq!(ledger.get(&o.id).await.unwrap().as_ref(), Some(o));
+        assert_eq!(ledger.events(&o.id).await.unwrap().len(), 1);
+        assert!(ledger.response(&o.id).await.unwrap().is_some());
+    }
+    let listed = ledger.list(&Filter::default(), 50, None).await.unwrap();
+    assert_eq!(listed.ops.len(), kept.len());
+    let stats = ledger.stats().await.unwrap();
+    assert_eq!(stats.by_state["succeeded"], 2);
+    assert_eq!(stats.by_state["failed"], 0);
+    assert_eq!(ledger.prune(cutoff, 10).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn fail_writes_answers_unavailable_and_writes_nothing() {
+    let dir = TempDir::new().unwrap();
+    let opts = LedgerOptions {
+        on_commit: None,
+        fail_writes: true,
+    };
+    let (ledger, _) = open_with(&dir, Timestamp(T0), opts).await;
+    let write = Write {
+        op: op("p/r/x", State::InFlight, T0),
+        events: vec![event(EventKind::Claimed, T0)],
+        response: None,
+    };
+    let answer = ledger.update("p/r/x", move |_| (Some(write), ())).await;
+    assert!(matches!(answer, Err(LedgerError::Unavailable(_))));
+    assert_eq!(ledger.get("p/r/x").await.unwrap(), None);
+    assert!(ledger.events("p/r/x").await.unwrap().is_empty());
+    assert_eq!(ledger.stats().await.unwrap().by_state["in_flight"], 0);
+    // Reading through update still works: only commits fail.
+    assert_eq!(ledger.update("p/r/x", |_| (None, 1)).await.unwrap(), 1);
+    assert!(matches!(
+        ledger.prune(Timestamp(T0), 10).await,
+        Err(LedgerError::Unavailable(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_write_for_another_id_is_refused() {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    let write = Write {
+        op: op("p/r/other", State::InFlight, T0),
+        events: vec![],
+        response: None,
+    };
+    let answer = ledger.update("p/r/x", move |_| (Some(write), ())).await;
+    assert!(matches!(answer, Err(LedgerError::Unavailable(_))));
+    assert_eq!(ledger.get("p/r/x").await.unwrap(), None);
+    assert_eq!(ledger.get("p/r/other").await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_updates_are_serialized() {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    let id = "p/r/counter";
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let ledger = ledger.clone();
+            tokio::spawn(async move {
+                ledger
+                    .update(id, |existing| {
+                        let mut next = existing.unwrap_or_else(|| {
+                            let mut fresh = op(id, State::InFlight, T0);
+                            fresh.attempts = 0;
+                            fresh
+                        });
+                        next.attempts += 1;
+                        let write = Write {
+                            op: next,
+                            events: vec![],
+                            response: None,
+                        };
+                        (Some(write), ())
+                    })
+                    .await
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let op = ledger.get(id).await.unwrap().unwrap();
+    assert_eq!(op.attempts, 50);
+    assert_eq!(ledger.stats().await.unwrap().by_state["in_flight"], 1);
+}
+
+#[tokio::test]
+async fn a_panicking_closure_is_an_error_and_the_ledger_lives_on() {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    let answer: Result<(), _> = ledger
+        .update("p/r/x", |_| panic!("closure bug (expected by this test)"))
+        .await;
+    assert!(matches!(answer, Err(LedgerError::Unavailable(_))));
+    assert_eq!(ledger.get("p/r/x").await.unwrap(), None);
+    put(&ledger, op("p/r/x", State::InFlight, T0), vec![], None).await;
+    assert_eq!(
+        ledger.get("p/r/x").await.unwrap().map(|o| o.state),
+        Some(State::InFlight)
+    );
+}
+
+#[tokio::test]
+async fn open_fails_cleanly_on_an_unusable_path() {
+    let dir = TempDir::new().unwrap();
+    let file = dir.path().join("plain-file");
+    std::fs::write(&file, b"x").unwrap();
+    let path = file.join("ledger.redb");
+    let answer = Ledger::open(&path, Timestamp(T0), LedgerOptions::default()).await;
+    assert!(matches!(answer, Err(LedgerError::Open { .. })));
+}
+
+/// A rough benchmark, not a test: `cargo test --lib ledger -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore]
+async fn list_stays_fast_with_many_operations() {
+    const N: i64 = 200_000;
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    let started = std::time::Instant::now();
+    // Bulk load straight through the store in big transactions: one commit per op would
+    // measure fsync, not the index.
+    for chunk in (0..N).collect::<Vec<_>>().chunks(10_000) {
+        let txn = ledger.inner.db.begin_write().unwrap();
+        {
+            let mut tables = Tables::open(&txn).unwrap();
+            for &i in chunk {
+                let state = if i % 1000 == 0 {
+                    State::Unknown
+                } else {
+                    State::Succeeded
+                };
+                let o = op(&format!("p{}/r/{i}", i % 7), state, T0 + i);
+                let write = Write {
+                    op: o,
+                    events: vec![],
+                    response: None,
+                };
+                tables.apply(&write.op.id.clone(), None, &write).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+    println!("inserted {N} operations in {:?}", started.elapsed());
+    let filter = Filter {
+        state: Some(State::Unknown),
+        ..Filter::default()
+    };
+    let started = std::time::Instant::now();
+    let page = ledger.list(&filter, 50, None).await.unwrap();
+    println!("listed page 1 (state=unknown) in {:?}", started.elapsed());
+    assert_eq!(page.ops.len(), 50);
+    let started = std::time::Instant::now();
+    let page = ledger.list(&Filter::default(), 50, None).await.unwrap();
+    println!("listed page 1 (no filter) in {:?}", started.elapsed());
+    assert_eq!(page.ops.len(), 50);
+    let started = std::time::Instant::now();
+    let stats = ledger.stats().await.unwrap();
+    println!("stats in {:?}: {:?}", started.elapsed(), stats.by_state);
+}

@@ -1,0 +1,229 @@
+//! The single writer: one OS thread that owns every write transaction of an open ledger, and
+//! the jobs it runs (`update`, a batch of `prune`).
+//!
+//! Callers hand it boxed `Job`s through a channel and await the answer on a oneshot. A job
+//! first stages its changes in a transaction, then is told the fate of the commit; splitting
+//! the two is what lets a later version stage several queued jobs and commit them once (group
+//! commit). The writer never blocks an async worker and never dies of a job's panic.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use redb::{Database, Durability, WriteTransaction};
+
+use tokio::sync::oneshot;
+
+use super::store::{Fault, PruneBatch, Pruned, Tables};
+use super::{LedgerError, Operation, Write};
+
+/// A unit of work for the writer thread.
+pub(super) trait Job: Send {
+    /// Stages this job's changes in `txn`; returns whether it wrote anything to commit.
+    fn stage(&mut self, txn: &WriteTransaction) -> Result<bool, LedgerError>;
+    /// Answers the caller once the commit (or the failure) is final.
+    fn finish(self: Box<Self>, outcome: Result<(), LedgerError>);
+}
+
+/// Called with each commit's duration.
+pub(super) type OnCommit = Arc<dyn Fn(Duration) + Send + Sync>;
+
+/// The handle to the writer thread; dropping it stops the thread after its queued jobs and
+/// waits for it, so the database file is released when the last `Ledger` goes away.
+pub(super) struct Writer {
+    jobs: Option<Sender<Box<dyn Job>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Writer {
+    pub(super) fn start(db: Arc<Database>, on_commit: Option<OnCommit>) -> Result<Writer, String> {
+        let (jobs, queue) = channel();
+        let thread = std::thread::Builder::new()
+            .name("idemproxy-ledger-writer".to_owned())
+            .spawn(move || run(&db, &queue, on_commit.as_ref()))
+            .map_err(|e| format!("cannot start the writer thread: {e}"))?;
+        Ok(Writer {
+            jobs: Some(jobs),
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues a job; if the writer has stopped, the job is answered with `Unavailable`.
+    pub(super) fn submit(&self, job: Box<dyn Job>) {
+        let Some(jobs) = &self.jobs else {
+            return job.finish(Err(stopped()));
+        };
+        if let Err(returned) = jobs.send(job) {
+            returned.0.finish(Err(stopped()));
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Closing the channel ends the loop once the queue is drained.
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            // A job that owned the last handle would otherwise wait for itself.
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+fn stopped() -> LedgerError {
+    LedgerError::Unavailable("the ledger writer has stopped".to_owned())
+}
+
+fn run(db: &Database, queue: &Receiver<Box<dyn Job>>, on_commit: Option<&OnCommit>) {
+    // One job per transaction for now; group commit would `try_recv` more jobs here, stage
+    // them in the same transaction and finish them all after one commit.
+    while let Ok(job) = queue.recv() {
+        run_one(db, job, on_commit);
+    }
+}
+
+fn run_one(db: &Database, mut job: Box<dyn Job>, on_commit: Option<&OnCommit>) {
+    let txn = match begin(db) {
+        Ok(txn) => txn,
+        Err(fault) => return job.finish(Err(fault.into())),
+    };
+    let staged = catch_unwind(AssertUnwindSafe(|| job.stage(&txn)));
+    let outcome = match staged {
+        Ok(Ok(true)) => commit(txn, on_commit).map_err(LedgerError::from),
+        Ok(Ok(false)) => {
+            // Nothing was written: an abort cannot lose anything, so its error is moot.
+            let _ = txn.abort();
+            Ok(())
+        }
+        Ok(Err(e)) => {
+            let _ = txn.abort();
+            Err(e)
+        }
+        Err(_) => {
+            let _ = txn.abort();
+            Err(LedgerError::Unavailable(
+                "the update panicked; nothing was written".to_owned(),
+            ))
+        }
+    };
+    job.finish(outcome);
+}
+
+fn begin(db: &Database) -> Result<WriteTransaction, Fault> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    Ok(txn)
+}
+
+fn commit(txn: WriteTransaction, on_commit: Option<&OnCommit>) -> Result<(), Fault> {
+    let started = Instant::now();
+    txn.commit()?;
+    if let Some(on_commit) = on_commit {
+        let elapsed = started.elapsed();
+        // A metrics hook that panics must not cost the caller its answer: the commit stands.
+        let _ = catch_unwind(AssertUnwindSafe(|| on_commit(elapsed)));
+    }
+    Ok(())
+}
+
+pub(super) fn injected() -> LedgerError {
+    LedgerError::Unavailable("fault injection: ledger.commit fails".to_owned())
+}
+
+fn unanswered() -> LedgerError {
+    LedgerError::Unavailable("the job produced no answer".to_owned())
+}
+
+/// Where a job's answer goes.
+pub(super) type Reply<T> = oneshot::Sender<Result<T, LedgerError>>;
+
+/// An `update` on its way through the writer.
+pub(super) struct UpdateJob<T, F> {
+    id: String,
+    f: Option<F>,
+    fail_writes: bool,
+    value: Option<T>,
+    reply: Reply<T>,
+}
+
+impl<T, F> UpdateJob<T, F> {
+    pub(super) fn new(id: &str, f: F, fail_writes: bool, reply: Reply<T>) -> UpdateJob<T, F> {
+        UpdateJob {
+            id: id.to_owned(),
+            f: Some(f),
+            fail_writes,
+            value: None,
+            reply,
+        }
+    }
+}
+
+impl<T, F> Job for UpdateJob<T, F>
+where
+    F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send,
+    T: Send,
+{
+    fn stage(&mut self, txn: &WriteTransaction) -> Result<bool, LedgerError> {
+        // The closure runs with no table open, so its panic cannot leave redb mid-change.
+        let existing = Tables::open(txn)?.get_op(&self.id)?;
+        let f = self.f.take().ok_or_else(unanswered)?;
+        let (write, value) = f(existing.clone());
+        self.value = Some(value);
+        let Some(write) = write else {
+            return Ok(false);
+        };
+        if self.fail_writes {
+            return Err(injected());
+        }
+        Tables::open(txn)?.apply(&self.id, existing.as_ref(), &write)?;
+        Ok(true)
+    }
+
+    fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
+        let job = *self;
+        let answer = outcome.and_then(|()| job.value.ok_or_else(unanswered));
+        // The caller may have gone away; the write stands either way.
+        let _ = job.reply.send(answer);
+    }
+}
+
+/// One batch of `prune` on its way through the writer.
+pub(super) struct PruneJob {
+    batch: PruneBatch,
+    fail_writes: bool,
+    result: Option<Pruned>,
+    reply: Reply<Pruned>,
+}
+
+impl PruneJob {
+    pub(super) fn new(batch: PruneBatch, fail_writes: bool, reply: Reply<Pruned>) -> PruneJob {
+        PruneJob {
+            batch,
+            fail_writes,
+            result: None,
+            reply,
+        }
+    }
+}
+
+impl Job for PruneJob {
+    fn stage(&mut self, txn: &WriteTransaction) -> Result<bool, LedgerError> {
+        if self.fail_writes {
+            return Err(injected());
+        }
+        let pruned = Tables::open(txn)?.prune_batch(&self.batch)?;
+        let wrote = pruned.deleted > 0;
+        self.result = Some(pruned);
+        Ok(wrote)
+    }
+
+    fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
+        let job = *self;
+        let answer = outcome.and_then(|()| job.result.ok_or_else(unanswered));
+        let _ = job.reply.send(answer);
+    }
+}
