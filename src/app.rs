@@ -37,13 +37,17 @@ impl App {
         let observer = metrics.clone();
         let options = LedgerOptions {
             on_commit: Some(Arc::new(move |took| observer.commit(took))),
-            fail_writes: std::env::var("IDEMPROXY_FAIL").is_ok_and(|v| v.split(',').any(|f| f == "ledger.commit")),
+            fail_writes: std::env::var("IDEMPROXY_FAIL")
+                .is_ok_and(|v| v.split(',').any(|f| f == "ledger.commit")),
         };
         let (ledger, orphaned) = Ledger::open(&config.ledger, Timestamp::now(), options)
             .await
             .map_err(|e| e.to_string())?;
         if orphaned > 0 {
-            tracing::warn!(orphaned, "operations left in flight by the previous process are now unknown");
+            tracing::warn!(
+                orphaned,
+                "operations left in flight by the previous process are now unknown"
+            );
         }
         Ok(App {
             config,
@@ -71,7 +75,8 @@ impl App {
     pub fn provider_for_host(&self, host: &str, port: Option<u16>) -> Option<&Provider> {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         self.config.providers.iter().find(|p| {
-            p.upstream.host.eq_ignore_ascii_case(host) && port.is_none_or(|port| port == p.upstream.port)
+            p.upstream.host.eq_ignore_ascii_case(host)
+                && port.is_none_or(|port| port == p.upstream.port)
         })
     }
 }

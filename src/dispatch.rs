@@ -113,7 +113,9 @@ async fn attempt(app: &App, ex: Exchange) -> Response<ProxyBody> {
     }
     match fetched {
         Ok(answer) => first_answer(answer, &ctx),
-        Err(SendError::Connect(why)) => crate::guard::refusal(Problem::UpstreamUnreachable(why), &ctx),
+        Err(SendError::Connect(why)) => {
+            crate::guard::refusal(Problem::UpstreamUnreachable(why), &ctx)
+        }
         Err(_) => crate::guard::refusal(Problem::OutcomeUnknown, &ctx),
     }
 }
@@ -122,11 +124,19 @@ async fn attempt(app: &App, ex: Exchange) -> Response<ProxyBody> {
 async fn fetch(app: &App, provider: &Provider, outgoing: &Outgoing) -> Result<Fetched, SendError> {
     let max = usize::try_from(app.config.limits.max_stored_response).unwrap_or(usize::MAX);
     let exchange = async {
-        let resp = app.upstreams.send(&provider.name, outgoing.request()).await?;
+        let resp = app
+            .upstreams
+            .send(&provider.name, outgoing.request())
+            .await?;
         let (parts, body) = resp.into_parts();
         let (body, truncated) = match Limited::new(body, max).collect().await {
             Ok(collected) => (collected.to_bytes(), false),
-            Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => (Bytes::new(), true),
+            Err(e)
+                if e.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some() =>
+            {
+                (Bytes::new(), true)
+            }
             Err(e) => return Err(SendError::Lost(e.to_string())),
         };
         let mut headers = parts.headers;
@@ -155,7 +165,12 @@ struct Record {
 }
 
 impl Record {
-    fn of(provider: &Provider, ex: &Exchange, sent_at: Timestamp, fetched: &Result<Fetched, SendError>) -> Record {
+    fn of(
+        provider: &Provider,
+        ex: &Exchange,
+        sent_at: Timestamp,
+        fetched: &Result<Fetched, SendError>,
+    ) -> Record {
         let now = Timestamp::now();
         let event = |at, kind, detail: String| Event {
             at,
@@ -172,19 +187,36 @@ impl Record {
                     Outcome::Unknown => State::Unknown,
                 };
                 let mut events = vec![
-                    event(sent_at, EventKind::ProviderRequested, format!("attempt {} sent", ex.attempt)),
-                    event(now, EventKind::ProviderResponded, format!("status {status}")),
+                    event(
+                        sent_at,
+                        EventKind::ProviderRequested,
+                        format!("attempt {} sent", ex.attempt),
+                    ),
+                    event(
+                        now,
+                        EventKind::ProviderResponded,
+                        format!("status {status}"),
+                    ),
                 ];
                 if state == State::Unknown {
-                    events.push(event(now, EventKind::Unknown, format!("status {status} proves neither success nor failure")));
+                    events.push(event(
+                        now,
+                        EventKind::Unknown,
+                        format!("status {status} proves neither success nor failure"),
+                    ));
                 }
-                events.push(event(now, EventKind::ResultPersisted, state.as_str().to_string()));
+                events.push(event(
+                    now,
+                    EventKind::ResultPersisted,
+                    state.as_str().to_string(),
+                ));
                 Record {
                     state,
                     response: Some(stored(provider, answer)),
-                    error: answer
-                        .truncated
-                        .then(|| "the response body was over max_stored_response and was not stored".to_string()),
+                    error: answer.truncated.then(|| {
+                        "the response body was over max_stored_response and was not stored"
+                            .to_string()
+                    }),
                     request_id: request_id(provider, &answer.headers),
                     events,
                 }
@@ -194,7 +226,11 @@ impl Record {
                 response: None,
                 error: Some(format!("the provider could not be reached: {why}")),
                 request_id: None,
-                events: vec![event(now, EventKind::ResultPersisted, "failed: never connected, nothing was sent".into())],
+                events: vec![event(
+                    now,
+                    EventKind::ResultPersisted,
+                    "failed: never connected, nothing was sent".into(),
+                )],
             },
             Err(e) => Record {
                 state: State::Unknown,
@@ -202,7 +238,11 @@ impl Record {
                 error: Some(e.to_string()),
                 request_id: None,
                 events: vec![
-                    event(sent_at, EventKind::ProviderRequested, format!("attempt {} sent", ex.attempt)),
+                    event(
+                        sent_at,
+                        EventKind::ProviderRequested,
+                        format!("attempt {} sent", ex.attempt),
+                    ),
                     event(now, EventKind::Unknown, e.to_string()),
                 ],
             },
@@ -213,7 +253,10 @@ impl Record {
 /// The answer as it will be stored and replayed: no cookies, nothing redacted.
 fn stored(provider: &Provider, answer: &Fetched) -> StoredResponse {
     let mut headers = answer.headers.clone();
-    for name in [header::SET_COOKIE, header::HeaderName::from_static("set-cookie2")] {
+    for name in [
+        header::SET_COOKIE,
+        header::HeaderName::from_static("set-cookie2"),
+    ] {
         headers.remove(name);
     }
     for name in &provider.redact_headers {
@@ -230,12 +273,19 @@ fn stored(provider: &Provider, answer: &Fetched) -> StoredResponse {
 }
 
 fn request_id(provider: &Provider, headers: &HeaderMap) -> Option<String> {
-    let value = headers.get(provider.request_id_header.as_ref()?)?.to_str().ok()?;
+    let value = headers
+        .get(provider.request_id_header.as_ref()?)?
+        .to_str()
+        .ok()?;
     Some(value.chars().take(200).collect())
 }
 
 /// Writes the result, only if this attempt still owns the claim. `Ok(false)`: superseded.
-async fn persist(app: &App, ex: &Exchange, record: Record) -> Result<bool, crate::ledger::LedgerError> {
+async fn persist(
+    app: &App,
+    ex: &Exchange,
+    record: Record,
+) -> Result<bool, crate::ledger::LedgerError> {
     let fence = ex.fence;
     let now = Timestamp::now();
     app.ledger
@@ -269,7 +319,9 @@ async fn persist(app: &App, ex: &Exchange, record: Record) -> Result<bool, crate
 
 /// An unknown outcome that only a person can resolve gets one warning and a metric.
 fn escalate(app: &App, provider: &Provider, ex: &Exchange) {
-    let Some(route) = provider.routes.iter().find(|r| r.name == ex.route) else { return };
+    let Some(route) = provider.routes.iter().find(|r| r.name == ex.route) else {
+        return;
+    };
     let risky = matches!(route.effect, Effect::Compensable | Effect::Irreversible);
     if risky && provider.dedupe == Dedupe::None && route.reconcile.is_none() {
         app.metrics.escalation(&provider.name, &route.name);
@@ -297,7 +349,11 @@ pub async fn unguarded(app: &App, provider: &Provider, outgoing: Outgoing) -> Re
         provider: Some(provider.name.clone()),
         ..Context::default()
     };
-    let sent = tokio::time::timeout(provider.timeout, app.upstreams.send(&provider.name, outgoing.request())).await;
+    let sent = tokio::time::timeout(
+        provider.timeout,
+        app.upstreams.send(&provider.name, outgoing.request()),
+    )
+    .await;
     let mut resp = match sent {
         Ok(Ok(resp)) => {
             let (mut parts, body) = resp.into_parts();
@@ -306,8 +362,10 @@ pub async fn unguarded(app: &App, provider: &Provider, outgoing: Outgoing) -> Re
         }
         Ok(Err(SendError::Connect(why))) => Problem::UpstreamUnreachable(why).into_response(&ctx),
         Ok(Err(e)) => Problem::UpstreamBroken(e.to_string()).into_response(&ctx),
-        Err(_) => Problem::UpstreamBroken(SendError::Timeout(provider.timeout).to_string()).into_response(&ctx),
+        Err(_) => Problem::UpstreamBroken(SendError::Timeout(provider.timeout).to_string())
+            .into_response(&ctx),
     };
-    resp.headers_mut().insert("idem-state", HeaderValue::from_static("unguarded"));
+    resp.headers_mut()
+        .insert("idem-state", HeaderValue::from_static("unguarded"));
     resp
 }

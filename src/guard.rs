@@ -78,7 +78,10 @@ async fn run(
     let op = match identify(provider, route, target, captures, parts, bytes)? {
         Identity::Op(op) => op,
         Identity::Pass(outgoing) => {
-            return Ok((dispatch::unguarded(app, provider, outgoing).await, "passthrough"));
+            return Ok((
+                dispatch::unguarded(app, provider, outgoing).await,
+                "passthrough",
+            ));
         }
     };
     ctx.operation_id = Some(op.id.clone());
@@ -96,14 +99,19 @@ async fn run(
             };
             Ok((dispatch::run(app.clone(), exchange).await, "forwarded"))
         }
-        Step::Replay(stored) => Ok((replay(stored, &ctx.with_state(State::Succeeded)), "replayed")),
+        Step::Replay(stored) => Ok((
+            replay(stored, &ctx.with_state(State::Succeeded)),
+            "replayed",
+        )),
         Step::Wait => wait(app, ctx).await,
         Step::Reconcile => {
-            let answer = crate::reconcile::run(app, provider, route, captures, &op.id, &op.key).await;
+            let answer =
+                crate::reconcile::run(app, provider, route, captures, &op.id, &op.key).await;
             match answer {
-                crate::reconcile::Verdict::Found(stored) => {
-                    Ok((replay(stored, &ctx.with_state(State::Succeeded)), "replayed"))
-                }
+                crate::reconcile::Verdict::Found(stored) => Ok((
+                    replay(stored, &ctx.with_state(State::Succeeded)),
+                    "replayed",
+                )),
                 crate::reconcile::Verdict::Resend { fence, attempt } => {
                     let exchange = dispatch::Exchange {
                         provider: provider.name.clone(),
@@ -137,10 +145,15 @@ async fn read_body(req: Request<Incoming>, limit: u64) -> Result<(Parts, Bytes),
     let limit_usize = usize::try_from(limit).unwrap_or(usize::MAX);
     match Limited::new(body, limit_usize).collect().await {
         Ok(collected) => Ok((parts, collected.to_bytes())),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
             Err(Problem::BodyTooLarge { limit })
         }
-        Err(_) => Err(Problem::InvalidBody("the request body could not be read to its end".into())),
+        Err(_) => Err(Problem::InvalidBody(
+            "the request body could not be read to its end".into(),
+        )),
     }
 }
 
@@ -217,8 +230,9 @@ fn outgoing(
     let body = match (&provider.key, key) {
         (_, None) => bytes,
         (KeyPlacement::Header(name), Some(key)) => {
-            let value = HeaderValue::from_str(key)
-                .map_err(|_| Problem::InvalidBody("the idempotency key is not a valid header value".into()))?;
+            let value = HeaderValue::from_str(key).map_err(|_| {
+                Problem::InvalidBody("the idempotency key is not a valid header value".into())
+            })?;
             parts.headers.insert(name.clone(), value);
             bytes
         }
@@ -228,7 +242,8 @@ fn outgoing(
                     "the provider takes its idempotency key in the JSON body at {pointer}, but the body is not JSON"
                 )));
             };
-            let injected = identity::inject_json_key(value, pointer, key).map_err(|e| Problem::InvalidBody(e.0))?;
+            let injected = identity::inject_json_key(value, pointer, key)
+                .map_err(|e| Problem::InvalidBody(e.0))?;
             parts.headers.remove(header::CONTENT_LENGTH);
             injected
         }
@@ -251,7 +266,12 @@ enum Step {
 }
 
 /// Step 2 (ledger): read the operation, decide, and record the decision, in one commit.
-async fn claim(app: &App, provider: &Provider, route: &Route, op: &Identified) -> Result<Step, Problem> {
+async fn claim(
+    app: &App,
+    provider: &Provider,
+    route: &Route,
+    op: &Identified,
+) -> Result<Step, Problem> {
     let now = Timestamp::now();
     let fence = app.ledger.fence();
     let rules = Rules::of(provider, route);
@@ -291,7 +311,9 @@ async fn claim(app: &App, provider: &Provider, route: &Route, op: &Identified) -
         Decided::Step(step) => Ok(step),
         Decided::Replay => match app.ledger.response(&op.id).await {
             Ok(Some(stored)) => Ok(Step::Replay(stored)),
-            Ok(None) => Err(Problem::LedgerUnavailable("the stored response is missing".into())),
+            Ok(None) => Err(Problem::LedgerUnavailable(
+                "the stored response is missing".into(),
+            )),
             Err(e) => Err(Problem::LedgerUnavailable(e.to_string())),
         },
     }
@@ -311,13 +333,21 @@ fn transition(
     fence: u64,
     now: Timestamp,
 ) -> (Option<Write>, Decided) {
-    let event = |kind, attempt, detail: String| Event { at: now, kind, attempt, detail };
+    let event = |kind, attempt, detail: String| Event {
+        at: now,
+        kind,
+        attempt,
+        detail,
+    };
     let refuse = |problem, state| (None, Decided::Step(Step::Refuse(problem, state)));
     match (decision, existing) {
         (Decision::Create, _) => {
             let op = claimed(fresh, fence, now);
             let ev = event(EventKind::Claimed, 1, "attempt 1: new operation".into());
-            (Some(write(op, vec![ev])), Decided::Step(Step::Dispatch { fence, attempt: 1 }))
+            (
+                Some(write(op, vec![ev])),
+                Decided::Step(Step::Dispatch { fence, attempt: 1 }),
+            )
         }
         (Decision::Prepare, _) => {
             let op = Operation {
@@ -325,18 +355,35 @@ fn transition(
                 approval: Approval::Pending,
                 ..fresh
             };
-            let ev = event(EventKind::Prepared, 0, "waiting for an operator's approval".into());
-            (Some(write(op, vec![ev])), Decided::Step(Step::Refuse(Problem::AwaitingApproval, State::Prepared)))
+            let ev = event(
+                EventKind::Prepared,
+                0,
+                "waiting for an operator's approval".into(),
+            );
+            (
+                Some(write(op, vec![ev])),
+                Decided::Step(Step::Refuse(Problem::AwaitingApproval, State::Prepared)),
+            )
         }
         (Decision::Conflict(fields), Some(op)) => {
             let state = op.state;
-            let detail = format!("request with other parameters refused; differing: {}", fields.join(", "));
+            let detail = format!(
+                "request with other parameters refused; differing: {}",
+                fields.join(", ")
+            );
             let ev = event(EventKind::Conflict, op.attempts, detail);
             let problem = Problem::ParameterMismatch { fields };
-            (Some(write(op, vec![ev])), Decided::Step(Step::Refuse(problem, state)))
+            (
+                Some(write(op, vec![ev])),
+                Decided::Step(Step::Refuse(problem, state)),
+            )
         }
         (Decision::Replay, Some(op)) => {
-            let ev = event(EventKind::Replayed, op.attempts, "answered from the ledger".into());
+            let ev = event(
+                EventKind::Replayed,
+                op.attempts,
+                "answered from the ledger".into(),
+            );
             (Some(write(op, vec![ev])), Decided::Replay)
         }
         (Decision::Resend(why), Some(op)) => {
@@ -344,7 +391,10 @@ fn transition(
             let detail = format!("attempt {attempt}: {}", resend_reason(why));
             let op = claimed(op, fence, now);
             let ev = event(EventKind::Claimed, attempt, detail);
-            (Some(write(op, vec![ev])), Decided::Step(Step::Dispatch { fence, attempt }))
+            (
+                Some(write(op, vec![ev])),
+                Decided::Step(Step::Dispatch { fence, attempt }),
+            )
         }
         (Decision::AwaitApproval, _) => refuse(Problem::AwaitingApproval, State::Prepared),
         (Decision::Rejected, op) => {
@@ -355,9 +405,10 @@ fn transition(
         (Decision::Reconcile, _) => (None, Decided::Step(Step::Reconcile)),
         (Decision::Hold, _) => refuse(Problem::OutcomeUnknown, State::Unknown),
         // decide() only returns these for an existing operation.
-        (Decision::Conflict(_) | Decision::Replay | Decision::Resend(_), None) => {
-            refuse(Problem::LedgerUnavailable("inconsistent decision".into()), State::Unknown)
-        }
+        (Decision::Conflict(_) | Decision::Replay | Decision::Resend(_), None) => refuse(
+            Problem::LedgerUnavailable("inconsistent decision".into()),
+            State::Unknown,
+        ),
     }
 }
 
@@ -425,7 +476,9 @@ async fn settled(app: &App, op: &Operation, ctx: &Context) -> Result<Answer, Pro
     match (op.state, stored) {
         (State::Succeeded | State::Failed, Some(stored)) => Ok((replay(stored, ctx), "replayed")),
         (State::Failed, None) => Err(Problem::UpstreamUnreachable(
-            op.error.clone().unwrap_or_else(|| "the provider could not be reached".into()),
+            op.error
+                .clone()
+                .unwrap_or_else(|| "the provider could not be reached".into()),
         )),
         (State::Prepared, _) => Err(Problem::AwaitingApproval),
         _ => Err(Problem::OutcomeUnknown),
@@ -459,7 +512,11 @@ pub fn op_headers(resp: &mut Response<ProxyBody>, ctx: &Context, replayed: bool)
     let provider_said = headers
         .get("idempotent-replayed")
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
-    let value = if replayed || provider_said { "true" } else { "false" };
+    let value = if replayed || provider_said {
+        "true"
+    } else {
+        "false"
+    };
     headers.insert("idempotent-replayed", HeaderValue::from_static(value));
 }
 
@@ -472,4 +529,3 @@ fn outcome_of(problem: &Problem) -> &'static str {
         _ => "rejected",
     }
 }
-

@@ -135,18 +135,19 @@ pub(crate) async fn passthrough(
         route: target.route.as_ref().map(|(r, _)| r.name.clone()),
         ..Context::default()
     };
-    match app
-        .upstreams
-        .send(&provider.name, out, provider.timeout)
-        .await
-    {
-        Ok(resp) => {
+    // Unguarded answers stream: `timeout` bounds the wait for the head, not the download.
+    let sent =
+        tokio::time::timeout(provider.timeout, app.upstreams.send(&provider.name, out)).await;
+    match sent {
+        Ok(Ok(resp)) => {
             let (mut parts, body) = resp.into_parts();
             upstream::strip_hop_by_hop(&mut parts.headers);
             Response::from_parts(parts, body.map_err(BoxError::from).boxed())
         }
-        Err(SendError::Connect(why)) => Problem::UpstreamUnreachable(why).into_response(&ctx),
-        Err(e) => Problem::UpstreamBroken(e.to_string()).into_response(&ctx),
+        Ok(Err(SendError::Connect(why))) => Problem::UpstreamUnreachable(why).into_response(&ctx),
+        Ok(Err(e)) => Problem::UpstreamBroken(e.to_string()).into_response(&ctx),
+        Err(_) => Problem::UpstreamBroken(SendError::Timeout(provider.timeout).to_string())
+            .into_response(&ctx),
     }
 }
 

@@ -59,7 +59,11 @@ impl Upstreams {
 
     /// Sends a request (its URI absolute, headers already cleaned) and waits for the
     /// response head. Callers bound it with the provider's `timeout`.
-    pub async fn send(&self, provider: &str, req: Request<ProxyBody>) -> Result<Response<Incoming>, SendError> {
+    pub async fn send(
+        &self,
+        provider: &str,
+        req: Request<ProxyBody>,
+    ) -> Result<Response<Incoming>, SendError> {
         let Some(client) = self.clients.get(provider) else {
             return Err(SendError::Connect(format!("no client for {provider}")));
         };
