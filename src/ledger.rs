@@ -6,6 +6,7 @@
 //! commit (`Durability::Immediate`) made by one writer thread fed by a channel, so that later
 //! several queued writes can share one commit (group commit). It never decides what a request
 //! means: callers pass a closure that sees the current operation and says what to write.
+//! It stores only what a `Write` carries, so never a request header or body (SPEC section 8).
 
 mod codec;
 mod store;
@@ -264,7 +265,8 @@ impl fmt::Debug for LedgerOptions {
 }
 
 /// A cheap `Clone` handle to the ledger. The database file stays open (and locked against
-/// other processes) until the last clone is dropped.
+/// other processes) until the last clone is dropped; that drop waits for the writer thread
+/// to finish the writes already queued.
 #[derive(Clone)]
 pub struct Ledger {
     inner: Arc<Inner>,
@@ -287,7 +289,8 @@ impl Ledger {
     /// Opens (or creates, with its parent directories) the ledger; every `in_flight`
     /// operation left by an earlier process becomes `unknown` (fence 0, `updated_at = now`)
     /// with an `operation.orphaned` event, and the boot epoch behind `fence` is bumped, in one
-    /// durable commit. Returns how many operations were orphaned.
+    /// durable commit. Returns how many operations were orphaned. A path that cannot be
+    /// created, a file another process holds, or a corrupt file is `LedgerError::Open`.
     pub async fn open(
         path: &Path,
         now: Timestamp,
@@ -327,7 +330,8 @@ impl Ledger {
     /// value. Updates are serialized: no other write happens between the read and the commit.
     /// If `f` returns no `Write`, nothing is written. On any storage failure, a `Write` whose
     /// `op.id` is not `id`, or a panic in `f`, the answer is `Unavailable` and nothing is
-    /// written.
+    /// written. Once this future has been polled, the update runs to its end even if the
+    /// future is dropped: a caller that goes away cannot leave a half-recorded outcome.
     pub async fn update<T, F>(&self, id: &str, f: F) -> Result<T, LedgerError>
     where
         F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send + 'static,

@@ -377,15 +377,22 @@ pub(super) fn list(
             }
         }
     }
-    let next = if found.len() > limit {
-        found.truncate(limit);
-        found
-            .last()
-            .map(|op| codec::encode_cursor(op.created_at.0, &op.id))
-    } else {
-        None
-    };
-    Ok(Page { ops: found, next })
+    Ok(paginate(found, limit))
+}
+
+/// Cuts `found` (up to `limit + 1` matches) to one page; the extra match means a next page.
+fn paginate(mut found: Vec<Operation>, limit: usize) -> Page {
+    if found.len() <= limit {
+        return Page {
+            ops: found,
+            next: None,
+        };
+    }
+    found.truncate(limit);
+    let next = found
+        .last()
+        .map(|op| codec::encode_cursor(op.created_at.0, &op.id));
+    Page { ops: found, next }
 }
 
 fn matches(filter: &Filter, op: &Operation) -> bool {

@@ -572,6 +572,19 @@ async fn open_fails_cleanly_on_an_unusable_path() {
     assert!(matches!(answer, Err(LedgerError::Open { .. })));
 }
 
+#[tokio::test]
+async fn a_ledger_in_use_cannot_be_opened_twice() {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    let path = dir.path().join("data/ledger.redb");
+    let second = Ledger::open(&path, Timestamp(T0), LedgerOptions::default()).await;
+    assert!(matches!(second, Err(LedgerError::Open { .. })));
+    drop(ledger);
+    // Dropping the last handle releases the file.
+    let third = Ledger::open(&path, Timestamp(T0), LedgerOptions::default()).await;
+    assert!(third.is_ok());
+}
+
 /// A rough benchmark, not a test: `cargo test --lib ledger -- --ignored --nocapture`.
 #[tokio::test]
 #[ignore]
