@@ -99,7 +99,7 @@ fn serve(path: PathBuf) -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        match idemproxy::server::serve(app, idemproxy::server::shutdown_signal()).await {
+        match idemproxy::server::serve(app).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("{e}");

@@ -36,50 +36,83 @@ pub struct Bound {
     pub admin: SocketAddr,
 }
 
-/// Binds both listeners, prints the ready line, and serves until `shutdown` resolves.
-pub async fn serve(app: Arc<App>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-    let proxy = bind(app.config.listen, "listen").await?;
-    let admin = bind(app.config.admin_listen, "admin_listen").await?;
-    let bound = Bound {
-        proxy: proxy.local_addr()?,
-        admin: admin.local_addr()?,
-    };
-    announce(bound);
-    let graceful = GracefulShutdown::new();
-    let builder = builder();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            conn = proxy.accept() => if let Ok((stream, _)) = conn {
-                let app = app.clone();
-                let svc = service_fn(move |req| {
+/// Both listeners, bound and not yet serving.
+pub struct Server {
+    app: Arc<App>,
+    proxy: TcpListener,
+    admin: TcpListener,
+    bound: Bound,
+}
+
+impl Server {
+    /// Binds `listen` and `admin_listen` (port 0 picks a free port).
+    pub async fn bind(app: Arc<App>) -> std::io::Result<Server> {
+        let proxy = bind(app.config.listen, "listen").await?;
+        let admin = bind(app.config.admin_listen, "admin_listen").await?;
+        let bound = Bound {
+            proxy: proxy.local_addr()?,
+            admin: admin.local_addr()?,
+        };
+        Ok(Server {
+            app,
+            proxy,
+            admin,
+            bound,
+        })
+    }
+
+    pub fn bound(&self) -> Bound {
+        self.bound
+    }
+
+    /// Serves both listeners until `shutdown` resolves, then drains within `shutdown_grace`.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let Server {
+            app, proxy, admin, ..
+        } = self;
+        let graceful = GracefulShutdown::new();
+        let builder = builder();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                conn = proxy.accept() => if let Ok((stream, _)) = conn {
                     let app = app.clone();
-                    async move { Ok::<_, Infallible>(crate::proxy::handle(app, req).await) }
-                });
-                serve_conn(&builder, &graceful, stream, svc);
-            },
-            conn = admin.accept() => if let Ok((stream, _)) = conn {
-                let app = app.clone();
-                let svc = service_fn(move |req| {
+                    let svc = service_fn(move |req| {
+                        let app = app.clone();
+                        async move { Ok::<_, Infallible>(crate::proxy::handle(app, req).await) }
+                    });
+                    serve_conn(&builder, &graceful, stream, svc);
+                },
+                conn = admin.accept() => if let Ok((stream, _)) = conn {
                     let app = app.clone();
-                    async move { Ok::<_, Infallible>(crate::admin::handle(app, req).await) }
-                });
-                serve_conn(&builder, &graceful, stream, svc);
-            },
-            () = &mut shutdown => break,
+                    let svc = service_fn(move |req| {
+                        let app = app.clone();
+                        async move { Ok::<_, Infallible>(crate::admin::handle(app, req).await) }
+                    });
+                    serve_conn(&builder, &graceful, stream, svc);
+                },
+                () = &mut shutdown => break,
+            }
+        }
+        drop((proxy, admin));
+        let grace = app.config.limits.shutdown_grace;
+        tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down");
+        let drained = async {
+            graceful.shutdown().await;
+            app.background.close();
+            app.background.wait().await;
+        };
+        if tokio::time::timeout(grace, drained).await.is_err() {
+            tracing::warn!("shutdown grace elapsed with requests still running");
         }
     }
-    drop((proxy, admin));
-    let grace = app.config.limits.shutdown_grace;
-    tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down");
-    let drained = async {
-        graceful.shutdown().await;
-        app.background.close();
-        app.background.wait().await;
-    };
-    if tokio::time::timeout(grace, drained).await.is_err() {
-        tracing::warn!("shutdown grace elapsed with requests still running");
-    }
+}
+
+/// `idemproxy serve`: binds, prints the ready line, serves until SIGTERM or Ctrl-C.
+pub async fn serve(app: Arc<App>) -> std::io::Result<()> {
+    let server = Server::bind(app).await?;
+    announce(server.bound());
+    server.run(shutdown_signal()).await;
     Ok(())
 }
 
