@@ -23,12 +23,18 @@ impl Timestamp {
 
     /// This instant plus a duration (saturating).
     pub fn plus(self, d: Duration) -> Timestamp {
-        Timestamp(self.0.saturating_add(d.as_millis().min(i64::MAX as u128) as i64))
+        Timestamp(
+            self.0
+                .saturating_add(d.as_millis().min(i64::MAX as u128) as i64),
+        )
     }
 
     /// This instant minus a duration (saturating).
     pub fn minus(self, d: Duration) -> Timestamp {
-        Timestamp(self.0.saturating_sub(d.as_millis().min(i64::MAX as u128) as i64))
+        Timestamp(
+            self.0
+                .saturating_sub(d.as_millis().min(i64::MAX as u128) as i64),
+        )
     }
 
     /// Time elapsed from `earlier` to `self`; zero if `earlier` is later.

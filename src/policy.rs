@@ -345,7 +345,12 @@ mod tests {
     fn literal_and_captures() {
         let m = matcher(
             Method::POST,
-            &[lit("v1"), lit("refunds"), Segment::Capture("id".into()), lit("cancel")],
+            &[
+                lit("v1"),
+                lit("refunds"),
+                Segment::Capture("id".into()),
+                lit("cancel"),
+            ],
         );
         assert_eq!(
             m.matches(&Method::POST, "/v1/refunds/re_1/cancel"),

@@ -1,0 +1,133 @@
+//! The routes table `idemproxy check` prints: plain text, aligned columns, for a terminal.
+//! It only formats a validated `Config`; it never checks anything.
+
+use super::Config;
+use crate::policy::{Approval, Dedupe, KeyPlacement, Provider, Route, Unmatched, Upstream};
+
+impl Config {
+    /// The table `idemproxy check` prints: per provider its mount, upstream, dedupe and key,
+    /// then per route its name, match, effect, approval and whether it is guarded, with its
+    /// operation_id templates and reconcile lookup listed beneath.
+    pub fn routes_table(&self) -> String {
+        let mut out = String::new();
+        for (i, p) in self.providers.iter().enumerate() {
+            if i > 0 {
+                out.push('\n');
+            }
+            let key = match &p.key {
+                KeyPlacement::Header(h) => format!("header {h}"),
+                KeyPlacement::JsonField(ptr) => format!("json {ptr}"),
+            };
+            let head = [
+                row(&[
+                    "PROVIDER",
+                    "MOUNT",
+                    "UPSTREAM",
+                    "DEDUPE",
+                    "KEY",
+                    "UNMATCHED",
+                ]),
+                vec![
+                    p.name.clone(),
+                    p.mount.clone(),
+                    upstream_url(&p.upstream),
+                    dedupe_text(p),
+                    key,
+                    unmatched_text(p.unmatched).into(),
+                ],
+            ];
+            out.push_str(&columns(&head, ""));
+            out.push_str(&routes_block(&p.routes));
+        }
+        out
+    }
+}
+
+fn routes_block(routes: &[Route]) -> String {
+    if routes.is_empty() {
+        return "  (no routes: every request is unmatched)\n".into();
+    }
+    let mut rows = vec![row(&["ROUTE", "MATCH", "EFFECT", "APPROVAL", "GUARDED"])];
+    let mut details = Vec::new();
+    for r in routes {
+        let approval = match r.approval {
+            Approval::None => "none",
+            Approval::Required => "required",
+        };
+        let guarded = if r.is_guarded() { "yes" } else { "no" };
+        rows.push(row(&[
+            &r.name,
+            &r.pattern,
+            r.effect.as_str(),
+            approval,
+            guarded,
+        ]));
+        let mut lines: Vec<String> = r
+            .operation_id
+            .iter()
+            .enumerate()
+            .map(|(i, t)| format!("      operation_id[{i}]  {}\n", t.as_str()))
+            .collect();
+        if let Some(rc) = &r.reconcile {
+            lines.push(format!(
+                "      reconcile        {} {}  found {}\n",
+                rc.method,
+                rc.lookup.as_str(),
+                rc.found
+            ));
+        }
+        details.push(lines.concat());
+    }
+    let table = columns(&rows, "  ");
+    let mut lines = table.lines();
+    let mut out = format!("{}\n", lines.next().unwrap_or_default());
+    for (line, detail) in lines.zip(details) {
+        out.push_str(line);
+        out.push('\n');
+        out.push_str(&detail);
+    }
+    out
+}
+
+fn row(cells: &[&str]) -> Vec<String> {
+    cells.iter().map(|c| c.to_string()).collect()
+}
+
+/// Left-aligned columns, two spaces apart, without trailing spaces.
+fn columns(rows: &[Vec<String>], indent: &str) -> String {
+    let mut widths = Vec::new();
+    for row in rows {
+        widths.resize(widths.len().max(row.len()), 0);
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut line = indent.to_string();
+        for (cell, w) in row.iter().zip(&widths) {
+            line.push_str(&format!("{cell:<w$}  "));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn upstream_url(u: &Upstream) -> String {
+    format!("{}://{}{}", u.scheme.as_str(), u.authority(), u.base_path)
+}
+
+fn dedupe_text(p: &Provider) -> String {
+    match p.dedupe {
+        Dedupe::Key => format!("key ({})", humantime::format_duration(p.key_retention)),
+        Dedupe::None => "none".into(),
+    }
+}
+
+fn unmatched_text(u: Unmatched) -> &'static str {
+    match u {
+        Unmatched::Pass => "pass",
+        Unmatched::Reject => "reject",
+    }
+}
