@@ -134,11 +134,13 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     let base = path.parent().unwrap_or(Path::new("")).to_path_buf();
     let mut scope = Scope::new(path, &mut errors);
     let policies = scope.check("policies", folder_path(&base, raw.policies.as_deref()));
+    // proxy.toml's own errors first, then the policy files' in file order.
+    let config = settings(path, &base, raw, &mut errors);
     let providers = match &policies {
-        Some(folder) => load_policies(folder, &mut errors),
+        Some(folder) => load_policies(path, folder, &mut errors),
         None => Vec::new(),
     };
-    let config = settings(path, &base, raw, &mut errors).map(|mut config| {
+    let config = config.map(|mut config| {
         config.policies = policies.unwrap_or_default();
         config.providers = providers;
         config
@@ -250,13 +252,18 @@ fn limits(s: &mut Scope, raw: RawLimits) -> Option<Limits> {
 }
 
 /// Every policy file of the folder, validated, then checked against each other; sorted by name.
-fn load_policies(folder: &Path, errors: &mut Vec<ConfigError>) -> Vec<Provider> {
-    let mut scope = Scope::new(folder, errors);
+/// A folder that cannot be read or holds no policy is an error of proxy.toml's `policies` key.
+fn load_policies(proxy: &Path, folder: &Path, errors: &mut Vec<ConfigError>) -> Vec<Provider> {
+    let mut scope = Scope::new(proxy, errors);
+    let shown = folder.display();
     let entries = match fs::read_dir(folder) {
         Ok(entries) => entries,
         Err(e) => {
             let fix = "create it, or set `policies` in proxy.toml to the folder of policy files";
-            scope.push("", format!("cannot read the policies folder: {e} ({fix})"));
+            scope.push(
+                "policies",
+                format!("cannot read folder {shown}: {e} ({fix})"),
+            );
             return Vec::new();
         }
     };
@@ -267,10 +274,8 @@ fn load_policies(folder: &Path, errors: &mut Vec<ConfigError>) -> Vec<Provider> 
         .collect();
     files.sort();
     if files.is_empty() {
-        scope.push(
-            "",
-            "no policy files (add one NAME.toml per provider to this folder)",
-        );
+        let msg = format!("no policy files in {shown} (add one NAME.toml per provider)");
+        scope.push("policies", msg);
     }
     let mut claims = Vec::new();
     let mut providers = Vec::new();
