@@ -206,10 +206,8 @@ fn settings(
     };
     let limits = limits(&mut s.nested("limits."), raw.limits.unwrap_or_default());
     let completed = raw.retention.unwrap_or_default().completed;
-    let completed = s.check(
-        "retention.completed",
-        duration(completed.as_ref(), Retention::default().completed, MIN_WAIT),
-    );
+    let keep = Retention::default().completed;
+    let completed = s.duration("retention.completed", completed.as_ref(), keep, MIN_WAIT);
     Some(Config {
         file: path.to_path_buf(),
         listen: listen?,
@@ -367,6 +365,28 @@ impl<'a> Scope<'a> {
             key: key.trim_end_matches(['.', ':', ' ']).to_string(),
             message: message.into(),
         });
+    }
+
+    /// One of a fixed set of strings, or `default` when absent.
+    fn choice<T: Copy>(
+        &mut self,
+        key: &str,
+        raw: Option<String>,
+        default: T,
+        options: &[(&str, T)],
+    ) -> Option<T> {
+        self.check(key, values::choice(raw, default, options))
+    }
+
+    /// A duration of at least `min`, or `default` when absent.
+    fn duration(
+        &mut self,
+        key: &str,
+        raw: Option<&toml::Value>,
+        default: Duration,
+        min: Duration,
+    ) -> Option<Duration> {
+        self.check(key, duration(raw, default, min))
     }
 
     /// Records the error of a failed check under `key`.

@@ -10,7 +10,7 @@ use toml::Value;
 
 use super::raw::{RawOutcomes, RawPolicy, RawProvider};
 use super::route::routes;
-use super::values::{ca_file, choice, duration, header, json_pointer, mount, name, upstream};
+use super::values::{ca_file, header, json_pointer, mount, name, upstream};
 use super::{Claim, ConfigError, MIN_WAIT, Scope, read_toml};
 use crate::policy::{
     Approval, Dedupe, Effect, KeyFormat, KeyPlacement, OnMissingId, Outcomes, Provider, Route,
@@ -61,33 +61,21 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
     let name = required(s, "name", raw.name, |v| name(v, "provider", true));
     let upstream = required(s, "upstream", raw.upstream, |v| upstream(&v));
     let mount = required(s, "mount", raw.mount, |v| mount(&v));
-    let dedupe = s.check("dedupe", choice(raw.dedupe, Dedupe::None, DEDUPE));
+    let dedupe = s.choice("dedupe", raw.dedupe, Dedupe::None, DEDUPE);
     let key = key_placement(s, raw.key_header, raw.key_json_field);
-    let key_format = s.check(
-        "key_format",
-        choice(raw.key_format, KeyFormat::Opaque, KEY_FORMATS),
-    );
+    let key_format = s.choice("key_format", raw.key_format, KeyFormat::Opaque, KEY_FORMATS);
     let day = Duration::from_secs(24 * 3600);
-    let retention = s.check(
-        "key_retention",
-        duration(raw.key_retention.as_ref(), day, MIN_WAIT),
-    );
-    let timeout = duration(raw.timeout.as_ref(), Duration::from_secs(30), MIN_WAIT);
-    let timeout = s.check("timeout", timeout);
-    let ca_file = s.check(
-        "ca_file",
-        ca_file(raw.ca_file.as_deref().unwrap_or(""), folder),
-    );
+    let retention = s.duration("key_retention", raw.key_retention.as_ref(), day, MIN_WAIT);
+    let timeout = s.duration("timeout", raw.timeout.as_ref(), 30 * SECOND, MIN_WAIT);
+    let ca_file = ca_file(raw.ca_file.as_deref().unwrap_or(""), folder);
+    let ca_file = s.check("ca_file", ca_file);
     let request_id = match raw.request_id_header.as_deref() {
         None | Some("") => Some(None),
         Some(v) => s.check("request_id_header", header(v)).map(Some),
     };
     let control = headers(s, "control_headers", raw.control_headers, CONTROL_HEADERS);
     let redact = headers(s, "redact_headers", raw.redact_headers, &[]);
-    let unmatched = s.check(
-        "unmatched",
-        choice(raw.unmatched, Unmatched::Pass, UNMATCHED),
-    );
+    let unmatched = s.choice("unmatched", raw.unmatched, Unmatched::Pass, UNMATCHED);
     let outcomes = outcomes(s, raw.outcomes.unwrap_or_default());
     let rest = (|| {
         Some(Provider {
@@ -111,6 +99,8 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
     })();
     ProviderHead { name, mount, rest }
 }
+
+const SECOND: Duration = Duration::from_secs(1);
 
 pub(super) const DEDUPE: &[(&str, Dedupe)] = &[("key", Dedupe::Key), ("none", Dedupe::None)];
 

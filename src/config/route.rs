@@ -10,7 +10,7 @@ use toml::Value;
 use super::Scope;
 use super::provider::{APPROVALS, EFFECTS, ON_MISSING_ID, headers, required};
 use super::raw::{RawReconcile, RawRoute};
-use super::values::{choice, duration, json_pointer, name};
+use super::values::{json_pointer, name};
 use crate::policy::{Approval, Effect, Matcher, OnMissingId, Reconcile, Route, Segment};
 use crate::template::{Part, Template};
 
@@ -54,18 +54,20 @@ pub(super) fn route(s: &mut Scope, raw: RawRoute) -> Option<Route> {
     let name = required(s, "name", raw.name, |v| self::name(v, "route", false));
     let pattern = raw.pattern.clone();
     let matcher = required(s, "match", raw.pattern, |v| matcher(&v));
-    let effect = s.check("effect", choice(raw.effect, Effect::Irreversible, EFFECTS));
+    let effect = s.choice("effect", raw.effect, Effect::Irreversible, EFFECTS);
     let captures: Option<Vec<String>> = matcher
         .as_ref()
         .map(|m| m.capture_names().map(String::from).collect());
     let captures = captures.as_deref().unwrap_or_default();
     let guarded = effect.is_some_and(|e| e != Effect::ReadOnly);
     let operation_id = operation_ids(s, raw.operation_id.as_ref(), guarded, captures);
-    let on_missing_id = s.check(
+    let on_missing_id = s.choice(
         "on_missing_id",
-        choice(raw.on_missing_id, OnMissingId::Reject, ON_MISSING_ID),
+        raw.on_missing_id,
+        OnMissingId::Reject,
+        ON_MISSING_ID,
     );
-    let approval = s.check("approval", choice(raw.approval, Approval::None, APPROVALS));
+    let approval = s.choice("approval", raw.approval, Approval::None, APPROVALS);
     let ignore = raw.fingerprint_ignore.unwrap_or_default();
     if ignore.iter().any(String::is_empty) {
         s.push(
@@ -185,12 +187,9 @@ pub(super) fn reconcile(
 ) -> Option<Reconcile> {
     let lookup = required(s, "lookup", raw.lookup, |v| lookup(&v, captures));
     let found = required(s, "found", raw.found, |v| json_pointer(&v, true));
-    let after = duration(
-        raw.not_found_final_after.as_ref(),
-        Duration::from_secs(60),
-        Duration::ZERO,
-    );
-    let after = s.check("not_found_final_after", after);
+    let raw_after = raw.not_found_final_after.as_ref();
+    let minute = Duration::from_secs(60);
+    let after = s.duration("not_found_final_after", raw_after, minute, Duration::ZERO);
     let (method, lookup) = lookup?;
     Some(Reconcile {
         method,
@@ -285,5 +284,71 @@ pub(super) fn method(text: &str) -> Result<Method, String> {
         _ => Err(format!(
             "\"{text}\" is not an HTTP method (write it in capitals, e.g. POST)"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lit(s: &str) -> Segment {
+        Segment::Literal(s.into())
+    }
+
+    #[test]
+    fn match_patterns_compile() {
+        let m = matcher("POST /v1/refunds/{id}/cancel").unwrap();
+        assert_eq!(m.method, Method::POST);
+        let expected = [
+            lit("v1"),
+            lit("refunds"),
+            Segment::Capture("id".into()),
+            lit("cancel"),
+        ];
+        assert_eq!(m.segments, expected);
+        let m = matcher("GET  /files/{path*}").unwrap();
+        assert_eq!(m.segments, [lit("files"), Segment::Rest("path".into())]);
+        assert!(matcher("GET /").unwrap().segments.is_empty());
+        assert_eq!(matcher("PURGE /x").unwrap().method.as_str(), "PURGE");
+    }
+
+    #[test]
+    fn match_patterns_refused() {
+        let cases = [
+            ("/v1/refunds", "a method and a path"),
+            ("POST /v1 extra", "a method and a path"),
+            ("post /v1", "capitals"),
+            ("POST v1/refunds", "must start with"),
+            ("POST /v1?x=1", "no query"),
+            ("POST /v1//x", "empty path segment"),
+            ("POST /v1/", "empty path segment"),
+            ("POST /v1/re{id}", "whole segment"),
+            ("POST /{a*}/b", "last segment"),
+            ("POST /{a}/{a}", "appears twice"),
+            ("POST /{Id}", "capture name"),
+        ];
+        for (text, why) in cases {
+            let err = matcher(text).expect_err(text);
+            assert!(err.contains(why), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn lookups_split_method_and_target() {
+        let (method, template) = lookup("GET /v1/refunds?key={key}", &[]).unwrap();
+        assert_eq!(method, Method::GET);
+        assert_eq!(template.as_str(), "/v1/refunds?key={key}");
+        assert!(lookup("GET", &[]).is_err());
+        assert!(lookup("GET v1/refunds", &[]).is_err());
+        assert!(lookup("get /v1", &[]).is_err());
+    }
+
+    #[test]
+    fn empty_templates_are_refused() {
+        assert!(
+            template("", &[], false)
+                .unwrap_err()
+                .contains("empty template")
+        );
     }
 }

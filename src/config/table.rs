@@ -1,6 +1,8 @@
 //! The routes table `idemproxy check` prints: plain text, aligned columns, for a terminal.
 //! It only formats a validated `Config`; it never checks anything.
 
+use std::time::Duration;
+
 use super::Config;
 use crate::policy::{Approval, Dedupe, KeyPlacement, Provider, Route, Unmatched, Upstream};
 
@@ -120,8 +122,25 @@ fn upstream_url(u: &Upstream) -> String {
 
 fn dedupe_text(p: &Provider) -> String {
     match p.dedupe {
-        Dedupe::Key => format!("key ({})", humantime::format_duration(p.key_retention)),
+        Dedupe::Key => format!("key ({})", short_duration(p.key_retention)),
         Dedupe::None => "none".into(),
+    }
+}
+
+/// `24h`, `30d`, `90s`, `250ms`: the largest unit that divides the duration, as written in configs.
+fn short_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    let units = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "m"),
+        (1000, "s"),
+    ];
+    // Whole days read better as hours up to one day: the SPEC writes "24h".
+    let fits = |unit: u128| ms >= unit && ms % unit == 0 && !(unit == 86_400_000 && ms == unit);
+    match units.iter().find(|(unit, _)| fits(*unit)) {
+        Some((unit, name)) => format!("{}{name}", ms / unit),
+        None => format!("{ms}ms"),
     }
 }
 
@@ -129,5 +148,59 @@ fn unmatched_text(u: Unmatched) -> &'static str {
     match u {
         Unmatched::Pass => "pass",
         Unmatched::Reject => "reject",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    #[test]
+    fn shipped_config_table() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("proxy.toml");
+        let config = crate::config::load(&path).expect("shipped config loads");
+        let table = config.routes_table();
+        let lines: Vec<&str> = table.lines().collect();
+        let expected = [
+            "PROVIDER  MOUNT    UPSTREAM                DEDUPE     KEY                     UNMATCHED",
+            "stripe    /stripe  https://api.stripe.com  key (24h)  header idempotency-key  pass",
+            "  ROUTE                  MATCH                     EFFECT        APPROVAL  GUARDED",
+            "  create_refund          POST /v1/refunds          irreversible  none      yes",
+            "      operation_id[0]  {header:x-operation-id}",
+            "      reconcile        GET /v1/refunds?limit=1&metadata[operation]={key}  found /data/0",
+            "  retrieve_refund        GET /v1/refunds/{id}      read_only     none      no",
+        ];
+        for line in expected {
+            assert!(lines.contains(&line), "missing {line:?} in:\n{table}");
+        }
+        assert!(
+            lines.iter().all(|l| l.trim_end() == *l),
+            "trailing spaces:\n{table}"
+        );
+        let square = lines.iter().position(|l| l.starts_with("square "));
+        let stripe = lines.iter().position(|l| l.starts_with("stripe "));
+        assert!(square < stripe, "providers in name order");
+    }
+
+    #[test]
+    fn columns_align_on_the_widest_cell() {
+        let rows = [row(&["a", "bb", "c"]), row(&["aaa", "b", ""])];
+        assert_eq!(columns(&rows, "> "), "> a    bb  c\n> aaa  b\n");
+    }
+
+    #[test]
+    fn durations_in_the_largest_whole_unit() {
+        let cases = [
+            (86_400_000, "24h"),
+            (2 * 86_400_000, "2d"),
+            (90_000, "90s"),
+            (250, "250ms"),
+            (300_000, "5m"),
+        ];
+        for (ms, text) in cases {
+            assert_eq!(short_duration(Duration::from_millis(ms)), text);
+        }
     }
 }

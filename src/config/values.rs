@@ -192,3 +192,94 @@ pub(super) fn choice<T: Copy>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_parts() {
+        let u = upstream("https://api.example.com:8443/base/").unwrap();
+        assert_eq!(
+            (u.scheme, u.host.as_str()),
+            (Scheme::Https, "api.example.com")
+        );
+        assert_eq!((u.port, u.explicit_port), (8443, true));
+        assert_eq!(u.base_path, "/base");
+        let u = upstream("http://[::1]").unwrap();
+        assert_eq!(
+            (u.host.as_str(), u.port, u.explicit_port),
+            ("::1", 80, false)
+        );
+        assert_eq!(u.base_path, "");
+    }
+
+    #[test]
+    fn upstream_rejects_what_a_proxy_cannot_use() {
+        let cases = [
+            ("ftp://x", "use http or https"),
+            ("https://u:p@x", "user info"),
+            ("https://x/?a=1", "query or fragment"),
+            ("https://x/#f", "query or fragment"),
+            ("api.stripe.com", "invalid URL"),
+        ];
+        for (text, why) in cases {
+            let err = upstream(text).expect_err(text);
+            assert!(err.contains(why), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn mounts() {
+        assert_eq!(mount("/stripe").as_deref(), Ok("/stripe"));
+        assert_eq!(mount("/a/b-c").as_deref(), Ok("/a/b-c"));
+        for bad in [
+            "/", "stripe", "/stripe/", "/a//b", "/a?b", "/{x}", "/a/../b", "/a b", "",
+        ] {
+            assert!(mount(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn json_pointers() {
+        assert!(json_pointer("/data/0", false).is_ok());
+        assert!(json_pointer("/a~0b~1c", false).is_ok());
+        assert!(json_pointer("", true).is_ok());
+        assert!(
+            json_pointer("", false).is_err(),
+            "the key cannot replace the whole body"
+        );
+        assert!(json_pointer("data", true).is_err());
+        assert!(json_pointer("/a~2", true).is_err());
+    }
+
+    #[test]
+    fn names_and_headers() {
+        assert!(name("stripe-eu_2".into(), "provider", true).is_ok());
+        assert!(name("stripe-eu".into(), "route", false).is_err());
+        assert!(name(String::new(), "route", false).is_err());
+        assert_eq!(header("Idempotency-Key").unwrap(), "idempotency-key");
+        assert!(header("Idem Key").is_err());
+    }
+
+    #[test]
+    fn sizes_and_durations_from_toml_values() {
+        assert_eq!(size(None, 7), Ok(7));
+        assert_eq!(size(Some(&Value::Integer(2048)), 7), Ok(2048));
+        assert_eq!(size(Some(&Value::String("2 KiB".into())), 7), Ok(2048));
+        assert!(size(Some(&Value::Integer(0)), 7).is_err());
+        assert!(size(Some(&Value::Integer(-1)), 7).is_err());
+        let ms = Duration::from_millis(1);
+        assert_eq!(duration(None, ms, ms), Ok(ms));
+        assert!(duration(Some(&Value::String("0s".into())), ms, ms).is_err());
+        assert_eq!(
+            duration(Some(&Value::String("0s".into())), ms, Duration::ZERO),
+            Ok(Duration::ZERO)
+        );
+        assert!(
+            duration(Some(&Value::Integer(30)), ms, ms)
+                .unwrap_err()
+                .contains("write durations like")
+        );
+    }
+}
