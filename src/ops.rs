@@ -19,6 +19,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Value, json};
 
 use crate::admin::TOKEN_VAR;
+use table::clean;
 
 /// The admin API when neither `--admin` nor a loadable proxy.toml says otherwise.
 pub const DEFAULT_ADMIN: &str = "http://127.0.0.1:9901";
@@ -61,9 +62,13 @@ pub enum Verb {
         after: Option<String>,
     },
     /// Show one operation and its events.
-    Show { id: String },
+    Show {
+        /// The operation ID as `ops list` shows it (not percent-encoded).
+        id: String,
+    },
     /// Settle an unknown operation: it happened (--succeeded) or it did not (--failed).
     Resolve {
+        /// The operation ID as `ops list` shows it (not percent-encoded).
         id: String,
         /// The effect happened; replays will answer the given response.
         #[arg(long, conflicts_with = "failed", required_unless_present = "failed")]
@@ -86,12 +91,14 @@ pub enum Verb {
     },
     /// Approve a prepared operation; the agent's next request sends it.
     Approve {
+        /// The operation ID as `ops list` shows it (not percent-encoded).
         id: String,
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
     },
     /// Reject a prepared operation for good.
     Reject {
+        /// The operation ID as `ops list` shows it (not percent-encoded).
         id: String,
         #[arg(long, value_name = "TEXT")]
         reason: String,
@@ -206,31 +213,14 @@ pub fn plan(verb: &Verb, read: &dyn Fn(&Path) -> Result<String, String>) -> Resu
             limit,
             after,
         } => {
-            let mut query = form_urlencoded::Serializer::new(String::new());
             let limit = limit.map(|n| n.to_string());
-            let pairs = [
+            list_call([
                 ("state", state.as_deref()),
                 ("provider", provider.as_deref()),
                 ("route", route.as_deref()),
                 ("limit", limit.as_deref()),
                 ("after", after.as_deref()),
-            ];
-            for (key, value) in pairs {
-                if let Some(value) = value {
-                    query.append_pair(key, value);
-                }
-            }
-            let query = query.finish();
-            let path = if query.is_empty() {
-                "/ops".to_string()
-            } else {
-                format!("/ops?{query}")
-            };
-            Call {
-                method: Method::GET,
-                path,
-                body: None,
-            }
+            ])
         }
         Verb::Show { id } => Call {
             method: Method::GET,
@@ -246,6 +236,27 @@ pub fn plan(verb: &Verb, read: &dyn Fn(&Path) -> Result<String, String>) -> Resu
         }
         Verb::Reject { id, reason } => post(op(id, "/reject"), json!({ "reason": reason })),
     })
+}
+
+/// `GET /ops` with the given filters only.
+fn list_call(pairs: [(&str, Option<&str>); 5]) -> Call {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for (key, value) in pairs {
+        if let Some(value) = value {
+            query.append_pair(key, value);
+        }
+    }
+    let query = query.finish();
+    let path = if query.is_empty() {
+        "/ops".to_string()
+    } else {
+        format!("/ops?{query}")
+    };
+    Call {
+        method: Method::GET,
+        path,
+        body: None,
+    }
 }
 
 fn resolve_body(
@@ -357,112 +368,8 @@ pub fn problem_detail(status: StatusCode, body: &[u8]) -> String {
     }
 }
 
-/// Text safe for a terminal: control characters are escaped.
-fn clean(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            let escaped: Vec<char> = if c.is_control() {
-                c.escape_default().collect()
-            } else {
-                vec![c]
-            };
-            escaped
-        })
-        .collect()
-}
-
-/// A JSON value as table text: strings bare, null as `-`.
-fn cell(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => clean(s),
-        other => clean(&other.to_string()),
-    }
-}
-
-/// `ops list`: an ID, STATE, ATTEMPTS, UPDATED table, then the next page's cursor if any.
-pub fn render_list(page: &Value) -> String {
-    let empty = Vec::new();
-    let ops = page["ops"].as_array().unwrap_or(&empty);
-    if ops.is_empty() {
-        return "no operations\n".into();
-    }
-    let mut rows = vec![["ID", "STATE", "ATTEMPTS", "UPDATED"].map(String::from)];
-    for op in ops {
-        rows.push(["operation_id", "state", "attempts", "updated_at"].map(|k| cell(&op[k])));
-    }
-    let width = |i: usize| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0);
-    let widths = [width(0), width(1), width(2)];
-    let mut out = String::new();
-    for row in &rows {
-        out.push_str(&format!(
-            "{:w0$}  {:w1$}  {:w2$}  {}\n",
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-        ));
-    }
-    if let Some(next) = page["next"].as_str() {
-        out.push_str(&format!(
-            "more: idemproxy ops list --after {}\n",
-            clean(next)
-        ));
-    }
-    out
-}
-
-/// The fields `ops show` prints, in order.
-const FIELDS: [&str; 15] = [
-    "operation_id",
-    "provider",
-    "route",
-    "effect",
-    "state",
-    "approval",
-    "attempts",
-    "created_at",
-    "updated_at",
-    "first_dispatched_at",
-    "provider_request_id",
-    "idempotency_key",
-    "fingerprint",
-    "response",
-    "error",
-];
-
-/// `ops show` (and the answer of `resolve`, `approve`, `reject`): fields, then events.
-pub fn render_op(op: &Value) -> String {
-    let mut out = String::new();
-    for key in FIELDS {
-        let value = match (key, &op[key]) {
-            ("response", r @ Value::Object(_)) => format!(
-                "status {}, {} bytes, sha256 {}",
-                cell(&r["status"]),
-                cell(&r["body_bytes"]),
-                cell(&r["body_sha256"])
-            ),
-            (_, v) => cell(v),
-        };
-        out.push_str(&format!("{key:<20} {value}\n"));
-    }
-    if let Some(events) = op["events"].as_array() {
-        out.push_str("events:\n");
-        for e in events {
-            out.push_str(&format!(
-                "  {}  {:<20} attempt {}  {}\n",
-                cell(&e["at"]),
-                cell(&e["kind"]),
-                cell(&e["attempt"]),
-                cell(&e["detail"])
-            ));
-        }
-    }
-    out
-}
-
+mod table;
 #[cfg(test)]
 mod tests;
+
+pub use table::{render_list, render_op};
