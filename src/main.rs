@@ -38,6 +38,8 @@ enum Command {
         #[arg(short, long, default_value = "proxy.toml")]
         config: PathBuf,
     },
+    /// Inspect and settle operations through a running proxy's admin API.
+    Ops(idemproxy::ops::OpsArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve { config } => serve(config),
         Command::Check { config } => check(config),
+        Command::Ops(args) => idemproxy::ops::run(args),
     }
 }
 
