@@ -1,0 +1,66 @@
+//! Graceful shutdown: on SIGTERM the proxy stops accepting at once, lets the request in
+//! flight finish, and exits 0. The admin listener's `/healthz` tells scripts it is up.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::{Behavior, FakeProvider, Proxy, send};
+use http::{Method, StatusCode};
+use tokio::net::TcpStream;
+
+/// Waits until `addr` refuses connections (the listener is closed); fails after 10 s.
+/// There is no signal for "listener closed" but the refused connect itself, hence polling.
+async fn wait_refused(addr: SocketAddr) {
+    let refused = async {
+        while TcpStream::connect(addr).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), refused)
+        .await
+        .unwrap_or_else(|_| panic!("{addr} still accepts connections after SIGTERM"));
+}
+
+#[tokio::test]
+async fn healthz_answers_200_on_the_admin_listener() {
+    let proxy = Proxy::builder().start().await;
+    let resp = send(Method::GET, &proxy.admin_url("/healthz"), &[], "")
+        .await
+        .expect("answer");
+    assert_eq!(resp.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn sigterm_lets_the_request_in_flight_finish_and_refuses_new_connections() {
+    // The provider holds the request until released: it is in flight for as long as the
+    // test needs, with no timing involved.
+    let provider = FakeProvider::start(Behavior::fixed(200, "finished").hold()).await;
+    let mut proxy = Proxy::builder()
+        .policy("slow", &provider.policy("slow", ""))
+        .start()
+        .await;
+    let (listen, admin) = (proxy.proxy_addr(), proxy.admin_addr());
+    let in_flight = tokio::spawn(send(Method::POST, &proxy.url("/slow/v1/work"), &[], "x"));
+    provider.wait_for_requests(1).await;
+
+    let drain = async {
+        wait_refused(listen).await;
+        wait_refused(admin).await;
+        assert!(!in_flight.is_finished(), "the held request cannot have finished yet");
+        provider.release();
+        in_flight.await.expect("task").expect("the in-flight request is answered")
+    };
+    let (status, resp) = tokio::join!(proxy.terminate(), drain);
+    assert_eq!(resp.status, StatusCode::OK);
+    assert_eq!(resp.text(), "finished");
+    assert!(status.success(), "exit status {status:?}");
+}
+
+#[tokio::test]
+async fn sigterm_on_an_idle_proxy_exits_0() {
+    let mut proxy = Proxy::builder().start().await;
+    let status = proxy.terminate().await;
+    assert!(status.success(), "exit status {status:?}");
+}
