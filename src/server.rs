@@ -26,6 +26,7 @@ use crate::proxy::ProxyBody;
 /// Inbound protections: slow or oversized headers, too many h2 streams.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_HEADERS: usize = 128;
+/// The request head (HTTP/1.1) or header list (h2) may not exceed this; over it, 431.
 const MAX_HEADER_BYTES: u32 = 64 * 1024;
 const MAX_H2_STREAMS: u32 = 256;
 
@@ -140,7 +141,10 @@ fn builder() -> auto::Builder<TokioExecutor> {
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
-        .max_headers(MAX_HEADERS);
+        .max_headers(MAX_HEADERS)
+        // hyper answers 431 once an unparsed head fills the read buffer; its default
+        // (~400 KiB) would let a head far over the limit through. Bodies still stream.
+        .max_buf_size(MAX_HEADER_BYTES as usize);
     builder
         .http2()
         .timer(TokioTimer::new())

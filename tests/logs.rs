@@ -26,10 +26,14 @@ async fn start(json: bool) -> (FakeProvider, Proxy) {
 /// One guarded and one unguarded request, both carrying the secrets.
 async fn send_secrets(proxy: &Proxy) {
     let auth = [("authorization", SECRET_HEADER), ("x-operation-id", "op-1")];
-    let guarded = send(Method::POST, &proxy.url("/acme/v1/refunds"), &auth, SECRET_BODY);
-    assert_eq!(guarded.await.expect("answer").status, StatusCode::OK);
-    let plain = send(Method::PUT, &proxy.url("/acme/v1/other"), &auth[..1], SECRET_BODY);
-    assert_eq!(plain.await.expect("answer").status, StatusCode::OK);
+    let guarded = send(Method::POST, &proxy.url("/acme/v1/refunds"), &auth, SECRET_BODY)
+        .await
+        .expect("answer");
+    assert_eq!(guarded.status, StatusCode::OK, "{}", guarded.text());
+    let plain = send(Method::PUT, &proxy.url("/acme/v1/other"), &auth[..1], SECRET_BODY)
+        .await
+        .expect("answer");
+    assert_eq!(plain.status, StatusCode::OK, "{}", plain.text());
 }
 
 fn assert_no_secrets(log: &str) {
