@@ -32,8 +32,14 @@ async fn check_on_the_shipped_config_prints_the_routes_table() {
     let (status, stdout, stderr) = dir.run_cli(&["check", "-c", &config]).await;
     assert!(status.success(), "{status:?}\n{stderr}");
     assert_line(&stdout, &["stripe", "/stripe", "https://api.stripe.com"]);
-    assert_line(&stdout, &["create_refund", "POST /v1/refunds", "irreversible"]);
-    assert_line(&stdout, &["retrieve_refund", "GET /v1/refunds/{id}", "read_only"]);
+    assert_line(
+        &stdout,
+        &["create_refund", "POST /v1/refunds", "irreversible"],
+    );
+    assert_line(
+        &stdout,
+        &["retrieve_refund", "GET /v1/refunds/{id}", "read_only"],
+    );
     assert_line(&stdout, &["proxy.toml", "ok"]);
 }
 
@@ -43,9 +49,18 @@ async fn check_on_a_broken_policy_names_file_key_and_fix() {
     let config = broken("unknown_template_source");
     let (status, stdout, stderr) = dir.run_cli(&["check", "-c", &config]).await;
     assert!(!status.success(), "{status:?}\n{stdout}");
-    let parts = ["policies/stripe.toml", "create_refund", "operation_id[1]", "hedaer", "expected header"];
+    let parts = [
+        "policies/stripe.toml",
+        "create_refund",
+        "operation_id[1]",
+        "hedaer",
+        "expected header",
+    ];
     assert_line(&stderr, &parts);
-    assert!(!stdout.contains("ok"), "a broken config is not ok:\n{stdout}");
+    assert!(
+        !stdout.contains("ok"),
+        "a broken config is not ok:\n{stdout}"
+    );
 }
 
 #[tokio::test]
@@ -54,12 +69,24 @@ async fn check_on_a_broken_proxy_toml_names_file_key_and_fix() {
     let config = broken("unknown_key_proxy");
     let (status, _, stderr) = dir.run_cli(&["check", "-c", &config]).await;
     assert!(!status.success());
-    assert_line(&stderr, &["proxy.toml", "limits.max_body", "unknown key", "max_request_body"]);
+    assert_line(
+        &stderr,
+        &[
+            "proxy.toml",
+            "limits.max_body",
+            "unknown key",
+            "max_request_body",
+        ],
+    );
 }
 
 #[tokio::test]
 async fn serve_with_a_broken_config_refuses_to_start_with_the_same_message() {
-    let bad_route = route("create_refund", "POST /v1/refunds", &["{hedaer:x-operation-id}"]);
+    let bad_route = route(
+        "create_refund",
+        "POST /v1/refunds",
+        &["{hedaer:x-operation-id}"],
+    );
     let policy = common::policy("stripe", "https://api.stripe.com", &bad_route);
     let dir = Proxy::builder().policy("stripe", &policy).write();
     let config = dir.config_path().to_string_lossy().into_owned();
@@ -67,7 +94,12 @@ async fn serve_with_a_broken_config_refuses_to_start_with_the_same_message() {
     let (status, stderr) = dir.start_expect_failure().await;
     assert!(!status.success(), "{status:?}");
     assert!(!check_status.success());
-    let parts = ["policies/stripe.toml", "operation_id[0]", "hedaer", "expected header"];
+    let parts = [
+        "policies/stripe.toml",
+        "operation_id[0]",
+        "hedaer",
+        "expected header",
+    ];
     assert_line(&stderr, &parts);
     assert_line(&check_stderr, &parts);
 }

@@ -59,8 +59,16 @@ fn parse(text: &str) -> RawResp {
     let chunked = headers
         .iter()
         .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
-    let body = if chunked { dechunk(body) } else { body.to_string() };
-    RawResp { status, headers, body }
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    RawResp {
+        status,
+        headers,
+        body,
+    }
 }
 
 /// Joins the chunks of a chunked body (enough for the small answers here).
@@ -107,7 +115,10 @@ async fn absolute_form_request_reaches_the_provider_of_that_host() {
     assert_eq!(&got.body[..], b"body");
     assert_eq!(got.header("x-agent"), Some("a"));
     assert_eq!(got.header("proxy-connection"), None);
-    assert_eq!(got.header("host"), Some(format!("localhost:{port}").as_str()));
+    assert_eq!(
+        got.header("host"),
+        Some(format!("localhost:{port}").as_str())
+    );
 }
 
 #[tokio::test]
@@ -119,7 +130,10 @@ async fn an_unknown_host_or_port_is_403_no_route_never_an_open_proxy() {
         let head = format!("GET http://{host}/v1/x HTTP/1.1\r\nHost: {host}\r\n");
         let resp = raw(proxy.proxy_addr(), &head, "").await;
         assert_eq!(resp.status, 403, "{host}: {}", resp.body);
-        assert_eq!(resp.header("content-type"), Some("application/problem+json"));
+        assert_eq!(
+            resp.header("content-type"),
+            Some("application/problem+json")
+        );
         assert_eq!(resp.json()["type"], "urn:idemproxy:no-route", "{host}");
     }
     assert_eq!(provider.request_count(), 0);
@@ -132,7 +146,10 @@ async fn connect_is_refused_with_a_problem_pointing_at_the_mount() {
     let head = format!("CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\n");
     let resp = raw(proxy.proxy_addr(), &head, "").await;
     assert_eq!(resp.status, 501, "{}", resp.body);
-    assert_eq!(resp.header("content-type"), Some("application/problem+json"));
+    assert_eq!(
+        resp.header("content-type"),
+        Some("application/problem+json")
+    );
     let problem = resp.json();
     assert_eq!(problem["type"], "urn:idemproxy:connect-not-supported");
     assert_eq!(problem["status"], 501);
@@ -140,4 +157,22 @@ async fn connect_is_refused_with_a_problem_pointing_at_the_mount() {
     assert!(detail.contains("HTTPS interception"), "{detail}");
     assert!(detail.contains("mount"), "{detail}");
     assert_eq!(provider.request_count(), 0);
+}
+
+#[tokio::test]
+async fn absolute_form_goes_over_the_upstreams_own_scheme_and_base_path() {
+    let provider = FakeProvider::start_tls(Behavior::fixed(200, "over tls")).await;
+    let port = provider.addr().port();
+    let upstream = format!("{}/base", provider.url());
+    let policy = common::files::policy_with_ca("tls", &upstream, Some(&provider.ca_file()), "");
+    let proxy = Proxy::builder().policy("tls", &policy).start().await;
+    // The agent believes the provider speaks plain HTTP; the proxy speaks HTTPS to it.
+    let head =
+        format!("GET http://localhost:{port}/base/v1/x HTTP/1.1\r\nHost: localhost:{port}\r\n");
+    let resp = raw(proxy.proxy_addr(), &head, "").await;
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert_eq!(resp.body, "over tls");
+    let got = &provider.requests()[0];
+    assert_eq!(got.path_and_query, "/base/v1/x");
+    assert_eq!(got.version, http::Version::HTTP_2);
 }

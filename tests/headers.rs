@@ -54,8 +54,18 @@ async fn request_headers_lose_hop_by_hop_and_control_headers_and_gain_nothing() 
     }
     let host = provider.addr().to_string();
     assert_eq!(got.header("host"), Some(host.as_str()));
-    for added in ["via", "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto"] {
-        assert_eq!(got.header(added), None, "the proxy is transparent: no {added}");
+    for added in [
+        "via",
+        "forwarded",
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "x-forwarded-proto",
+    ] {
+        assert_eq!(
+            got.header(added),
+            None,
+            "the proxy is transparent: no {added}"
+        );
     }
 }
 
@@ -84,7 +94,10 @@ async fn response_headers_lose_hop_by_hop_and_keep_the_rest() {
         assert_eq!(resp.header(name), None, "{name} must not reach the agent");
     }
     let connection = resp.header("connection").unwrap_or_default();
-    assert!(!connection.contains("x-resp-hop"), "connection: {connection}");
+    assert!(
+        !connection.contains("x-resp-hop"),
+        "connection: {connection}"
+    );
     for (name, value) in [
         ("x-request-id", "req_123"),
         ("set-cookie", "a=b"),

@@ -45,7 +45,11 @@ async fn headers_over_64_kib_are_refused_over_http1() {
     let many: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), piece.as_str())).collect();
     let answer = send(Method::GET, &proxy.url("/p/many"), &many, "").await;
     assert!(refused(&answer), "{answer:?}");
-    assert_eq!(provider.request_count(), 0, "an oversized request is never forwarded");
+    assert_eq!(
+        provider.request_count(),
+        0,
+        "an oversized request is never forwarded"
+    );
     still_serving(&proxy).await;
 }
 
@@ -71,5 +75,9 @@ async fn a_16_kib_header_passes() {
     }
     let requests = provider.requests();
     assert_eq!(requests.len(), 2);
-    assert!(requests.iter().all(|r| r.header("x-large") == Some(large.as_str())));
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.header("x-large") == Some(large.as_str()))
+    );
 }

@@ -13,7 +13,11 @@ const SECRET_BODY: &str = "secret_body_value";
 /// A provider with a guarded route and `extra` set on the proxy (bin args, env).
 async fn start(json: bool) -> (FakeProvider, Proxy) {
     let provider = FakeProvider::start(Behavior::fixed(200, "done")).await;
-    let refund = route("create_refund", "POST /v1/refunds", &["{header:x-operation-id}"]);
+    let refund = route(
+        "create_refund",
+        "POST /v1/refunds",
+        &["{header:x-operation-id}"],
+    );
     let mut builder = Proxy::builder()
         .env("IDEMPROXY_LOG", "trace")
         .policy("acme", &provider.policy("acme", &refund));
@@ -26,19 +30,35 @@ async fn start(json: bool) -> (FakeProvider, Proxy) {
 /// One guarded and one unguarded request, both carrying the secrets.
 async fn send_secrets(proxy: &Proxy) {
     let auth = [("authorization", SECRET_HEADER), ("x-operation-id", "op-1")];
-    let guarded = send(Method::POST, &proxy.url("/acme/v1/refunds"), &auth, SECRET_BODY)
-        .await
-        .expect("answer");
+    let guarded = send(
+        Method::POST,
+        &proxy.url("/acme/v1/refunds"),
+        &auth,
+        SECRET_BODY,
+    )
+    .await
+    .expect("answer");
     assert_eq!(guarded.status, StatusCode::OK, "{}", guarded.text());
-    let plain = send(Method::PUT, &proxy.url("/acme/v1/other"), &auth[..1], SECRET_BODY)
-        .await
-        .expect("answer");
+    let plain = send(
+        Method::PUT,
+        &proxy.url("/acme/v1/other"),
+        &auth[..1],
+        SECRET_BODY,
+    )
+    .await
+    .expect("answer");
     assert_eq!(plain.status, StatusCode::OK, "{}", plain.text());
 }
 
 fn assert_no_secrets(log: &str) {
-    assert!(!log.contains("sk_test_secret123"), "the log holds a header value:\n{log}");
-    assert!(!log.contains(SECRET_BODY), "the log holds a request body:\n{log}");
+    assert!(
+        !log.contains("sk_test_secret123"),
+        "the log holds a header value:\n{log}"
+    );
+    assert!(
+        !log.contains(SECRET_BODY),
+        "the log holds a request body:\n{log}"
+    );
 }
 
 #[tokio::test]
@@ -65,7 +85,10 @@ async fn json_logs_parse_line_by_line_and_name_the_request() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
-    let requests: Vec<_> = events.iter().filter(|e| e["message"] == "request").collect();
+    let requests: Vec<_> = events
+        .iter()
+        .filter(|e| e["message"] == "request")
+        .collect();
     assert_eq!(requests.len(), 2, "one line per request:\n{log}");
     assert_eq!(requests[0]["provider"], "acme");
     assert_eq!(requests[0]["route"], "create_refund");

@@ -37,12 +37,17 @@ async fn http1_agent_reaches_an_h2_tls_provider_through_the_mount() {
     let (provider, proxy) = tls_provider_with_base().await;
     let url = proxy.url("/pay/v1/items/it_1?expand=a&expand=b&q=x%20y");
     let headers = [("content-type", "text/plain"), ("x-agent-said", "hi")];
-    let resp = send(Method::PATCH, &url, &headers, "the body").await.expect("answer");
+    let resp = send(Method::PATCH, &url, &headers, "the body")
+        .await
+        .expect("answer");
     assert_answer_unchanged(&resp);
 
     let got = &provider.requests()[0];
     assert_eq!(got.method, Method::PATCH);
-    assert_eq!(got.path_and_query, "/base/v1/items/it_1?expand=a&expand=b&q=x%20y");
+    assert_eq!(
+        got.path_and_query,
+        "/base/v1/items/it_1?expand=a&expand=b&q=x%20y"
+    );
     assert_eq!(&got.body[..], b"the body");
     assert_eq!(got.header("content-type"), Some("text/plain"));
     assert_eq!(got.header("x-agent-said"), Some("hi"));
@@ -69,7 +74,9 @@ async fn h2c_agent_reaches_an_h2_tls_provider_through_the_mount() {
 #[tokio::test]
 async fn the_mount_itself_maps_to_the_base_path() {
     let (provider, proxy) = tls_provider_with_base().await;
-    let resp = send(Method::GET, &proxy.url("/pay"), &[], "").await.expect("answer");
+    let resp = send(Method::GET, &proxy.url("/pay"), &[], "")
+        .await
+        .expect("answer");
     assert_eq!(resp.status, StatusCode::CREATED);
     assert_eq!(provider.requests()[0].path_and_query, "/base/");
 }
@@ -93,7 +100,11 @@ async fn plain_http_provider_is_spoken_to_in_http1_with_its_own_host() {
     assert_eq!(got.path_and_query, "/v1/x/y?z=1");
     assert_eq!(got.version, Version::HTTP_11);
     let host = provider.addr().to_string();
-    assert_eq!(got.header("host"), Some(host.as_str()), "Host is the upstream's");
+    assert_eq!(
+        got.header("host"),
+        Some(host.as_str()),
+        "Host is the upstream's"
+    );
 }
 
 #[tokio::test]
@@ -104,12 +115,40 @@ async fn a_path_under_no_mount_is_404_no_route() {
         .start()
         .await;
     for path in ["/nothing/here", "/plainer/v1", "/"] {
-        let resp = send(Method::GET, &proxy.url(path), &[], "").await.expect("answer");
+        let resp = send(Method::GET, &proxy.url(path), &[], "")
+            .await
+            .expect("answer");
         assert_eq!(resp.status, StatusCode::NOT_FOUND, "{path}");
-        assert_eq!(resp.header("content-type"), Some("application/problem+json"));
+        assert_eq!(
+            resp.header("content-type"),
+            Some("application/problem+json")
+        );
         let problem = resp.json();
         assert_eq!(problem["type"], "urn:idemproxy:no-route", "{path}");
         assert_eq!(problem["status"], 404);
     }
     assert_eq!(provider.request_count(), 0);
+}
+
+#[tokio::test]
+async fn a_provider_that_cannot_be_reached_is_502_upstream_unreachable() {
+    // A port that was free a moment ago: nothing listens there.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let upstream = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let proxy = Proxy::builder()
+        .policy("gone", &common::policy("gone", &upstream, ""))
+        .start()
+        .await;
+    let resp = send(Method::GET, &proxy.url("/gone/v1/x"), &[], "")
+        .await
+        .expect("answer");
+    assert_eq!(resp.status, StatusCode::BAD_GATEWAY, "{}", resp.text());
+    assert_eq!(
+        resp.header("content-type"),
+        Some("application/problem+json")
+    );
+    let problem = resp.json();
+    assert_eq!(problem["type"], "urn:idemproxy:upstream-unreachable");
+    assert_eq!(problem["provider"], "gone");
 }

@@ -35,9 +35,16 @@ async fn an_untrusted_certificate_is_502_upstream_unreachable() {
         .await
         .expect("answer");
     assert_eq!(resp.status, StatusCode::BAD_GATEWAY, "{}", resp.text());
-    assert_eq!(resp.header("content-type"), Some("application/problem+json"));
+    assert_eq!(
+        resp.header("content-type"),
+        Some("application/problem+json")
+    );
     let problem = resp.json();
     assert_eq!(problem["type"], "urn:idemproxy:upstream-unreachable");
     assert_eq!(problem["provider"], "unsafe");
-    assert_eq!(provider.request_count(), 0, "no request may cross an untrusted TLS session");
+    assert_eq!(
+        provider.request_count(),
+        0,
+        "no request may cross an untrusted TLS session"
+    );
 }
