@@ -103,3 +103,19 @@ async fn serve_with_a_broken_config_refuses_to_start_with_the_same_message() {
     assert_line(&stderr, &parts);
     assert_line(&check_stderr, &parts);
 }
+
+#[tokio::test]
+async fn serve_on_a_port_in_use_exits_non_zero_naming_the_key() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr");
+    let policy = common::policy("p", "https://api.example.com", "");
+    let config =
+        format!("listen = \"{addr}\"\nadmin_listen = \"127.0.0.1:0\"\nledger = \"ledger.redb\"\n");
+    let (status, stderr) = Proxy::builder()
+        .raw_config(&config)
+        .policy("p", &policy)
+        .start_expect_failure()
+        .await;
+    assert!(!status.success(), "{status:?}");
+    assert_line(&stderr, &[&addr.to_string(), "listen"]);
+}

@@ -152,3 +152,30 @@ async fn a_provider_that_cannot_be_reached_is_502_upstream_unreachable() {
     assert_eq!(problem["type"], "urn:idemproxy:upstream-unreachable");
     assert_eq!(problem["provider"], "gone");
 }
+
+#[tokio::test]
+async fn head_and_204_answers_pass_without_a_body() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "a body head must not carry")).await;
+    let proxy = Proxy::builder()
+        .policy("plain", &provider.policy("plain", ""))
+        .start()
+        .await;
+    let resp = send(Method::HEAD, &proxy.url("/plain/v1/x"), &[], "")
+        .await
+        .expect("answer");
+    assert_eq!(resp.status, StatusCode::OK);
+    assert!(resp.body.is_empty());
+    assert_eq!(provider.requests()[0].method, Method::HEAD);
+
+    provider.set_behavior(Behavior::fixed(204, ""));
+    let resp = send_h2c(Method::DELETE, &proxy.url("/plain/v1/x"), &[], "")
+        .await
+        .expect("answer");
+    assert_eq!(resp.status, StatusCode::NO_CONTENT);
+    assert!(resp.body.is_empty());
+    // The proxy still serves the same agent afterwards.
+    let resp = send(Method::GET, &proxy.url("/plain/v1/y"), &[], "")
+        .await
+        .expect("answer");
+    assert_eq!(resp.status, StatusCode::NO_CONTENT);
+}
