@@ -94,3 +94,39 @@ async fn unmatched_pass_forwards_unguarded() {
     );
     assert_eq!(&got.body[..], b"amount=5");
 }
+
+#[tokio::test]
+async fn other_spellings_of_a_guarded_path_are_guarded_and_sent_normalized() {
+    let (provider, proxy) = start("pass").await;
+    let spellings = [
+        "/acme/v1/refunds/",
+        "/acme/v1//refunds",
+        "/acme/v1/x/../refunds",
+        "/acme/v1/%72efunds",
+    ];
+    for (i, path) in spellings.iter().enumerate() {
+        let op = format!("op-{i}");
+        let resp = send(
+            Method::POST,
+            &proxy.url(path),
+            &[("x-operation-id", op.as_str())],
+            "a=1",
+        )
+        .await
+        .expect("answer");
+        assert_eq!(resp.status, StatusCode::OK, "{path}: {}", resp.text());
+        assert_eq!(
+            resp.header("idem-state"),
+            Some("succeeded"),
+            "{path} went unguarded"
+        );
+        let expected = format!("acme/create_refund/{op}");
+        assert_eq!(resp.header("idem-operation-id"), Some(expected.as_str()));
+    }
+    let paths: Vec<String> = provider
+        .requests()
+        .into_iter()
+        .map(|r| r.path_and_query)
+        .collect();
+    assert_eq!(paths, vec!["/v1/refunds"; spellings.len()]);
+}
