@@ -20,6 +20,7 @@
 //! - `problem`: every refusal, and the one place it becomes problem+json.
 //! - `admin`: the admin API.
 //! - `metrics`: Prometheus counters, histograms and gauges.
+//! - `demo`: `idemproxy demo`, a lost-response refund told end to end, offline.
 
 pub mod admin;
 pub mod app;
@@ -27,6 +28,7 @@ pub mod body;
 pub mod clock;
 pub mod config;
 pub mod decide;
+pub mod demo;
 pub mod dispatch;
 pub mod fingerprint;
 pub mod guard;

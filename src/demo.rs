@@ -1,0 +1,335 @@
+//! `idemproxy demo`: a lost-response refund, end to end, offline, in one process.
+//!
+//! This module owns the story: two fake refund providers (one deduplicates on the key, one
+//! cannot), the real proxy in front of them with a temporary ledger, and an agent that retries
+//! its refund step. It prints each step in plain words and checks every answer against what
+//! the story expects; the exit code says whether the product behaved. It never touches the
+//! network beyond 127.0.0.1, never reads a configuration file and leaves nothing on disk.
+//!
+//! # Layout
+//! - `provider`: the fake refund provider and its books (effects, keys, lost answers).
+//! - `stage`: the proxy, configured in code, serving on loopback with a temporary ledger.
+//! - `agent`: the HTTP client that sends the refund through the proxy.
+//! - `operator`: the person who resolves an operation the proxy holds as unknown.
+//! - `story`: the narration and the checks behind the exit code.
+
+mod agent;
+mod operator;
+mod provider;
+mod stage;
+mod story;
+
+use std::io::Write;
+
+use crate::policy::Dedupe;
+use agent::{Agent, Answer, Refund};
+use provider::FakeProvider;
+use stage::{ROUTE, Stage, Upstreamed};
+use story::{Expect, Story};
+
+/// Why the demo did not end as the story expects.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("the demo could not start: {0}")]
+    Setup(String),
+    #[error("the request to {uri} broke: {why}")]
+    Exchange { uri: String, why: String },
+    #[error("{0} thing(s) did not go as the story expects")]
+    Differed(usize),
+}
+
+/// The provider that deduplicates on `Idempotency-Key`, like Stripe.
+const DEDUPES: &str = "payments";
+/// The provider that cannot deduplicate (`dedupe = "none"`).
+const CANNOT: &str = "bank";
+
+/// Runs both parts, writing the story to `out`. `Ok` only if each provider made exactly one
+/// refund and every answer was the one the story expects; otherwise the differences are
+/// written to `out` and counted in `DemoError::Differed`.
+pub async fn run(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
+    let setup = |e: std::io::Error| DemoError::Setup(e.to_string());
+    let dedupes = FakeProvider::start(true).await.map_err(setup)?;
+    let cannot = FakeProvider::start(false).await.map_err(setup)?;
+    let stage = Stage::start(&[
+        Upstreamed {
+            name: DEDUPES,
+            addr: dedupes.addr(),
+            dedupe: Dedupe::Key,
+        },
+        Upstreamed {
+            name: CANNOT,
+            addr: cannot.addr(),
+            dedupe: Dedupe::None,
+        },
+    ])
+    .await?;
+    let mut story = Story::new(out);
+    intro(&mut story);
+    let agent = Agent::new();
+    let first = Scene::new(&stage, &agent, &dedupes, DEDUPES, "wf-81", "ch_1");
+    let one = part_one(&mut story, &first).await;
+    let second = Scene::new(&stage, &agent, &cannot, CANNOT, "wf-82", "ch_2");
+    let two = part_two(&mut story, &second).await;
+    drop(agent);
+    stage.stop().await;
+    for broke in [one, two].into_iter().filter_map(Result::err) {
+        story.differed(broke);
+    }
+    verdict(&mut story)
+}
+
+fn intro(story: &mut Story) {
+    story
+        .line("idemproxy demo: an agent refunds a charge, and the answer is lost on the way back.");
+    story.line("Everything runs here, offline: fake refund providers, the proxy with its ledger");
+    story.line(
+        "in a temporary folder, and an agent that retries the step as a workflow runtime does.",
+    );
+}
+
+fn verdict(story: &mut Story) -> Result<(), DemoError> {
+    story.line("");
+    let differences = story.differences().to_vec();
+    if differences.is_empty() {
+        story.line("One refund per provider, however often the agent retried.");
+        return Ok(());
+    }
+    story.line("The demo did not go as expected:");
+    for difference in &differences {
+        story.line(format!("  - {difference}"));
+    }
+    Err(DemoError::Differed(differences.len()))
+}
+
+/// One provider, one agent workflow: what a part needs to send and to check.
+struct Scene<'a> {
+    stage: &'a Stage,
+    agent: &'a Agent,
+    provider: &'a FakeProvider,
+    name: &'static str,
+    refund: Refund,
+    /// How many calls the agent's SDK has made (each gets a fresh key of its own).
+    calls: std::sync::atomic::AtomicU32,
+}
+
+impl<'a> Scene<'a> {
+    fn new(
+        stage: &'a Stage,
+        agent: &'a Agent,
+        provider: &'a FakeProvider,
+        name: &'static str,
+        workflow: &'static str,
+        charge: &'static str,
+    ) -> Scene<'a> {
+        let refund = Refund {
+            workflow,
+            charge,
+            amount: 500,
+            step: 2,
+        };
+        Scene {
+            stage,
+            agent,
+            provider,
+            name,
+            refund,
+            calls: 0.into(),
+        }
+    }
+
+    /// The operation ID the proxy derives for this scene's refund.
+    fn operation_id(&self) -> String {
+        let r = &self.refund;
+        format!(
+            "{}/{ROUTE}/{}:{}:refund:{}",
+            self.name, r.workflow, r.charge, r.step
+        )
+    }
+
+    /// The agent sends `refund` through the proxy, with a fresh SDK key as SDKs do.
+    async fn send(&self, refund: &Refund) -> Result<Answer, DemoError> {
+        let n = self
+            .calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let sdk_key = format!("sdk-generated-{}-{n}", self.name);
+        let proxy = self.stage.bound.proxy;
+        self.agent.refund(proxy, self.name, refund, &sdk_key).await
+    }
+
+    /// The refund the provider really made first, as its dashboard shows it.
+    fn first_refund_id(&self) -> Option<String> {
+        let refund = self.provider.refund(1)?;
+        refund.get("id")?.as_str().map(str::to_string)
+    }
+}
+
+fn dollars(cents: u64) -> String {
+    format!("${}.{:02}", cents / 100, cents % 100)
+}
+
+/// The answer to a lost response: the outcome cannot be known.
+const UNKNOWN: Expect = Expect {
+    status: 202,
+    state: "unknown",
+    replayed: "false",
+    problem: Some("outcome-unknown"),
+};
+
+/// A refund answered from a record (the provider's or the proxy's).
+const REPLAYED: Expect = Expect {
+    status: 200,
+    state: "succeeded",
+    replayed: "true",
+    problem: None,
+};
+
+/// Step 1 of both parts: the first request, whose answer the provider loses.
+async fn lost_answer(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError> {
+    let r = &scene.refund;
+    story.line(format!("Operation ID: {}", scene.operation_id()));
+    story.line("  (from the X-Workflow-Id header, the charge and the workflow step)");
+    story.step(format!(
+        "The agent asks for a refund of {} on charge {}.",
+        dollars(r.amount),
+        r.charge
+    ));
+    let answer = scene.send(r).await?;
+    let made = scene.first_refund_id().unwrap_or_else(|| "(none)".into());
+    story.note(format!(
+        "The provider makes refund {made}, then the connection drops before the answer arrives."
+    ));
+    story.answer(&answer);
+    story.note("The refund may or may not have happened: the proxy says so instead of guessing.");
+    story.check(&answer, UNKNOWN);
+    story.expect("the provider's refunds", 1, scene.provider.effects());
+    Ok(())
+}
+
+/// Ends a part with the provider's effect count, the line the demo is about.
+fn effects(story: &mut Story<'_>, scene: &Scene<'_>) {
+    let effects = scene.provider.effects();
+    let requests = scene.provider.requests();
+    story.line(format!("provider effects: {effects}"));
+    story.note(format!("(the provider received {requests} request(s))"));
+    story.expect("the provider's effect count", 1, effects);
+}
+
+/// Part 1: the provider deduplicates on the key the proxy sends on every attempt.
+async fn part_one(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError> {
+    story.part("a provider that deduplicates on Idempotency-Key (like Stripe)");
+    lost_answer(story, scene).await?;
+    story.step("The agent's runtime retries the step. Its SDK makes up a new Idempotency-Key,");
+    story.note("but the proxy sends the operation's own key, the same on every attempt.");
+    let answer = scene.send(&scene.refund).await?;
+    story.answer(&answer);
+    story.note("The provider knew the key and returned the refund it had already made;");
+    story.note("the proxy recorded it as succeeded before answering.");
+    story.check(&answer, REPLAYED);
+    story.expect(
+        "the refund",
+        scene.first_refund_id().as_deref(),
+        answer.refund_id(),
+    );
+    story.expect("the provider's requests", 2, scene.provider.requests());
+    from_ledger(story, scene).await?;
+    conflict(story, scene).await?;
+    effects(story, scene);
+    Ok(())
+}
+
+/// Part 1, step 3: a further retry never reaches the provider.
+async fn from_ledger(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError> {
+    story.step("The agent retries once more.");
+    let before = scene.provider.requests();
+    let answer = scene.send(&scene.refund).await?;
+    story.answer(&answer);
+    story.note("Answered from the ledger: the provider was not called.");
+    story.check(&answer, REPLAYED);
+    story.expect(
+        "the refund",
+        scene.first_refund_id().as_deref(),
+        answer.refund_id(),
+    );
+    story.expect("the provider's requests", before, scene.provider.requests());
+    Ok(())
+}
+
+/// Part 1, step 4: the same step with another amount is refused.
+async fn conflict(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError> {
+    let changed = Refund {
+        amount: 900,
+        ..scene.refund.clone()
+    };
+    story.step(format!(
+        "A confused agent retries the same step with {} instead of {}.",
+        dollars(changed.amount),
+        dollars(scene.refund.amount)
+    ));
+    let before = scene.provider.requests();
+    let answer = scene.send(&changed).await?;
+    story.answer(&answer);
+    story.note("Same operation, other parameters: refused (409), and nothing was sent.");
+    let expect = Expect {
+        status: 409,
+        state: "succeeded",
+        replayed: "false",
+        problem: Some("parameter-mismatch"),
+    };
+    story.check(&answer, expect);
+    story.expect(
+        "differing_fields",
+        vec!["amount".to_string()],
+        answer.differing_fields(),
+    );
+    story.expect("the provider's requests", before, scene.provider.requests());
+    Ok(())
+}
+
+/// Part 2: the provider cannot deduplicate, so only a person can settle the unknown.
+async fn part_two(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError> {
+    story.part("a provider that cannot deduplicate (dedupe = \"none\")");
+    lost_answer(story, scene).await?;
+    story.step("The agent's runtime retries the step.");
+    let answer = scene.send(&scene.refund).await?;
+    story.answer(&answer);
+    story.note("Sending it again could refund twice, so the proxy holds the operation as");
+    story.note("unknown (202 outcome-unknown) and sends nothing until someone resolves it.");
+    story.check(&answer, UNKNOWN);
+    story.expect("the provider's requests", 1, scene.provider.requests());
+    resolve(story, scene).await?;
+    story.step("The agent retries the step again.");
+    let answer = scene.send(&scene.refund).await?;
+    story.answer(&answer);
+    story.note("The operator's answer, from the ledger: the provider was not called.");
+    story.check(&answer, REPLAYED);
+    story.expect(
+        "the refund",
+        scene.first_refund_id().as_deref(),
+        answer.refund_id(),
+    );
+    story.expect("the provider's requests", 1, scene.provider.requests());
+    effects(story, scene);
+    Ok(())
+}
+
+/// Part 2, step 3: an operator finds the refund at the provider and resolves the operation.
+async fn resolve(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError> {
+    let Some(refund) = scene.provider.refund(1) else {
+        story.differed("the provider made no refund, so there is nothing to resolve with");
+        return Ok(());
+    };
+    let id = refund.get("id").and_then(|v| v.as_str()).unwrap_or("?");
+    story.step(format!(
+        "An operator checks the provider's dashboard, finds refund {id} and resolves the operation"
+    ));
+    story.note("as succeeded with it (what `idemproxy ops resolve ID --succeeded` does).");
+    let reason = format!("refund {id} found in the provider's dashboard");
+    let answer = operator::refund_answer(&refund);
+    let resolved =
+        operator::resolve_succeeded(&scene.stage.app, &scene.operation_id(), answer, reason).await;
+    match resolved {
+        Ok(()) => story.note("The ledger now holds the operation as succeeded."),
+        Err(why) => story.differed(format!("the operation could not be resolved: {why}")),
+    }
+    Ok(())
+}
