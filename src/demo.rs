@@ -72,8 +72,12 @@ pub async fn run(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
     let two = part_two(&mut story, &second).await;
     drop(agent);
     stage.stop().await;
-    for broke in [one, two].into_iter().filter_map(Result::err) {
-        story.differed(broke);
+    // A part that went off track has said why already; a broken exchange has not.
+    for told in [one, two] {
+        match told {
+            Ok(()) | Err(DemoError::Differed(_)) => {}
+            Err(broke) => story.differed(broke),
+        }
     }
     verdict(&mut story)
 }
@@ -194,36 +198,51 @@ async fn lost_answer(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), Dem
         r.charge
     ));
     let answer = scene.send(r).await?;
-    let made = scene.first_refund_id().unwrap_or_else(|| "(none)".into());
-    story.note(format!(
-        "The provider makes refund {made}, then the connection drops before the answer arrives."
-    ));
+    if let Some(made) = scene.first_refund_id() {
+        story.note(format!(
+            "The provider makes refund {made}, then the connection drops before the answer arrives."
+        ));
+    }
     story.answer(&answer);
-    story.note("The refund may or may not have happened: the proxy says so instead of guessing.");
     story.check(&answer, UNKNOWN);
     story.expect("the provider's refunds", 1, scene.provider.effects());
+    story.on_track()?;
+    story.note("The refund may or may not have happened: the proxy says so instead of guessing.");
     Ok(())
 }
 
 /// Ends a part with the provider's effect count, the line the demo is about.
 fn effects(story: &mut Story<'_>, scene: &Scene<'_>) {
     let effects = scene.provider.effects();
-    let requests = scene.provider.requests();
+    let requests = match scene.provider.requests() {
+        1 => "1 request".to_string(),
+        n => format!("{n} requests"),
+    };
     story.line(format!("provider effects: {effects}"));
-    story.note(format!("(the provider received {requests} request(s))"));
+    story.note(format!("({requests} reached the provider)"));
     story.expect("the provider's effect count", 1, effects);
 }
 
 /// Part 1: the provider deduplicates on the key the proxy sends on every attempt.
 async fn part_one(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError> {
     story.part("a provider that deduplicates on Idempotency-Key (like Stripe)");
-    lost_answer(story, scene).await?;
+    let told = async {
+        lost_answer(story, scene).await?;
+        provider_replay(story, scene).await?;
+        from_ledger(story, scene).await?;
+        conflict(story, scene).await
+    }
+    .await;
+    effects(story, scene);
+    told
+}
+
+/// Part 1, step 2: the retry carries the same key, and the provider deduplicates.
+async fn provider_replay(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError> {
     story.step("The agent's runtime retries the step. Its SDK makes up a new Idempotency-Key,");
     story.note("but the proxy sends the operation's own key, the same on every attempt.");
     let answer = scene.send(&scene.refund).await?;
     story.answer(&answer);
-    story.note("The provider knew the key and returned the refund it had already made;");
-    story.note("the proxy recorded it as succeeded before answering.");
     story.check(&answer, REPLAYED);
     story.expect(
         "the refund",
@@ -231,9 +250,9 @@ async fn part_one(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoEr
         answer.refund_id(),
     );
     story.expect("the provider's requests", 2, scene.provider.requests());
-    from_ledger(story, scene).await?;
-    conflict(story, scene).await?;
-    effects(story, scene);
+    story.on_track()?;
+    story.note("The provider knew the key and returned the refund it had already made;");
+    story.note("the proxy recorded it as succeeded before answering.");
     Ok(())
 }
 
@@ -243,7 +262,6 @@ async fn from_ledger(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), Dem
     let before = scene.provider.requests();
     let answer = scene.send(&scene.refund).await?;
     story.answer(&answer);
-    story.note("Answered from the ledger: the provider was not called.");
     story.check(&answer, REPLAYED);
     story.expect(
         "the refund",
@@ -251,6 +269,8 @@ async fn from_ledger(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), Dem
         answer.refund_id(),
     );
     story.expect("the provider's requests", before, scene.provider.requests());
+    story.on_track()?;
+    story.note("Answered from the ledger: the provider was not called.");
     Ok(())
 }
 
@@ -268,7 +288,6 @@ async fn conflict(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoEr
     let before = scene.provider.requests();
     let answer = scene.send(&changed).await?;
     story.answer(&answer);
-    story.note("Same operation, other parameters: refused (409), and nothing was sent.");
     let expect = Expect {
         status: 409,
         state: "succeeded",
@@ -282,42 +301,41 @@ async fn conflict(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoEr
         answer.differing_fields(),
     );
     story.expect("the provider's requests", before, scene.provider.requests());
+    story.on_track()?;
+    story.note("Same operation, other parameters: refused (409), and nothing was sent.");
     Ok(())
 }
 
 /// Part 2: the provider cannot deduplicate, so only a person can settle the unknown.
 async fn part_two(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError> {
     story.part("a provider that cannot deduplicate (dedupe = \"none\")");
-    lost_answer(story, scene).await?;
+    let told = async {
+        lost_answer(story, scene).await?;
+        held(story, scene).await?;
+        resolve(story, scene).await?;
+        resolved(story, scene).await
+    }
+    .await;
+    effects(story, scene);
+    told
+}
+
+/// Part 2, step 2: the retry is held; nothing reaches the provider.
+async fn held(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError> {
     story.step("The agent's runtime retries the step.");
     let answer = scene.send(&scene.refund).await?;
     story.answer(&answer);
-    story.note("Sending it again could refund twice, so the proxy holds the operation as");
-    story.note("unknown (202 outcome-unknown) and sends nothing until someone resolves it.");
     story.check(&answer, UNKNOWN);
     story.expect("the provider's requests", 1, scene.provider.requests());
-    resolve(story, scene).await?;
-    story.step("The agent retries the step again.");
-    let answer = scene.send(&scene.refund).await?;
-    story.answer(&answer);
-    story.note("The operator's answer, from the ledger: the provider was not called.");
-    story.check(&answer, REPLAYED);
-    story.expect(
-        "the refund",
-        scene.first_refund_id().as_deref(),
-        answer.refund_id(),
-    );
-    story.expect("the provider's requests", 1, scene.provider.requests());
-    effects(story, scene);
+    story.on_track()?;
+    story.note("Sending it again could refund twice, so the proxy holds the operation as");
+    story.note("unknown and sends nothing until someone who can check resolves it.");
     Ok(())
 }
 
 /// Part 2, step 3: an operator finds the refund at the provider and resolves the operation.
 async fn resolve(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError> {
-    let Some(refund) = scene.provider.refund(1) else {
-        story.differed("the provider made no refund, so there is nothing to resolve with");
-        return Ok(());
-    };
+    let refund = scene.provider.refund(1).unwrap_or_default();
     let id = refund.get("id").and_then(|v| v.as_str()).unwrap_or("?");
     story.step(format!(
         "An operator checks the provider's dashboard, finds refund {id} and resolves the operation"
@@ -327,9 +345,27 @@ async fn resolve(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoErr
     let answer = operator::refund_answer(&refund);
     let resolved =
         operator::resolve_succeeded(&scene.stage.app, &scene.operation_id(), answer, reason).await;
-    match resolved {
-        Ok(()) => story.note("The ledger now holds the operation as succeeded."),
-        Err(why) => story.differed(format!("the operation could not be resolved: {why}")),
+    if let Err(why) = resolved {
+        story.differed(format!("the operation could not be resolved: {why}"));
     }
+    story.on_track()?;
+    story.note("The ledger now holds the operation as succeeded, with that refund as its answer.");
+    Ok(())
+}
+
+/// Part 2, step 4: the next retry gets the operator's answer.
+async fn resolved(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError> {
+    story.step("The agent retries the step again.");
+    let answer = scene.send(&scene.refund).await?;
+    story.answer(&answer);
+    story.check(&answer, REPLAYED);
+    story.expect(
+        "the refund",
+        scene.first_refund_id().as_deref(),
+        answer.refund_id(),
+    );
+    story.expect("the provider's requests", 1, scene.provider.requests());
+    story.on_track()?;
+    story.note("The operator's answer, from the ledger: the provider was not called.");
     Ok(())
 }

@@ -7,6 +7,7 @@
 use std::fmt::{Debug, Display};
 use std::io::Write;
 
+use super::DemoError;
 use super::agent::Answer;
 
 /// What an answer should look like at one step.
@@ -25,6 +26,8 @@ pub struct Story<'a> {
     part: u32,
     step: u32,
     differences: Vec<String>,
+    /// How many differences there were when the current part began.
+    before_part: usize,
 }
 
 impl<'a> Story<'a> {
@@ -34,6 +37,7 @@ impl<'a> Story<'a> {
             part: 0,
             step: 0,
             differences: Vec::new(),
+            before_part: 0,
         }
     }
 
@@ -46,6 +50,7 @@ impl<'a> Story<'a> {
     pub fn part(&mut self, title: &str) {
         self.part += 1;
         self.step = 0;
+        self.before_part = self.differences.len();
         self.line("");
         self.line(format!("Part {}: {title}", self.part));
     }
@@ -105,6 +110,17 @@ impl<'a> Story<'a> {
         self.differences.push(format!("{at}: {what}"));
     }
 
+    /// `Ok` while the current part goes as expected. At the first difference the part stops
+    /// (later steps would explain things that did not happen): `Differed`, said once.
+    pub fn on_track(&mut self) -> Result<(), DemoError> {
+        let off = self.differences.len() - self.before_part;
+        if off == 0 {
+            return Ok(());
+        }
+        self.note("This is not what should happen; the story stops here (see the end).");
+        Err(DemoError::Differed(off))
+    }
+
     /// Every difference noticed so far, in order.
     pub fn differences(&self) -> &[String] {
         &self.differences
@@ -144,6 +160,7 @@ mod tests {
         story.answer(&unknown());
         story.check(&unknown(), UNKNOWN);
         assert!(story.differences().is_empty());
+        assert!(story.on_track().is_ok());
         let text = String::from_utf8(out).expect("utf-8");
         assert!(text.contains("Part 1: a title\n1. the agent asks\n"));
         assert!(text.contains("proxy: 202 Accepted (outcome-unknown)"));
@@ -163,6 +180,9 @@ mod tests {
             ..UNKNOWN
         };
         story.check(&unknown(), expect);
+        assert!(matches!(story.on_track(), Err(DemoError::Differed(2))));
+        story.part("the next part starts on track");
+        assert!(story.on_track().is_ok());
         assert_eq!(
             story.differences(),
             [
