@@ -21,7 +21,7 @@ mod story;
 
 use std::io::Write;
 
-use crate::policy::Dedupe;
+use crate::policy::{Dedupe, KeyFormat};
 use agent::{Agent, Answer, Refund};
 use provider::FakeProvider;
 use stage::{ROUTE, Stage, Upstreamed};
@@ -171,6 +171,17 @@ fn dollars(cents: u64) -> String {
     format!("${}.{:02}", cents / 100, cents % 100)
 }
 
+/// Checks an answer, and that it names this scene's operation.
+fn check(story: &mut Story<'_>, scene: &Scene<'_>, answer: &Answer, expect: Expect) {
+    story.check(answer, expect);
+    let id = scene.operation_id();
+    story.expect(
+        "Idem-Operation-Id",
+        id.as_str(),
+        answer.header("idem-operation-id"),
+    );
+}
+
 /// The answer to a lost response: the outcome cannot be known.
 const UNKNOWN: Expect = Expect {
     status: 202,
@@ -204,7 +215,7 @@ async fn lost_answer(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), Dem
         ));
     }
     story.answer(&answer);
-    story.check(&answer, UNKNOWN);
+    check(story, scene, &answer, UNKNOWN);
     story.expect("the provider's refunds", 1, scene.provider.effects());
     story.on_track()?;
     story.note("The refund may or may not have happened: the proxy says so instead of guessing.");
@@ -243,14 +254,20 @@ async fn provider_replay(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(),
     story.note("but the proxy sends the operation's own key, the same on every attempt.");
     let answer = scene.send(&scene.refund).await?;
     story.answer(&answer);
-    story.check(&answer, REPLAYED);
+    check(story, scene, &answer, REPLAYED);
     story.expect(
         "the refund",
         scene.first_refund_id().as_deref(),
         answer.refund_id(),
     );
-    story.expect("the provider's requests", 2, scene.provider.requests());
+    let key = crate::identity::key(&scene.operation_id(), KeyFormat::Opaque);
+    let keys = vec![Some(key.clone()); 2];
+    story.expect("the keys the provider saw", keys, scene.provider.keys());
     story.on_track()?;
+    story.note(format!(
+        "(The provider saw Idempotency-Key {}... both times: the sha256 of the ID.)",
+        key.get(..16).unwrap_or(&key)
+    ));
     story.note("The provider knew the key and returned the refund it had already made;");
     story.note("the proxy recorded it as succeeded before answering.");
     Ok(())
@@ -262,7 +279,7 @@ async fn from_ledger(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), Dem
     let before = scene.provider.requests();
     let answer = scene.send(&scene.refund).await?;
     story.answer(&answer);
-    story.check(&answer, REPLAYED);
+    check(story, scene, &answer, REPLAYED);
     story.expect(
         "the refund",
         scene.first_refund_id().as_deref(),
@@ -294,7 +311,7 @@ async fn conflict(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoEr
         replayed: "false",
         problem: Some("parameter-mismatch"),
     };
-    story.check(&answer, expect);
+    check(story, scene, &answer, expect);
     story.expect(
         "differing_fields",
         vec!["amount".to_string()],
@@ -325,7 +342,7 @@ async fn held(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError>
     story.step("The agent's runtime retries the step.");
     let answer = scene.send(&scene.refund).await?;
     story.answer(&answer);
-    story.check(&answer, UNKNOWN);
+    check(story, scene, &answer, UNKNOWN);
     story.expect("the provider's requests", 1, scene.provider.requests());
     story.on_track()?;
     story.note("Sending it again could refund twice, so the proxy holds the operation as");
@@ -358,7 +375,7 @@ async fn resolved(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoEr
     story.step("The agent retries the step again.");
     let answer = scene.send(&scene.refund).await?;
     story.answer(&answer);
-    story.check(&answer, REPLAYED);
+    check(story, scene, &answer, REPLAYED);
     story.expect(
         "the refund",
         scene.first_refund_id().as_deref(),

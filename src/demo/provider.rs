@@ -41,7 +41,8 @@ pub struct Books {
     answers_to_lose: usize,
     refunds: Vec<Value>,
     by_key: HashMap<String, usize>,
-    requests: usize,
+    /// The `Idempotency-Key` of each request received, in order.
+    keys: Vec<Option<String>>,
 }
 
 impl Books {
@@ -53,14 +54,14 @@ impl Books {
             answers_to_lose,
             refunds: Vec::new(),
             by_key: HashMap::new(),
-            requests: 0,
+            keys: Vec::new(),
         }
     }
 
     /// Receives one refund request: with dedupe on and a key already seen, the stored refund
     /// (no new effect); otherwise a new refund. The effect happens before the answer is lost.
     pub fn receive(&mut self, key: Option<&str>, form: &[(String, String)]) -> Reply {
-        self.requests += 1;
+        self.keys.push(key.map(str::to_string));
         let lost = self.answers_to_lose > 0;
         self.answers_to_lose = self.answers_to_lose.saturating_sub(1);
         let known = key
@@ -93,7 +94,12 @@ impl Books {
 
     /// How many requests reached the provider.
     pub fn requests(&self) -> usize {
-        self.requests
+        self.keys.len()
+    }
+
+    /// The `Idempotency-Key` of each request received, in order.
+    pub fn keys(&self) -> &[Option<String>] {
+        &self.keys
     }
 
     /// The refunds made, in order: what an operator sees in the provider's dashboard.
@@ -159,6 +165,11 @@ impl FakeProvider {
 
     pub fn requests(&self) -> usize {
         lock(&self.books).requests()
+    }
+
+    /// The `Idempotency-Key` of each request received, in order.
+    pub fn keys(&self) -> Vec<Option<String>> {
+        lock(&self.books).keys().to_vec()
     }
 
     /// The `n`th refund made (1-based), if any.
@@ -272,6 +283,7 @@ mod tests {
         assert_eq!(first.refund["id"], "re_1");
         assert_eq!(books.effects(), 1);
         assert_eq!(books.requests(), 2);
+        assert_eq!(books.keys(), [Some("k".to_string()), Some("k".to_string())]);
     }
 
     #[test]

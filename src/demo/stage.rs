@@ -105,15 +105,12 @@ fn config(dir: &Path, providers: Vec<Provider>) -> Config {
         admin_listen: loopback,
         ledger: dir.join("ledger.redb"),
         policies: dir.to_path_buf(),
+        // The defaults of proxy.toml, but a short drain: the demo's exchanges are all done.
         limits: Limits {
-            max_request_body: 1024 * 1024,
-            max_stored_response: 8 * 1024 * 1024,
-            in_flight_wait: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(2),
+            ..Limits::default()
         },
-        retention: Retention {
-            completed: Duration::from_secs(30 * 24 * 3600),
-        },
+        retention: Retention::default(),
         providers,
     }
 }
