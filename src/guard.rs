@@ -106,8 +106,16 @@ async fn run(
         )),
         Step::Wait => wait(app, ctx).await,
         Step::Reconcile => {
-            let answer =
-                crate::reconcile::run(app, provider, route, captures, &op.id, &op.key).await;
+            let answer = crate::reconcile::run(
+                app,
+                provider,
+                route,
+                captures,
+                &op.id,
+                &op.key,
+                &op.outgoing.headers,
+            )
+            .await;
             match answer {
                 crate::reconcile::Verdict::Found(stored) => Ok((
                     replay(stored, &ctx.with_state(State::Succeeded)),

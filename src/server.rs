@@ -73,6 +73,9 @@ impl Server {
         let graceful = GracefulShutdown::new();
         let builder = builder();
         tokio::pin!(shutdown);
+        // Pruning runs beside the listeners; dropping `stop_retention` ends it.
+        let (stop_retention, retention_stopped) = tokio::sync::oneshot::channel::<()>();
+        let retention = tokio::spawn(crate::retention::run(app.clone(), retention_stopped));
         loop {
             tokio::select! {
                 conn = proxy.accept() => if let Ok((stream, _)) = conn {
@@ -95,6 +98,9 @@ impl Server {
             }
         }
         drop((proxy, admin));
+        drop(stop_retention);
+        // Its clone of the app (and the ledger) is gone before `run` returns.
+        let _ = retention.await;
         let grace = app.config.limits.shutdown_grace;
         tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down");
         let drained = async {
