@@ -21,6 +21,7 @@
 //! - `problem`: every refusal, and the one place it becomes problem+json.
 //! - `admin`: the admin API.
 //! - `metrics`: Prometheus counters, histograms and gauges.
+//! - `ops`: the `idemproxy ops` command line, a client of the admin API.
 //! - `demo`: `idemproxy demo`, a lost-response refund told end to end, offline.
 
 pub mod admin;
@@ -36,6 +37,7 @@ pub mod guard;
 pub mod identity;
 pub mod ledger;
 pub mod metrics;
+pub mod ops;
 pub mod policy;
 pub mod problem;
 pub mod proxy;

@@ -38,6 +38,8 @@ enum Command {
         #[arg(short, long, default_value = "proxy.toml")]
         config: PathBuf,
     },
+    /// Inspect and settle operations through a running proxy's admin API.
+    Ops(idemproxy::ops::OpsArgs),
     /// A lost-response refund, end to end, offline.
     Demo,
 }
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve { config } => serve(config),
         Command::Check { config } => check(config),
+        Command::Ops(args) => idemproxy::ops::run(args),
         Command::Demo => demo(),
     }
 }
