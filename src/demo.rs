@@ -21,6 +21,8 @@ mod story;
 
 use std::io::Write;
 
+use serde_json::Value;
+
 use crate::policy::{Dedupe, KeyFormat};
 use agent::{Agent, Answer, Refund};
 use provider::FakeProvider;
@@ -347,24 +349,37 @@ async fn held(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError>
     story.on_track()?;
     story.note("Sending it again could refund twice, so the proxy holds the operation as");
     story.note("unknown and sends nothing until someone who can check resolves it.");
+    story.note("(It also logged a warning for operators: only a person can settle this one.)");
     Ok(())
 }
 
-/// Part 2, step 3: an operator finds the refund at the provider and resolves the operation.
+/// Part 2, step 3: an operator finds the refund at the provider and resolves the operation
+/// through the admin API.
 async fn resolve(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError> {
     let refund = scene.provider.refund(1).unwrap_or_default();
     let id = refund.get("id").and_then(|v| v.as_str()).unwrap_or("?");
     story.step(format!(
-        "An operator checks the provider's dashboard, finds refund {id} and resolves the operation"
+        "An operator checks the provider's dashboard, finds refund {id} and resolves the"
     ));
-    story.note("as succeeded with it (what `idemproxy ops resolve ID --succeeded` does).");
-    let reason = format!("refund {id} found in the provider's dashboard");
-    let answer = operator::refund_answer(&refund);
-    let resolved =
-        operator::resolve_succeeded(&scene.stage.app, &scene.operation_id(), answer, reason).await;
-    if let Err(why) = resolved {
-        story.differed(format!("the operation could not be resolved: {why}"));
-    }
+    story.note("operation with it (what `idemproxy ops resolve ID --succeeded` does):");
+    let op_id = scene.operation_id();
+    let body = operator::resolve_body(&refund, &format!("refund {id} is in the dashboard"));
+    story.note(format!("POST {}", operator::resolve_path(&op_id)));
+    story.note(format!(
+        "     {{\"outcome\":\"succeeded\",\"status\":200,\"body\":\"<refund {id} as JSON>\",...}}"
+    ));
+    let stage = scene.stage;
+    let token = stage.app.admin_token.as_ref().map(|t| t.as_str());
+    let answer =
+        operator::resolve_succeeded(scene.agent, stage.bound.admin, token, &op_id, &body).await?;
+    let state = answer.body.get("state").and_then(Value::as_str);
+    story.note(format!(
+        "admin: {} (state: {})",
+        answer.status,
+        state.unwrap_or("-")
+    ));
+    story.expect("the admin API's status", 200, answer.status.as_u16());
+    story.expect("the resolved state", Some("succeeded"), state);
     story.on_track()?;
     story.note("The ledger now holds the operation as succeeded, with that refund as its answer.");
     Ok(())

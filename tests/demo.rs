@@ -2,13 +2,19 @@
 
 use std::process::{Command, Output};
 
+/// The demo with a clean environment plus `env`.
+fn demo_with(env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_idemproxy"));
+    cmd.arg("demo");
+    for var in ["IDEMPROXY_LOG", "IDEMPROXY_FAIL", "IDEMPROXY_ADMIN_TOKEN"] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("the idemproxy binary runs")
+}
+
 fn demo() -> Output {
-    Command::new(env!("CARGO_BIN_EXE_idemproxy"))
-        .arg("demo")
-        .env_remove("IDEMPROXY_LOG")
-        .env_remove("IDEMPROXY_FAIL")
-        .output()
-        .expect("the idemproxy binary runs")
+    demo_with(&[])
 }
 
 #[test]
@@ -56,19 +62,15 @@ fn the_demo_shows_the_lost_answer_the_replay_and_the_conflict() {
         2,
         "{two}"
     );
-    assert!(two.contains("operator"), "{two}");
+    assert!(two.contains("/resolve"), "{two}");
+    assert!(two.contains("admin: 200 OK (state: succeeded)"), "{two}");
     assert!(two.contains("proxy: 200 OK, refund re_1"), "{two}");
 }
 
 #[test]
 fn the_demo_fails_loudly_when_the_ledger_cannot_record() {
     // With every ledger write failing, no step goes as the story says: exit 1, and why.
-    let out = Command::new(env!("CARGO_BIN_EXE_idemproxy"))
-        .arg("demo")
-        .env_remove("IDEMPROXY_LOG")
-        .env("IDEMPROXY_FAIL", "ledger.commit")
-        .output()
-        .expect("the idemproxy binary runs");
+    let out = demo_with(&[("IDEMPROXY_FAIL", "ledger.commit")]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(
@@ -77,6 +79,17 @@ fn the_demo_fails_loudly_when_the_ledger_cannot_record() {
     );
     assert!(
         stdout.contains("part 1, step 1: the status was 503"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn the_operator_step_uses_the_admin_token_when_one_is_set() {
+    let out = demo_with(&[("IDEMPROXY_ADMIN_TOKEN", "demo-secret")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("admin: 200 OK (state: succeeded)"),
         "{stdout}"
     );
 }

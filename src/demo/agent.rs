@@ -122,6 +122,25 @@ impl Agent {
         self.send(&uri, req).await
     }
 
+    /// Posts a JSON body to `uri` (the operator's admin call), with `Authorization: Bearer`
+    /// when a token is given.
+    pub async fn post_json(
+        &self,
+        uri: &str,
+        token: Option<&str>,
+        body: &Value,
+    ) -> Result<Answer, DemoError> {
+        let mut req = Request::builder()
+            .method(Method::POST)
+            .uri(uri)
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(token) = token {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let req = req.body(Full::new(Bytes::from(body.to_string())));
+        self.send(uri, req).await
+    }
+
     async fn send(
         &self,
         uri: &str,
