@@ -10,12 +10,14 @@
 //! - `provider`: the fake refund provider and its books (effects, keys, lost answers).
 //! - `stage`: the proxy, configured in code, serving on loopback with a temporary ledger.
 //! - `agent`: the HTTP client that sends the refund through the proxy.
+//! - `scene`: one part's cast: provider, proxy, agent and the refund step.
 //! - `operator`: the person who resolves an operation the proxy holds as unknown.
 //! - `story`: the narration and the checks behind the exit code.
 
 mod agent;
 mod operator;
 mod provider;
+mod scene;
 mod stage;
 mod story;
 
@@ -26,7 +28,8 @@ use serde_json::Value;
 use crate::policy::{Dedupe, KeyFormat};
 use agent::{Agent, Answer, Refund};
 use provider::FakeProvider;
-use stage::{ROUTE, Stage, Upstreamed};
+use scene::Scene;
+use stage::{Stage, Upstreamed};
 use story::{Expect, Story};
 
 /// Why the demo did not end as the story expects.
@@ -69,18 +72,11 @@ pub async fn run(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
     intro(&mut story);
     let agent = Agent::new();
     let first = Scene::new(&stage, &agent, &dedupes, DEDUPES, "wf-81", "ch_1");
-    let one = part_one(&mut story, &first).await;
+    part_one(&mut story, &first).await;
     let second = Scene::new(&stage, &agent, &cannot, CANNOT, "wf-82", "ch_2");
-    let two = part_two(&mut story, &second).await;
+    part_two(&mut story, &second).await;
     drop(agent);
     stage.stop().await;
-    // A part that went off track has said why already; a broken exchange has not.
-    for told in [one, two] {
-        match told {
-            Ok(()) | Err(DemoError::Differed(_)) => {}
-            Err(broke) => story.differed(broke),
-        }
-    }
     verdict(&mut story)
 }
 
@@ -105,68 +101,6 @@ fn verdict(story: &mut Story) -> Result<(), DemoError> {
         story.line(format!("  - {difference}"));
     }
     Err(DemoError::Differed(differences.len()))
-}
-
-/// One provider, one agent workflow: what a part needs to send and to check.
-struct Scene<'a> {
-    stage: &'a Stage,
-    agent: &'a Agent,
-    provider: &'a FakeProvider,
-    name: &'static str,
-    refund: Refund,
-    /// How many calls the agent's SDK has made (each gets a fresh key of its own).
-    calls: std::sync::atomic::AtomicU32,
-}
-
-impl<'a> Scene<'a> {
-    fn new(
-        stage: &'a Stage,
-        agent: &'a Agent,
-        provider: &'a FakeProvider,
-        name: &'static str,
-        workflow: &'static str,
-        charge: &'static str,
-    ) -> Scene<'a> {
-        let refund = Refund {
-            workflow,
-            charge,
-            amount: 500,
-            step: 2,
-        };
-        Scene {
-            stage,
-            agent,
-            provider,
-            name,
-            refund,
-            calls: 0.into(),
-        }
-    }
-
-    /// The operation ID the proxy derives for this scene's refund.
-    fn operation_id(&self) -> String {
-        let r = &self.refund;
-        format!(
-            "{}/{ROUTE}/{}:{}:refund:{}",
-            self.name, r.workflow, r.charge, r.step
-        )
-    }
-
-    /// The agent sends `refund` through the proxy, with a fresh SDK key as SDKs do.
-    async fn send(&self, refund: &Refund) -> Result<Answer, DemoError> {
-        let n = self
-            .calls
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let sdk_key = format!("sdk-generated-{}-{n}", self.name);
-        let proxy = self.stage.bound.proxy;
-        self.agent.refund(proxy, self.name, refund, &sdk_key).await
-    }
-
-    /// The refund the provider really made first, as its dashboard shows it.
-    fn first_refund_id(&self) -> Option<String> {
-        let refund = self.provider.refund(1)?;
-        refund.get("id")?.as_str().map(str::to_string)
-    }
 }
 
 fn dollars(cents: u64) -> String {
@@ -224,8 +158,16 @@ async fn lost_answer(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), Dem
     Ok(())
 }
 
-/// Ends a part with the provider's effect count, the line the demo is about.
-fn effects(story: &mut Story<'_>, scene: &Scene<'_>) {
+/// Ends a part: a broken exchange is a difference too (one that went off track has said so
+/// already), then the provider's effect count, the line the demo is about.
+fn end_part(story: &mut Story<'_>, scene: &Scene<'_>, told: Result<(), DemoError>) {
+    match told {
+        Ok(()) | Err(DemoError::Differed(_)) => {}
+        Err(broke) => {
+            story.note("This is not what should happen; the story stops here (see the end).");
+            story.differed(broke);
+        }
+    }
     let effects = scene.provider.effects();
     let requests = match scene.provider.requests() {
         1 => "1 request".to_string(),
@@ -237,7 +179,7 @@ fn effects(story: &mut Story<'_>, scene: &Scene<'_>) {
 }
 
 /// Part 1: the provider deduplicates on the key the proxy sends on every attempt.
-async fn part_one(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError> {
+async fn part_one(story: &mut Story<'_>, scene: &Scene<'_>) {
     story.part("a provider that deduplicates on Idempotency-Key (like Stripe)");
     let told = async {
         lost_answer(story, scene).await?;
@@ -246,8 +188,7 @@ async fn part_one(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoEr
         conflict(story, scene).await
     }
     .await;
-    effects(story, scene);
-    told
+    end_part(story, scene, told);
 }
 
 /// Part 1, step 2: the retry carries the same key, and the provider deduplicates.
@@ -326,7 +267,7 @@ async fn conflict(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoEr
 }
 
 /// Part 2: the provider cannot deduplicate, so only a person can settle the unknown.
-async fn part_two(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoError> {
+async fn part_two(story: &mut Story<'_>, scene: &Scene<'_>) {
     story.part("a provider that cannot deduplicate (dedupe = \"none\")");
     let told = async {
         lost_answer(story, scene).await?;
@@ -335,8 +276,7 @@ async fn part_two(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoEr
         resolved(story, scene).await
     }
     .await;
-    effects(story, scene);
-    told
+    end_part(story, scene, told);
 }
 
 /// Part 2, step 2: the retry is held; nothing reaches the provider.
