@@ -1,5 +1,6 @@
 //! The `idemproxy` command: parses the command line and calls into the library.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -63,8 +64,11 @@ fn main() -> ExitCode {
 fn init_logs(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("IDEMPROXY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    // Colour codes only for a person at a terminal: in a file or a collector they are noise
+    // that breaks grepping for `status=200`.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
