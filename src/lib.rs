@@ -22,6 +22,7 @@
 //! - `admin`: the admin API.
 //! - `metrics`: Prometheus counters, histograms and gauges.
 //! - `ops`: the `idemproxy ops` command line, a client of the admin API.
+//! - `demo`: `idemproxy demo`, a lost-response refund told end to end, offline.
 
 pub mod admin;
 pub mod app;
@@ -29,6 +30,7 @@ pub mod body;
 pub mod clock;
 pub mod config;
 pub mod decide;
+pub mod demo;
 pub mod dispatch;
 pub mod fingerprint;
 pub mod guard;

@@ -41,21 +41,29 @@ enum Command {
     },
     /// Inspect and settle operations through a running proxy's admin API.
     Ops(idemproxy::ops::OpsArgs),
+    /// A lost-response refund, end to end, offline.
+    Demo,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logs(cli.log_format);
+    // The demo's output is its story; only warnings and worse interrupt it.
+    let default_filter = match cli.command {
+        Command::Demo => "warn",
+        _ => "info",
+    };
+    init_logs(cli.log_format, default_filter);
     match cli.command {
         Command::Serve { config } => serve(config),
         Command::Check { config } => check(config),
         Command::Ops(args) => idemproxy::ops::run(args),
+        Command::Demo => demo(),
     }
 }
 
-fn init_logs(format: LogFormat) {
+fn init_logs(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("IDEMPROXY_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     // Colour codes only for a person at a terminal: in a file or a collector they are noise
     // that breaks grepping for `status=200`.
     let builder = tracing_subscriber::fmt()
@@ -114,4 +122,22 @@ fn serve(path: PathBuf) -> ExitCode {
             }
         }
     })
+}
+
+fn demo() -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut stdout = std::io::stdout();
+    match runtime.block_on(idemproxy::demo::run(&mut stdout)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("idemproxy demo: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
