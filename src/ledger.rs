@@ -2,9 +2,12 @@
 //!
 //! This module owns the on-disk layout and the single writer. Its public surface is a small
 //! domain API (`open`, `update`, `get`, `events`, `response`, `list`, `prune`, `stats`) whose
-//! semantics a SQL backend could match; no redb type ever leaves it. Every write is one durable
-//! commit (`Durability::Immediate`) made by one writer thread fed by a channel, so that later
-//! several queued writes can share one commit (group commit). It never decides what a request
+//! semantics a SQL backend could match; no redb type ever leaves it. Every state change is one
+//! durable commit (`Durability::Immediate`) made by one writer thread fed by a channel, so that
+//! later several queued writes can share one commit (group commit). A write that only appends
+//! history (the operation and its response unchanged, e.g. a replay noted) commits without an
+//! fsync and becomes durable with the next durable commit (in SQL terms: an asynchronous
+//! commit); a crash may lose such an event, never a state. It never decides what a request
 //! means: callers pass a closure that sees the current operation and says what to write.
 //! It stores only what a `Write` carries, so never a request header or body (SPEC section 8).
 

@@ -633,3 +633,45 @@ async fn list_stays_fast_with_many_operations() {
     let stats = ledger.stats().await.unwrap();
     println!("stats in {:?}: {:?}", started.elapsed(), stats.by_state);
 }
+
+#[tokio::test]
+async fn history_only_writes_are_kept_and_made_durable_by_the_next_commit() {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    let id = "p/r/history";
+    let original = op(id, State::Succeeded, T0);
+    put(
+        &ledger,
+        original.clone(),
+        vec![event(EventKind::Claimed, T0)],
+        None,
+    )
+    .await;
+    // The same record with one more event: a replay noted (history only).
+    let unchanged = original.clone();
+    ledger
+        .update(id, move |_| {
+            let write = Write {
+                op: unchanged,
+                events: vec![event(EventKind::Replayed, T0 + 1)],
+                response: None,
+            };
+            (Some(write), ())
+        })
+        .await
+        .unwrap();
+    assert_eq!(ledger.events(id).await.unwrap().len(), 2);
+    // A state change elsewhere commits durably, and with it the history before it.
+    put(&ledger, op("p/r/other", State::Unknown, T0), vec![], None).await;
+    drop(ledger);
+    let reopened = open(&dir).await;
+    let kinds: Vec<_> = reopened
+        .events(id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, vec![EventKind::Claimed, EventKind::Replayed]);
+    assert_eq!(reopened.get(id).await.unwrap(), Some(original));
+}

@@ -19,10 +19,23 @@ use tokio::sync::oneshot;
 use super::store::{Fault, PruneBatch, Pruned, Tables};
 use super::{LedgerError, Operation, Write};
 
+/// What a job staged, which decides how its transaction ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Staged {
+    /// Nothing to commit.
+    Nothing,
+    /// Only history was appended (the operation and its response are unchanged): committed
+    /// without an fsync, made durable by the next durable commit. A crash may lose such an
+    /// event (a replay or a conflict noted), never a state.
+    History,
+    /// A state change: one durable commit.
+    State,
+}
+
 /// A unit of work for the writer thread.
 pub(super) trait Job: Send {
-    /// Stages this job's changes in `txn`; returns whether it wrote anything to commit.
-    fn stage(&mut self, txn: &WriteTransaction) -> Result<bool, LedgerError>;
+    /// Stages this job's changes in `txn`.
+    fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError>;
     /// Answers the caller once the commit (or the failure) is final.
     fn finish(self: Box<Self>, outcome: Result<(), LedgerError>);
 }
@@ -87,14 +100,19 @@ fn run(db: &Database, queue: &Receiver<Box<dyn Job>>, on_commit: Option<&OnCommi
 }
 
 fn run_one(db: &Database, mut job: Box<dyn Job>, on_commit: Option<&OnCommit>) {
-    let txn = match begin(db) {
+    let mut txn = match begin(db) {
         Ok(txn) => txn,
         Err(fault) => return job.finish(Err(fault.into())),
     };
     let staged = catch_unwind(AssertUnwindSafe(|| job.stage(&txn)));
     let outcome = match staged {
-        Ok(Ok(true)) => commit(txn, on_commit).map_err(LedgerError::from),
-        Ok(Ok(false)) => {
+        Ok(Ok(Staged::State)) => commit(txn, on_commit).map_err(LedgerError::from),
+        Ok(Ok(Staged::History)) => txn
+            .set_durability(Durability::None)
+            .map_err(|e| Fault::new(e.to_string()))
+            .and_then(|()| commit(txn, on_commit))
+            .map_err(LedgerError::from),
+        Ok(Ok(Staged::Nothing)) => {
             // Nothing was written: an abort cannot lose anything, so its error is moot.
             let _ = txn.abort();
             Ok(())
@@ -167,20 +185,25 @@ where
     F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send,
     T: Send,
 {
-    fn stage(&mut self, txn: &WriteTransaction) -> Result<bool, LedgerError> {
+    fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError> {
         // The closure runs with no table open, so its panic cannot leave redb mid-change.
         let existing = Tables::open(txn)?.get_op(&self.id)?;
         let f = self.f.take().ok_or_else(unanswered)?;
         let (write, value) = f(existing.clone());
         self.value = Some(value);
         let Some(write) = write else {
-            return Ok(false);
+            return Ok(Staged::Nothing);
         };
         if self.fail_writes {
             return Err(injected());
         }
         Tables::open(txn)?.apply(&self.id, existing.as_ref(), &write)?;
-        Ok(true)
+        let history_only = write.response.is_none() && existing.as_ref() == Some(&write.op);
+        Ok(if history_only {
+            Staged::History
+        } else {
+            Staged::State
+        })
     }
 
     fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
@@ -211,14 +234,18 @@ impl PruneJob {
 }
 
 impl Job for PruneJob {
-    fn stage(&mut self, txn: &WriteTransaction) -> Result<bool, LedgerError> {
+    fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError> {
         if self.fail_writes {
             return Err(injected());
         }
         let pruned = Tables::open(txn)?.prune_batch(&self.batch)?;
         let wrote = pruned.deleted > 0;
         self.result = Some(pruned);
-        Ok(wrote)
+        Ok(if wrote {
+            Staged::State
+        } else {
+            Staged::Nothing
+        })
     }
 
     fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
