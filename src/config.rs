@@ -1,51 +1,396 @@
-//! config (stub: being written; these are the types the rest of the proxy uses).
+//! Configuration: `proxy.toml` and the policy files (SPEC section 2), read and validated into
+//! the domain types the proxy runs on.
+//!
+//! Two layers: `raw` says what the files say; this module gives it meaning (defaults, units,
+//! compiled matchers, parsed templates) and collects every error it finds, each naming the
+//! file, the key and the fix. It never opens a socket or the ledger, and never hands out a
+//! half-checked value: a `Config` it returns needs no further validation downstream.
 
+//!
+//! # Layout
+//! - `raw`: the serde structs, TOML error locations, size and duration parsing.
+//! - `provider`: one policy file into a `Provider` (the `[provider]` table).
+//! - `route`: `[[route]]` tables: matchers, templates, reconcile.
+//! - `values`: checks of single values (names, URLs, mounts, headers, units).
+//! - `table`: the routes table of `idemproxy check`.
+
+mod provider;
+mod raw;
+mod route;
+mod table;
+mod values;
+
+use std::fmt;
+use std::fs;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::policy::Provider;
+use provider::load_policy;
+use raw::{RawLimits, RawProxy};
+use values::{duration, size, socket};
 
+pub use raw::{MAX_DURATION, parse_duration, parse_size};
+
+/// Everything the proxy runs on, validated.
+#[derive(Debug, Clone)]
 pub struct Config {
+    /// The `proxy.toml` path as given.
     pub file: PathBuf,
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
+    /// The ledger file, resolved against `proxy.toml`'s folder.
     pub ledger: PathBuf,
+    /// The policies folder, resolved against `proxy.toml`'s folder.
     pub policies: PathBuf,
     pub limits: Limits,
     pub retention: Retention,
+    /// One per policy file, sorted by name.
     pub providers: Vec<Provider>,
 }
 
+/// `[limits]` of proxy.toml.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
+    /// Guarded routes buffer at most this many body bytes; more is a 413.
     pub max_request_body: u64,
     pub max_stored_response: u64,
+    /// How long a duplicate waits for the request in flight (at least 1ms).
     pub in_flight_wait: Duration,
     pub shutdown_grace: Duration,
 }
 
-pub struct Retention {
-    pub completed: Duration,
-}
-
-#[derive(Debug)]
-pub struct ConfigErrors(pub Vec<String>);
-
-impl std::fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0.join("\n"))
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_request_body: 1 << 20,
+            max_stored_response: 8 << 20,
+            in_flight_wait: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(10),
+        }
     }
 }
 
-pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
-    Err(ConfigErrors(vec![format!(
-        "{}: not implemented",
-        path.display()
-    )]))
+/// `[retention]` of proxy.toml.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retention {
+    /// Succeeded and failed operations older than this are pruned (at least 1ms).
+    pub completed: Duration,
 }
 
-impl Config {
-    pub fn routes_table(&self) -> String {
-        String::new()
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            completed: Duration::from_secs(30 * 24 * 3600),
+        }
+    }
+}
+
+/// One thing wrong in one file. `key` locates it (`limits.in_flight_wait`,
+/// `route "create_refund": operation_id[1]`, `line 4`); `message` says what is wrong and how to
+/// fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}: {}", self.file.display(), self.message)
+        } else {
+            write!(f, "{}: {}: {}", self.file.display(), self.key, self.message)
+        }
+    }
+}
+
+/// Every error found while loading, in file order; displayed one per line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, error) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{error}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Loads `proxy.toml` and every `*.toml` of its policies folder (sorted, not recursive) and
+/// validates them. Collects all errors it can find rather than stopping at the first; a file
+/// whose TOML does not parse contributes its first error only.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let mut errors = Vec::new();
+    let Some(raw) = read_toml::<RawProxy>(path, &mut errors) else {
+        return Err(ConfigErrors(errors));
+    };
+    let base = path.parent().unwrap_or(Path::new("")).to_path_buf();
+    let mut scope = Scope::new(path, &mut errors);
+    let policies = scope.check("policies", folder_path(&base, raw.policies.as_deref()));
+    // proxy.toml's own errors first, then the policy files' in file order.
+    let config = settings(path, &base, raw, &mut errors);
+    let providers = match &policies {
+        Some(folder) => load_policies(path, folder, &mut errors),
+        None => Vec::new(),
+    };
+    let config = config.map(|mut config| {
+        config.policies = policies.unwrap_or_default();
+        config.providers = providers;
+        config
+    });
+    match config {
+        Some(config) if errors.is_empty() => Ok(config),
+        _ => Err(ConfigErrors(errors)),
+    }
+}
+
+/// Reads and parses one TOML file; a missing file or bad TOML becomes an error naming it.
+fn read_toml<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    errors: &mut Vec<ConfigError>,
+) -> Option<T> {
+    let mut scope = Scope::new(path, errors);
+    let text = match fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) => {
+            scope.push("", format!("cannot read this file: {e} (check the path)"));
+            return None;
+        }
+    };
+    raw::parse_toml(&text)
+        .map_err(|e| scope.push(&e.key, e.message))
+        .ok()
+}
+
+fn folder_path(base: &Path, raw: Option<&str>) -> Result<PathBuf, String> {
+    match raw.unwrap_or("policies") {
+        "" => Err("empty path (name the folder of policy files, e.g. \"policies\")".into()),
+        folder => Ok(base.join(folder)),
+    }
+}
+
+/// The proxy.toml keys other than `policies`; `policies` and `providers` are left empty.
+fn settings(
+    path: &Path,
+    base: &Path,
+    raw: RawProxy,
+    errors: &mut Vec<ConfigError>,
+) -> Option<Config> {
+    let mut s = Scope::new(path, errors);
+    let listen = s.check("listen", socket(raw.listen.as_deref(), "127.0.0.1:8080"));
+    let admin = s.check(
+        "admin_listen",
+        socket(raw.admin_listen.as_deref(), "127.0.0.1:9901"),
+    );
+    if let (Some(a), Some(b)) = (listen, admin) {
+        if a == b && a.port() != 0 {
+            s.push(
+                "admin_listen",
+                "same address as listen (give the admin API its own port)",
+            );
+        }
+    }
+    let ledger = match raw.ledger.as_deref().unwrap_or("data/ledger.redb") {
+        "" => s.check(
+            "ledger",
+            Err("empty path (e.g. \"data/ledger.redb\")".into()),
+        ),
+        file => Some(base.join(file)),
+    };
+    let limits = limits(&mut s.nested("limits."), raw.limits.unwrap_or_default());
+    let completed = raw.retention.unwrap_or_default().completed;
+    let keep = Retention::default().completed;
+    let completed = s.duration("retention.completed", completed.as_ref(), keep, MIN_WAIT);
+    Some(Config {
+        file: path.to_path_buf(),
+        listen: listen?,
+        admin_listen: admin?,
+        ledger: ledger?,
+        policies: PathBuf::new(),
+        limits: limits?,
+        retention: Retention {
+            completed: completed?,
+        },
+        providers: Vec::new(),
+    })
+}
+
+/// The shortest duration where zero makes no sense (waits, timeouts, retentions).
+const MIN_WAIT: Duration = Duration::from_millis(1);
+
+fn limits(s: &mut Scope, raw: RawLimits) -> Option<Limits> {
+    let d = Limits::default();
+    let body = s.check(
+        "max_request_body",
+        size(raw.max_request_body.as_ref(), d.max_request_body),
+    );
+    let stored = size(raw.max_stored_response.as_ref(), d.max_stored_response);
+    let stored = s.check("max_stored_response", stored);
+    let wait = duration(raw.in_flight_wait.as_ref(), d.in_flight_wait, MIN_WAIT);
+    let wait = s.check("in_flight_wait", wait);
+    let grace = duration(
+        raw.shutdown_grace.as_ref(),
+        d.shutdown_grace,
+        Duration::ZERO,
+    );
+    let grace = s.check("shutdown_grace", grace);
+    Some(Limits {
+        max_request_body: body?,
+        max_stored_response: stored?,
+        in_flight_wait: wait?,
+        shutdown_grace: grace?,
+    })
+}
+
+/// Every policy file of the folder, validated, then checked against each other; sorted by name.
+/// A folder that cannot be read or holds no policy is an error of proxy.toml's `policies` key.
+fn load_policies(proxy: &Path, folder: &Path, errors: &mut Vec<ConfigError>) -> Vec<Provider> {
+    let mut scope = Scope::new(proxy, errors);
+    let shown = folder.display();
+    let entries = match fs::read_dir(folder) {
+        Ok(entries) => entries,
+        Err(e) => {
+            let fix = "create it, or set `policies` in proxy.toml to the folder of policy files";
+            scope.push(
+                "policies",
+                format!("cannot read folder {shown}: {e} ({fix})"),
+            );
+            return Vec::new();
+        }
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml") && p.is_file())
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        let msg = format!("no policy files in {shown} (add one NAME.toml per provider)");
+        scope.push("policies", msg);
+    }
+    let mut claims = Vec::new();
+    let mut providers = Vec::new();
+    for file in &files {
+        let (claim, provider) = load_policy(file, errors);
+        claims.push(claim);
+        providers.extend(provider);
+    }
+    check_claims(&claims, errors);
+    providers.sort_by(|a, b| a.name.cmp(&b.name));
+    providers
+}
+
+/// What a policy file claims for itself, checked across files even when the rest has errors.
+struct Claim {
+    file: PathBuf,
+    name: Option<String>,
+    mount: Option<String>,
+}
+
+/// Provider names and mounts are unique, and no mount lies under another one.
+fn check_claims(claims: &[Claim], errors: &mut Vec<ConfigError>) {
+    for (i, later) in claims.iter().enumerate() {
+        let mut scope = Scope::new(&later.file, errors);
+        for earlier in &claims[..i] {
+            let other = earlier.file.display();
+            if let (Some(a), Some(b)) = (&earlier.name, &later.name) {
+                if a == b {
+                    let msg = format!(
+                        "\"{b}\" is already the name of the provider in {other} (names must be unique)"
+                    );
+                    scope.push("provider.name", msg);
+                }
+            }
+            let (Some(a), Some(b)) = (&earlier.mount, &later.mount) else {
+                continue;
+            };
+            if a == b {
+                let msg = format!(
+                    "\"{b}\" is already mounted by {other} (each provider needs its own mount)"
+                );
+                scope.push("provider.mount", msg);
+            } else if under(a, b) || under(b, a) {
+                let msg = format!(
+                    "\"{b}\" and \"{a}\" of {other} are nested, so a request could match both \
+                     (use mounts where neither is a path prefix of the other)"
+                );
+                scope.push("provider.mount", msg);
+            }
+        }
+    }
+}
+
+/// Whether `inner` is `outer` followed by more path segments.
+fn under(outer: &str, inner: &str) -> bool {
+    inner
+        .strip_prefix(outer)
+        .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Collects errors for one file under a key prefix such as `provider.` or `route "x": `.
+struct Scope<'a> {
+    file: &'a Path,
+    prefix: String,
+    errors: &'a mut Vec<ConfigError>,
+}
+
+impl<'a> Scope<'a> {
+    fn new(file: &'a Path, errors: &'a mut Vec<ConfigError>) -> Self {
+        Scope {
+            file,
+            prefix: String::new(),
+            errors,
+        }
+    }
+
+    fn nested(&mut self, prefix: &str) -> Scope<'_> {
+        Scope {
+            file: self.file,
+            prefix: format!("{}{prefix}", self.prefix),
+            errors: self.errors,
+        }
+    }
+
+    fn push(&mut self, key: &str, message: impl Into<String>) {
+        let key = format!("{}{key}", self.prefix);
+        self.errors.push(ConfigError {
+            file: self.file.to_path_buf(),
+            key: key.trim_end_matches(['.', ':', ' ']).to_string(),
+            message: message.into(),
+        });
+    }
+
+    /// One of a fixed set of strings, or `default` when absent.
+    fn choice<T: Copy>(
+        &mut self,
+        key: &str,
+        raw: Option<String>,
+        default: T,
+        options: &[(&str, T)],
+    ) -> Option<T> {
+        self.check(key, values::choice(raw, default, options))
+    }
+
+    /// A duration of at least `min`, or `default` when absent.
+    fn duration(
+        &mut self,
+        key: &str,
+        raw: Option<&toml::Value>,
+        default: Duration,
+        min: Duration,
+    ) -> Option<Duration> {
+        self.check(key, duration(raw, default, min))
+    }
+
+    /// Records the error of a failed check under `key`.
+    fn check<T>(&mut self, key: &str, result: Result<T, String>) -> Option<T> {
+        result.map_err(|message| self.push(key, message)).ok()
     }
 }

@@ -48,7 +48,8 @@ struct Identified {
 /// Serves one request on a guarded route.
 pub async fn handle(app: &Arc<App>, target: &Target<'_>, req: Request<Incoming>) -> Answer {
     let Some((route, captures)) = &target.route else {
-        unreachable!("guard::handle is only called for a matched route")
+        // Only matched routes are guarded; nothing to guard means nothing to record.
+        return (crate::proxy::refuse(Problem::RouteNotAllowed), "rejected");
     };
     let provider = target.provider;
     let mut ctx = Context {
@@ -468,11 +469,15 @@ async fn wait(app: &App, ctx: &mut Context) -> Result<Answer, Problem> {
 
 /// The answer for an operation that finished while we waited.
 async fn settled(app: &App, op: &Operation, ctx: &Context) -> Result<Answer, Problem> {
-    let stored = app
-        .ledger
-        .response(&op.id)
-        .await
-        .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?;
+    // A stored response belongs to the last attempt only if the operation says it has one.
+    let stored = match op.response {
+        Some(_) => app
+            .ledger
+            .response(&op.id)
+            .await
+            .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?,
+        None => None,
+    };
     match (op.state, stored) {
         (State::Succeeded | State::Failed, Some(stored)) => Ok((replay(stored, ctx), "replayed")),
         (State::Failed, None) => Err(Problem::UpstreamUnreachable(

@@ -1,0 +1,238 @@
+//! One policy file into a `Provider`: the `[provider]` table, its outcomes and its key
+//! placement, plus the routes (checked in `route`). Errors go to the caller's `Scope`; it never
+//! compares one policy file with another (the parent module does).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::HeaderName;
+use toml::Value;
+
+use super::raw::{RawOutcomes, RawPolicy, RawProvider};
+use super::route::routes;
+use super::values::{ca_file, header, json_pointer, mount, name, upstream};
+use super::{Claim, ConfigError, MIN_WAIT, Scope, read_toml};
+use crate::policy::{
+    Approval, Dedupe, Effect, KeyFormat, KeyPlacement, OnMissingId, Outcomes, Provider, Route,
+    StatusRule, Unmatched,
+};
+
+pub(super) fn load_policy(file: &Path, errors: &mut Vec<ConfigError>) -> (Claim, Option<Provider>) {
+    let mut claim = Claim {
+        file: file.to_path_buf(),
+        name: None,
+        mount: None,
+    };
+    let Some(raw) = read_toml::<RawPolicy>(file, errors) else {
+        return (claim, None);
+    };
+    let mut scope = Scope::new(file, errors);
+    let Some(provider) = raw.provider else {
+        let fix = "every policy file describes one provider: name, upstream, mount";
+        scope.push("provider", format!("missing [provider] table ({fix})"));
+        return (claim, None);
+    };
+    let folder = file.parent().unwrap_or(Path::new(""));
+    let head = self::provider(&mut scope.nested("provider."), provider, folder);
+    let routes = routes(&mut scope, raw.route);
+    claim.name = head.name.clone();
+    claim.mount = head.mount.clone();
+    let provider = routes.and_then(|routes| head.build(file, routes));
+    (claim, provider)
+}
+
+/// The `[provider]` table, validated field by field; `None` where the field had an error.
+pub(super) struct ProviderHead {
+    name: Option<String>,
+    mount: Option<String>,
+    rest: Option<Provider>,
+}
+
+impl ProviderHead {
+    fn build(self, file: &Path, routes: Vec<Route>) -> Option<Provider> {
+        let mut provider = self.rest?;
+        provider.file = file.to_path_buf();
+        provider.routes = routes;
+        Some(provider)
+    }
+}
+
+pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> ProviderHead {
+    let name = required(s, "name", raw.name, |v| name(v, "provider", true));
+    let upstream = required(s, "upstream", raw.upstream, |v| upstream(&v));
+    let mount = required(s, "mount", raw.mount, |v| mount(&v));
+    let dedupe = s.choice("dedupe", raw.dedupe, Dedupe::None, DEDUPE);
+    let key = key_placement(s, raw.key_header, raw.key_json_field);
+    let key_format = s.choice("key_format", raw.key_format, KeyFormat::Opaque, KEY_FORMATS);
+    let day = Duration::from_secs(24 * 3600);
+    let retention = s.duration("key_retention", raw.key_retention.as_ref(), day, MIN_WAIT);
+    let timeout = s.duration("timeout", raw.timeout.as_ref(), 30 * SECOND, MIN_WAIT);
+    let ca_file = ca_file(raw.ca_file.as_deref().unwrap_or(""), folder);
+    let ca_file = s.check("ca_file", ca_file);
+    let request_id = match raw.request_id_header.as_deref() {
+        None | Some("") => Some(None),
+        Some(v) => s.check("request_id_header", header(v)).map(Some),
+    };
+    let control = headers(s, "control_headers", raw.control_headers, CONTROL_HEADERS);
+    let redact = headers(s, "redact_headers", raw.redact_headers, &[]);
+    let unmatched = s.choice("unmatched", raw.unmatched, Unmatched::Pass, UNMATCHED);
+    let outcomes = outcomes(s, raw.outcomes.unwrap_or_default());
+    let rest = (|| {
+        Some(Provider {
+            name: name.clone()?,
+            upstream: upstream?,
+            mount: mount.clone()?,
+            dedupe: dedupe?,
+            key: key?,
+            key_format: key_format?,
+            key_retention: retention?,
+            timeout: timeout?,
+            ca_file: ca_file?,
+            request_id_header: request_id?,
+            control_headers: control?,
+            redact_headers: redact?,
+            unmatched: unmatched?,
+            outcomes: outcomes?,
+            routes: Vec::new(),
+            file: PathBuf::new(),
+        })
+    })();
+    ProviderHead { name, mount, rest }
+}
+
+const SECOND: Duration = Duration::from_secs(1);
+
+pub(super) const DEDUPE: &[(&str, Dedupe)] = &[("key", Dedupe::Key), ("none", Dedupe::None)];
+
+pub(super) const KEY_FORMATS: &[(&str, KeyFormat)] =
+    &[("opaque", KeyFormat::Opaque), ("plain", KeyFormat::Plain)];
+
+pub(super) const UNMATCHED: &[(&str, Unmatched)] =
+    &[("pass", Unmatched::Pass), ("reject", Unmatched::Reject)];
+
+pub(super) const CONTROL_HEADERS: &[&str] = &["x-operation-id", "x-workflow-id"];
+
+pub(super) const EFFECTS: &[(&str, Effect)] = &[
+    ("read_only", Effect::ReadOnly),
+    ("idempotent", Effect::Idempotent),
+    ("compensable", Effect::Compensable),
+    ("irreversible", Effect::Irreversible),
+];
+
+pub(super) const ON_MISSING_ID: &[(&str, OnMissingId)] =
+    &[("reject", OnMissingId::Reject), ("pass", OnMissingId::Pass)];
+
+pub(super) const APPROVALS: &[(&str, Approval)] =
+    &[("none", Approval::None), ("required", Approval::Required)];
+
+/// `key_json_field`, when set, replaces the header (SPEC section 2).
+pub(super) fn key_placement(
+    s: &mut Scope,
+    header_raw: Option<String>,
+    json: Option<String>,
+) -> Option<KeyPlacement> {
+    let header_name = header_raw.as_deref().unwrap_or("Idempotency-Key");
+    let header = s.check("key_header", header(header_name));
+    match json {
+        Some(pointer) => s
+            .check("key_json_field", json_pointer(&pointer, false))
+            .map(KeyPlacement::JsonField),
+        None => header.map(KeyPlacement::Header),
+    }
+}
+
+pub(super) fn outcomes(s: &mut Scope, raw: RawOutcomes) -> Option<Outcomes> {
+    let defaults = Outcomes::default();
+    let failed_given = raw.failed.is_some();
+    let succeeded = status_rules(s, "outcomes.succeeded", raw.succeeded, defaults.succeeded);
+    let failed = status_rules(s, "outcomes.failed", raw.failed, defaults.failed);
+    let (succeeded, failed) = (succeeded?, failed?);
+    let both: Vec<String> = succeeded
+        .iter()
+        .filter(|rule| failed.contains(rule))
+        .map(|rule| rule_text(*rule))
+        .collect();
+    if !both.is_empty() {
+        let hint = if failed_given {
+            ""
+        } else {
+            "; failed defaults to [400, 401, 402, 403, 404, 405, 413, 415, 422, 429], so list it yourself"
+        };
+        let msg = format!(
+            "{} in both succeeded and failed (a status has one meaning: remove it from one list{hint})",
+            both.join(", ")
+        );
+        s.push("outcomes", msg);
+        return None;
+    }
+    Some(Outcomes { succeeded, failed })
+}
+
+pub(super) fn status_rules(
+    s: &mut Scope,
+    key: &str,
+    raw: Option<Vec<Value>>,
+    default: Vec<StatusRule>,
+) -> Option<Vec<StatusRule>> {
+    let Some(raw) = raw else {
+        return Some(default);
+    };
+    let rules: Vec<Option<StatusRule>> = raw
+        .iter()
+        .enumerate()
+        .map(|(i, v)| s.check(&format!("{key}[{i}]"), status_rule(v)))
+        .collect();
+    rules.into_iter().collect()
+}
+
+pub(super) fn status_rule(v: &Value) -> Result<StatusRule, String> {
+    let fix = "expected a status code from 100 to 599 or a class \"1xx\" to \"5xx\"";
+    match v {
+        Value::Integer(n) if (100..=599).contains(n) => u16::try_from(*n)
+            .map(StatusRule::Exact)
+            .map_err(|_| fix.to_string()),
+        Value::String(s) => match s.to_ascii_lowercase().as_bytes() {
+            [c @ b'1'..=b'5', b'x', b'x'] => Ok(StatusRule::Class(c - b'0')),
+            _ => Err(format!("\"{s}\" is not a status class ({fix})")),
+        },
+        other => Err(format!("{other} is not a status rule ({fix})")),
+    }
+}
+
+pub(super) fn rule_text(rule: StatusRule) -> String {
+    match rule {
+        StatusRule::Exact(code) => code.to_string(),
+        StatusRule::Class(class) => format!("\"{class}xx\""),
+    }
+}
+
+pub(super) fn headers(
+    s: &mut Scope,
+    key: &str,
+    raw: Option<Vec<String>>,
+    default: &[&str],
+) -> Option<Vec<HeaderName>> {
+    let raw = raw.unwrap_or_else(|| default.iter().map(|h| h.to_string()).collect());
+    let names: Vec<Option<HeaderName>> = raw
+        .iter()
+        .enumerate()
+        .map(|(i, h)| s.check(&format!("{key}[{i}]"), header(h)))
+        .collect();
+    names.into_iter().collect()
+}
+
+/// A key that must be present, then checked.
+pub(super) fn required<T>(
+    s: &mut Scope,
+    key: &str,
+    raw: Option<String>,
+    check: impl FnOnce(String) -> Result<T, String>,
+) -> Option<T> {
+    match raw {
+        None => {
+            s.push(key, "missing (this key is required)");
+            None
+        }
+        Some(v) => s.check(key, check(v)),
+    }
+}

@@ -1,0 +1,354 @@
+//! `[[route]]` tables into `Route`s: the `match` compiled into a `Matcher`, the operation_id
+//! and lookup templates parsed and checked against where they are used, `[route.reconcile]`.
+//! It never decides anything about a request; it only builds what `policy` matches with.
+
+use std::time::Duration;
+
+use http::Method;
+use toml::Value;
+
+use super::Scope;
+use super::provider::{APPROVALS, EFFECTS, ON_MISSING_ID, headers, required};
+use super::raw::{RawReconcile, RawRoute};
+use super::values::{json_pointer, name};
+use crate::policy::{Approval, Effect, Matcher, OnMissingId, Reconcile, Route, Segment};
+use crate::template::{Part, Template};
+
+/// Every `[[route]]`, then the checks between routes of one provider.
+pub(super) fn routes(s: &mut Scope, raw: Vec<RawRoute>) -> Option<Vec<Route>> {
+    let mut routes = Vec::new();
+    let mut ok = true;
+    for (i, raw) in raw.into_iter().enumerate() {
+        let label = match raw.name.as_deref() {
+            Some(n) if !n.is_empty() => format!("route \"{n}\": "),
+            _ => format!("route[{i}]: "),
+        };
+        match route(&mut s.nested(&label), raw) {
+            Some(route) => routes.push(route),
+            None => ok = false,
+        }
+    }
+    for (i, later) in routes.iter().enumerate() {
+        let mut scope = s.nested(&format!("route \"{}\": ", later.name));
+        for earlier in &routes[..i] {
+            if earlier.name == later.name {
+                scope.push(
+                    "name",
+                    "another route already has this name (route names are unique per provider)",
+                );
+                ok = false;
+            } else if earlier.matcher == later.matcher {
+                let msg = format!(
+                    "same match as route \"{}\", so this route would never be used (remove one)",
+                    earlier.name
+                );
+                scope.push("match", msg);
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(routes)
+}
+
+pub(super) fn route(s: &mut Scope, raw: RawRoute) -> Option<Route> {
+    let name = required(s, "name", raw.name, |v| self::name(v, "route", false));
+    let pattern = raw.pattern.clone();
+    let matcher = required(s, "match", raw.pattern, |v| matcher(&v));
+    let effect = s.choice("effect", raw.effect, Effect::Irreversible, EFFECTS);
+    let captures: Option<Vec<String>> = matcher
+        .as_ref()
+        .map(|m| m.capture_names().map(String::from).collect());
+    let captures = captures.as_deref().unwrap_or_default();
+    let guarded = effect.is_some_and(|e| e != Effect::ReadOnly);
+    let operation_id = operation_ids(s, raw.operation_id.as_ref(), guarded, captures);
+    let on_missing_id = s.choice(
+        "on_missing_id",
+        raw.on_missing_id,
+        OnMissingId::Reject,
+        ON_MISSING_ID,
+    );
+    let approval = s.choice("approval", raw.approval, Approval::None, APPROVALS);
+    let ignore = raw.fingerprint_ignore.unwrap_or_default();
+    if ignore.iter().any(String::is_empty) {
+        s.push(
+            "fingerprint_ignore",
+            "empty field name (name body or query fields, e.g. \"metadata[trace_id]\")",
+        );
+    }
+    let fp_headers = headers(s, "fingerprint_headers", raw.fingerprint_headers, &[]);
+    let reconcile = raw
+        .reconcile
+        .map(|r| reconcile(&mut s.nested("reconcile."), r, captures));
+    if effect == Some(Effect::ReadOnly) {
+        read_only_extras(s, approval, reconcile.is_some());
+    }
+    Some(Route {
+        name: name?,
+        pattern: pattern?,
+        matcher: matcher?,
+        effect: effect?,
+        operation_id: operation_id?,
+        on_missing_id: on_missing_id?,
+        approval: approval?,
+        fingerprint_ignore: (!ignore.iter().any(String::is_empty)).then_some(ignore)?,
+        fingerprint_headers: fp_headers?,
+        reconcile: reconcile.map_or(Some(None), |r| r.map(Some))?,
+    })
+}
+
+/// Settings that would promise a read_only route a protection it never gets.
+pub(super) fn read_only_extras(s: &mut Scope, approval: Option<Approval>, reconcile: bool) {
+    let why = "read_only routes are forwarded unguarded";
+    if approval == Some(Approval::Required) {
+        s.push(
+            "approval",
+            format!("{why}, so nobody would be asked (remove it or change the effect)"),
+        );
+    }
+    if reconcile {
+        s.push(
+            "reconcile",
+            format!("{why}, so there is nothing to reconcile (remove it or change the effect)"),
+        );
+    }
+}
+
+/// `operation_id`: a string or a list of strings, each a template over the request.
+pub(super) fn operation_ids(
+    s: &mut Scope,
+    raw: Option<&Value>,
+    guarded: bool,
+    captures: &[String],
+) -> Option<Vec<Template>> {
+    let sources: Vec<(String, &Value)> = match raw {
+        None if guarded => {
+            let fix = "required unless effect = \"read_only\"; e.g. operation_id = \"{header:x-operation-id}\"";
+            s.push("operation_id", format!("missing ({fix})"));
+            return None;
+        }
+        None => return Some(Vec::new()),
+        Some(Value::Array(list)) if list.is_empty() => {
+            s.push(
+                "operation_id",
+                "empty list (give at least one template, tried in order)",
+            );
+            return None;
+        }
+        Some(Value::Array(list)) => list
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (format!("operation_id[{i}]"), v))
+            .collect(),
+        Some(v) => vec![("operation_id".to_string(), v)],
+    };
+    let templates: Vec<Option<Template>> = sources
+        .into_iter()
+        .map(|(key, v)| {
+            let text = v
+                .as_str()
+                .ok_or_else(|| format!("{v} is not a string (write templates as strings)"));
+            s.check(&key, text.and_then(|t| template(t, captures, false)))
+        })
+        .collect();
+    templates.into_iter().collect()
+}
+
+/// Parses a template and checks its parts against where it is used.
+pub(super) fn template(text: &str, captures: &[String], lookup: bool) -> Result<Template, String> {
+    if text.is_empty() {
+        return Err("empty template (e.g. \"{header:x-workflow-id}:{json:/order_id}\")".into());
+    }
+    let template = Template::parse(text).map_err(|e| e.to_string())?;
+    for part in template.parts() {
+        match part {
+            Part::Path(name) if !captures.iter().any(|c| c == name) => {
+                let have = if captures.is_empty() {
+                    "it has none".to_string()
+                } else {
+                    format!("it has {}", captures.join(", "))
+                };
+                return Err(format!(
+                    "{{path:{name}}} names no capture of the route's match ({have})"
+                ));
+            }
+            Part::Key | Part::OperationId if !lookup => {
+                return Err("{key} and {operation_id} exist only in reconcile.lookup (build the operation ID from the request: header, json, form, query, path, fingerprint)".into());
+            }
+            _ => {}
+        }
+    }
+    Ok(template)
+}
+
+pub(super) fn reconcile(
+    s: &mut Scope,
+    raw: RawReconcile,
+    captures: &[String],
+) -> Option<Reconcile> {
+    let lookup = required(s, "lookup", raw.lookup, |v| lookup(&v, captures));
+    let found = required(s, "found", raw.found, |v| json_pointer(&v, true));
+    let raw_after = raw.not_found_final_after.as_ref();
+    let minute = Duration::from_secs(60);
+    let after = s.duration("not_found_final_after", raw_after, minute, Duration::ZERO);
+    let (method, lookup) = lookup?;
+    Some(Reconcile {
+        method,
+        lookup,
+        found: found?,
+        not_found_final_after: after?,
+    })
+}
+
+/// `"METHOD /path?query"`: a method and a template for the path and query.
+pub(super) fn lookup(text: &str, captures: &[String]) -> Result<(Method, Template), String> {
+    let fix = "write \"METHOD /path?query\", e.g. \"GET /v1/refunds?metadata[operation]={key}\"";
+    let Some((method_text, target)) = text.trim().split_once(' ') else {
+        return Err(format!("\"{text}\" is not a method and a path ({fix})"));
+    };
+    let method = method(method_text)?;
+    let target = target.trim();
+    if !target.starts_with('/') || target.contains('#') {
+        return Err(format!(
+            "\"{target}\" must start with \"/\" and have no fragment ({fix})"
+        ));
+    }
+    Ok((method, template(target, captures, true)?))
+}
+
+/// `"METHOD /path"` with `{name}` and `{name*}` segments.
+pub(super) fn matcher(text: &str) -> Result<Matcher, String> {
+    let fix = "write \"METHOD /path\", e.g. \"POST /v1/refunds/{id}/cancel\"";
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let [method_text, path] = words[..] else {
+        return Err(format!("\"{text}\" is not a method and a path ({fix})"));
+    };
+    let method = method(method_text)?;
+    if !path.starts_with('/') || path.contains(['?', '#']) {
+        return Err(format!(
+            "path \"{path}\" must start with \"/\" and have no query or fragment ({fix})"
+        ));
+    }
+    let mut segments = Vec::new();
+    if path != "/" {
+        for raw in path[1..].split('/') {
+            if segments
+                .last()
+                .is_some_and(|s| matches!(s, Segment::Rest(_)))
+            {
+                return Err(format!(
+                    "a {{name*}} capture must be the last segment ({fix})"
+                ));
+            }
+            segments.push(segment(raw, &segments)?);
+        }
+    }
+    Ok(Matcher { method, segments })
+}
+
+pub(super) fn segment(raw: &str, before: &[Segment]) -> Result<Segment, String> {
+    if raw.is_empty() {
+        return Err("empty path segment (no \"//\" and no trailing \"/\")".into());
+    }
+    let Some(inner) = raw.strip_prefix('{').and_then(|r| r.strip_suffix('}')) else {
+        if raw.contains(['{', '}']) {
+            return Err(format!(
+                "\"{raw}\": a capture is a whole segment, {{name}} or {{name*}}"
+            ));
+        }
+        return Ok(Segment::Literal(raw.to_string()));
+    };
+    let (capture, rest) = match inner.strip_suffix('*') {
+        Some(capture) => (capture, true),
+        None => (inner, false),
+    };
+    let capture = name(capture.to_string(), "capture", false)?;
+    let taken = before
+        .iter()
+        .any(|s| matches!(s, Segment::Capture(n) | Segment::Rest(n) if *n == capture));
+    if taken {
+        return Err(format!(
+            "capture \"{capture}\" appears twice (capture names are unique)"
+        ));
+    }
+    Ok(if rest {
+        Segment::Rest(capture)
+    } else {
+        Segment::Capture(capture)
+    })
+}
+
+pub(super) fn method(text: &str) -> Result<Method, String> {
+    let upper = !text.bytes().any(|b| b.is_ascii_lowercase());
+    match Method::from_bytes(text.as_bytes()) {
+        Ok(method) if upper => Ok(method),
+        _ => Err(format!(
+            "\"{text}\" is not an HTTP method (write it in capitals, e.g. POST)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lit(s: &str) -> Segment {
+        Segment::Literal(s.into())
+    }
+
+    #[test]
+    fn match_patterns_compile() {
+        let m = matcher("POST /v1/refunds/{id}/cancel").unwrap();
+        assert_eq!(m.method, Method::POST);
+        let expected = [
+            lit("v1"),
+            lit("refunds"),
+            Segment::Capture("id".into()),
+            lit("cancel"),
+        ];
+        assert_eq!(m.segments, expected);
+        let m = matcher("GET  /files/{path*}").unwrap();
+        assert_eq!(m.segments, [lit("files"), Segment::Rest("path".into())]);
+        assert!(matcher("GET /").unwrap().segments.is_empty());
+        assert_eq!(matcher("PURGE /x").unwrap().method.as_str(), "PURGE");
+    }
+
+    #[test]
+    fn match_patterns_refused() {
+        let cases = [
+            ("/v1/refunds", "a method and a path"),
+            ("POST /v1 extra", "a method and a path"),
+            ("post /v1", "capitals"),
+            ("POST v1/refunds", "must start with"),
+            ("POST /v1?x=1", "no query"),
+            ("POST /v1//x", "empty path segment"),
+            ("POST /v1/", "empty path segment"),
+            ("POST /v1/re{id}", "whole segment"),
+            ("POST /{a*}/b", "last segment"),
+            ("POST /{a}/{a}", "appears twice"),
+            ("POST /{Id}", "capture name"),
+        ];
+        for (text, why) in cases {
+            let err = matcher(text).expect_err(text);
+            assert!(err.contains(why), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn lookups_split_method_and_target() {
+        let (method, template) = lookup("GET /v1/refunds?key={key}", &[]).unwrap();
+        assert_eq!(method, Method::GET);
+        assert_eq!(template.as_str(), "/v1/refunds?key={key}");
+        assert!(lookup("GET", &[]).is_err());
+        assert!(lookup("GET v1/refunds", &[]).is_err());
+        assert!(lookup("get /v1", &[]).is_err());
+    }
+
+    #[test]
+    fn empty_templates_are_refused() {
+        assert!(
+            template("", &[], false)
+                .unwrap_err()
+                .contains("empty template")
+        );
+    }
+}

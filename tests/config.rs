@@ -1,0 +1,562 @@
+//! Loading the shipped configuration and the fixtures under `fixtures/config/`: what loads,
+//! which defaults apply, and that every broken fixture is refused with an error naming the
+//! file, the key and the fix.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use idemproxy::config::{self, Config, ConfigErrors, Limits, Retention};
+use idemproxy::policy::{
+    Approval, Dedupe, Effect, KeyFormat, KeyPlacement, OnMissingId, Outcomes, Scheme, Segment,
+    StatusRule, Unmatched,
+};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn fixture(name: &str) -> PathBuf {
+    root().join("fixtures/config").join(name).join("proxy.toml")
+}
+
+fn load_ok(path: &Path) -> Config {
+    config::load(path).unwrap_or_else(|e| panic!("{} should load:\n{e}", path.display()))
+}
+
+fn load_broken(name: &str) -> ConfigErrors {
+    match config::load(&fixture(&format!("broken/{name}"))) {
+        Ok(_) => panic!("broken/{name} loaded"),
+        Err(errors) => errors,
+    }
+}
+
+/// The one error line that mentions `file`, checked to contain every `parts` substring.
+fn assert_error(errors: &ConfigErrors, file: &str, parts: &[&str]) {
+    let text = errors.to_string();
+    let found = text
+        .lines()
+        .any(|line| line.contains(file) && parts.iter().all(|p| line.contains(p)));
+    assert!(found, "no error in {file} with {parts:?}; got:\n{text}");
+}
+
+#[test]
+fn shipped_config_loads_with_stripe_and_square() {
+    let config = load_ok(&root().join("proxy.toml"));
+    assert_eq!(
+        config.listen,
+        "127.0.0.1:8080".parse::<SocketAddr>().unwrap()
+    );
+    assert_eq!(
+        config.admin_listen,
+        "127.0.0.1:9901".parse::<SocketAddr>().unwrap()
+    );
+    assert_eq!(config.ledger, root().join("data/ledger.redb"));
+    assert_eq!(config.policies, root().join("policies"));
+    assert_eq!(config.limits, Limits::default());
+    assert_eq!(config.retention, Retention::default());
+    let names: Vec<&str> = config.providers.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["square", "stripe"], "sorted by name");
+
+    let stripe = &config.providers[1];
+    assert_eq!(stripe.mount, "/stripe");
+    assert_eq!(stripe.upstream.scheme, Scheme::Https);
+    assert_eq!(stripe.upstream.host, "api.stripe.com");
+    assert_eq!(
+        (stripe.upstream.port, stripe.upstream.explicit_port),
+        (443, false)
+    );
+    assert_eq!(stripe.dedupe, Dedupe::Key);
+    assert_eq!(
+        stripe.key,
+        KeyPlacement::Header(http::HeaderName::from_static("idempotency-key"))
+    );
+    assert_eq!(stripe.key_retention, Duration::from_secs(24 * 3600));
+    assert_eq!(stripe.request_id_header.as_ref().unwrap(), "request-id");
+    assert_eq!(stripe.file, root().join("policies/stripe.toml"));
+    let routes: Vec<(&str, Effect)> = stripe
+        .routes
+        .iter()
+        .map(|r| (r.name.as_str(), r.effect))
+        .collect();
+    assert_eq!(
+        routes,
+        [
+            ("create_refund", Effect::Irreversible),
+            ("create_payment_intent", Effect::Irreversible),
+            ("retrieve_refund", Effect::ReadOnly),
+        ]
+    );
+    let refund = &stripe.routes[0];
+    assert_eq!(refund.operation_id.len(), 2);
+    assert_eq!(refund.fingerprint_ignore, ["metadata[trace_id]"]);
+    let reconcile = refund.reconcile.as_ref().expect("create_refund reconciles");
+    assert_eq!(reconcile.method, http::Method::GET);
+    assert_eq!(
+        reconcile.lookup.as_str(),
+        "/v1/refunds?limit=1&metadata[operation]={key}"
+    );
+    assert_eq!(reconcile.found, "/data/0");
+    assert_eq!(reconcile.not_found_final_after, Duration::from_secs(60));
+    let (route, captures) = stripe
+        .route_for(&http::Method::GET, "/v1/refunds/re_1")
+        .expect("the read route matches");
+    assert_eq!(route.name, "retrieve_refund");
+    assert_eq!(captures, [("id".to_string(), "re_1".to_string())]);
+
+    let square = &config.providers[0];
+    assert_eq!(
+        square.key,
+        KeyPlacement::JsonField("/idempotency_key".into())
+    );
+}
+
+#[test]
+fn absent_keys_take_the_spec_defaults() {
+    let config = load_ok(&fixture("defaults"));
+    assert_eq!(
+        config.listen,
+        "127.0.0.1:8080".parse::<SocketAddr>().unwrap()
+    );
+    assert_eq!(
+        config.admin_listen,
+        "127.0.0.1:9901".parse::<SocketAddr>().unwrap()
+    );
+    let folder = root().join("fixtures/config/defaults");
+    assert_eq!(config.ledger, folder.join("data/ledger.redb"));
+    assert_eq!(config.policies, folder.join("policies"));
+    assert_eq!(config.limits.max_request_body, 1024 * 1024);
+    assert_eq!(config.limits.max_stored_response, 8 * 1024 * 1024);
+    assert_eq!(config.limits.in_flight_wait, Duration::from_secs(30));
+    assert_eq!(config.limits.shutdown_grace, Duration::from_secs(10));
+    assert_eq!(config.retention.completed, Duration::from_secs(30 * 86_400));
+
+    let p = &config.providers[0];
+    assert_eq!(p.dedupe, Dedupe::None);
+    assert_eq!(
+        p.key,
+        KeyPlacement::Header(http::HeaderName::from_static("idempotency-key"))
+    );
+    assert_eq!(p.key_format, KeyFormat::Opaque);
+    assert_eq!(p.key_retention, Duration::from_secs(86_400));
+    assert_eq!(p.timeout, Duration::from_secs(30));
+    assert_eq!(p.ca_file, None);
+    assert_eq!(p.request_id_header, None);
+    assert_eq!(p.control_headers, ["x-operation-id", "x-workflow-id"]);
+    assert!(p.redact_headers.is_empty());
+    assert_eq!(p.unmatched, Unmatched::Pass);
+    assert_eq!(p.outcomes, Outcomes::default());
+    assert_eq!((p.upstream.port, p.upstream.base_path.as_str()), (80, ""));
+
+    let r = &p.routes[0];
+    assert_eq!(r.effect, Effect::Irreversible);
+    assert_eq!(r.on_missing_id, OnMissingId::Reject);
+    assert_eq!(r.approval, Approval::None);
+    assert!(r.fingerprint_ignore.is_empty() && r.fingerprint_headers.is_empty());
+    assert!(r.reconcile.is_none());
+}
+
+#[test]
+fn every_key_set_is_taken() {
+    let config = load_ok(&fixture("full"));
+    let folder = root().join("fixtures/config/full");
+    assert_eq!(config.listen.port(), 18080);
+    assert_eq!(config.ledger, folder.join("var/ops.redb"));
+    let limits = Limits {
+        max_request_body: 2048,
+        max_stored_response: 64 * 1024,
+        in_flight_wait: Duration::from_millis(250),
+        shutdown_grace: Duration::ZERO,
+    };
+    assert_eq!(config.limits, limits);
+    assert_eq!(config.retention.completed, Duration::from_secs(7 * 86_400));
+
+    let p = &config.providers[0];
+    assert_eq!(p.name, "local-bank");
+    assert_eq!(p.mount, "/bank/v2");
+    assert_eq!(p.upstream.host, "::1");
+    assert_eq!((p.upstream.port, p.upstream.explicit_port), (8443, true));
+    assert_eq!(p.upstream.base_path, "/api", "trailing slash dropped");
+    assert_eq!(
+        p.key,
+        KeyPlacement::JsonField("/meta/idempotency~1key".into()),
+        "json field replaces the header"
+    );
+    assert_eq!(p.key_format, KeyFormat::Plain);
+    assert_eq!(p.timeout, Duration::from_millis(1));
+    assert_eq!(
+        p.ca_file.as_deref(),
+        Some(folder.join("policies/test-ca.pem").as_path())
+    );
+    assert_eq!(p.request_id_header.as_ref().unwrap(), "x-request-id");
+    assert_eq!(p.control_headers, ["x-op"]);
+    assert_eq!(p.redact_headers, ["x-secret"]);
+    assert_eq!(p.unmatched, Unmatched::Reject);
+    assert_eq!(
+        p.outcomes.succeeded,
+        [StatusRule::Class(2), StatusRule::Exact(409)]
+    );
+    assert_eq!(p.outcomes.failed, [StatusRule::Class(4)]);
+
+    let transfer = &p.routes[0];
+    assert_eq!(transfer.effect, Effect::Compensable);
+    assert_eq!(transfer.on_missing_id, OnMissingId::Pass);
+    assert_eq!(transfer.approval, Approval::Required);
+    assert_eq!(transfer.fingerprint_headers, ["x-tenant"]);
+    assert_eq!(
+        transfer.matcher.segments,
+        [
+            Segment::Literal("accounts".into()),
+            Segment::Capture("account".into()),
+            Segment::Literal("transfers".into()),
+            Segment::Rest("rest".into()),
+        ]
+    );
+    let reconcile = transfer.reconcile.as_ref().unwrap();
+    assert_eq!(reconcile.found, "");
+    assert_eq!(reconcile.not_found_final_after, Duration::ZERO);
+    assert!(
+        p.routes[1].matcher.segments.is_empty(),
+        "GET / is the root pattern"
+    );
+}
+
+#[test]
+fn minimal_fixture_loads() {
+    let config = load_ok(&fixture("minimal"));
+    assert_eq!(config.listen.port(), 0);
+    assert_eq!(config.providers.len(), 1);
+    assert_eq!(config.providers[0].routes.len(), 2);
+}
+
+#[test]
+fn missing_proxy_toml_is_named() {
+    let path = root().join("fixtures/config/no-such-dir/proxy.toml");
+    let errors = config::load(&path).expect_err("no file");
+    assert_eq!(errors.0.len(), 1);
+    assert_error(
+        &errors,
+        "no-such-dir/proxy.toml",
+        &["cannot read this file"],
+    );
+}
+
+#[test]
+fn missing_policies_folder() {
+    let errors = load_broken("missing_policies");
+    assert_error(
+        &errors,
+        "missing_policies/proxy.toml",
+        &["policies: ", "no-such-folder", "create it"],
+    );
+}
+
+#[test]
+fn unknown_key_in_proxy_toml() {
+    let errors = load_broken("unknown_key_proxy");
+    let parts = [
+        "limits.max_body (line 3)",
+        "unknown key \"max_body\"",
+        "check its spelling",
+        "max_request_body",
+    ];
+    assert_error(&errors, "unknown_key_proxy/proxy.toml", &parts);
+}
+
+#[test]
+fn unknown_key_in_a_policy() {
+    let errors = load_broken("unknown_key_policy");
+    let parts = [
+        "route.efect (line 9)",
+        "unknown key \"efect\"",
+        "known keys here",
+        "effect",
+    ];
+    assert_error(&errors, "policies/shop.toml", &parts);
+}
+
+#[test]
+fn toml_syntax_error_names_the_line() {
+    let errors = load_broken("toml_syntax");
+    assert_error(
+        &errors,
+        "policies/shop.toml",
+        &["mount (line 4)", "invalid TOML", "fix the syntax"],
+    );
+}
+
+#[test]
+fn bad_duration() {
+    let errors = load_broken("bad_duration");
+    let parts = [
+        "provider.timeout",
+        "\"30 parsecs\"",
+        "write durations like \"250ms\"",
+    ];
+    assert_error(&errors, "policies/shop.toml", &parts);
+}
+
+#[test]
+fn zero_where_zero_makes_no_sense() {
+    let errors = load_broken("zero_duration");
+    assert_error(
+        &errors,
+        "proxy.toml",
+        &["limits.in_flight_wait", "at least 1ms"],
+    );
+}
+
+#[test]
+fn bad_size() {
+    let errors = load_broken("bad_size");
+    let parts = [
+        "limits.max_request_body",
+        "\"MB\"",
+        "units: B, KiB, MiB, GiB",
+    ];
+    assert_error(&errors, "bad_size/proxy.toml", &parts);
+}
+
+#[test]
+fn duplicate_mount() {
+    let errors = load_broken("duplicate_mount");
+    assert_error(
+        &errors,
+        "policies/b.toml",
+        &["provider.mount", "already mounted by", "policies/a.toml"],
+    );
+    assert_eq!(errors.0.len(), 1);
+}
+
+#[test]
+fn duplicate_provider_name() {
+    let errors = load_broken("duplicate_provider");
+    let parts = [
+        "provider.name",
+        "\"shop\" is already the name",
+        "policies/a.toml",
+        "unique",
+    ];
+    assert_error(&errors, "policies/b.toml", &parts);
+}
+
+#[test]
+fn nested_mounts() {
+    let errors = load_broken("nested_mounts");
+    let parts = [
+        "provider.mount",
+        "\"/api/v2\" and \"/api\"",
+        "nested",
+        "prefix",
+    ];
+    assert_error(&errors, "policies/b.toml", &parts);
+}
+
+#[test]
+fn bad_upstream() {
+    let errors = load_broken("bad_upstream");
+    assert_error(
+        &errors,
+        "policies/shop.toml",
+        &["provider.upstream", "\"ftp\"", "use http or https"],
+    );
+}
+
+#[test]
+fn bad_match_pattern() {
+    let errors = load_broken("bad_match");
+    let parts = [
+        "route \"order\": match",
+        "{name*}",
+        "last segment",
+        "METHOD /path",
+    ];
+    assert_error(&errors, "policies/shop.toml", &parts);
+}
+
+#[test]
+fn bad_names_methods_and_values() {
+    let errors = load_broken("bad_names");
+    let file = "bad_names/policies/shop.toml";
+    assert_error(
+        &errors,
+        file,
+        &["provider.name", "\"Shop\"", "a-z, 0-9, _ and -"],
+    );
+    assert_error(
+        &errors,
+        file,
+        &["provider.mount", "\"/shop/\"", "no trailing"],
+    );
+    assert_error(
+        &errors,
+        file,
+        &["provider.key_header", "\"Idem Key\"", "header name"],
+    );
+    assert_error(
+        &errors,
+        file,
+        &["route \"create-order\": name", "a-z, 0-9 and _"],
+    );
+    assert_error(
+        &errors,
+        file,
+        &["route \"create-order\": match", "\"post\"", "capitals"],
+    );
+    let effects =
+        "expected one of \"read_only\", \"idempotent\", \"compensable\", \"irreversible\"";
+    assert_error(
+        &errors,
+        file,
+        &["route \"create-order\": effect", "\"destructive\"", effects],
+    );
+    assert_eq!(errors.0.len(), 6, "{errors}");
+}
+
+#[test]
+fn missing_required_keys() {
+    let errors = load_broken("missing_required");
+    let file = "policies/shop.toml";
+    assert_error(&errors, file, &["provider.name: missing"]);
+    assert_error(&errors, file, &["provider.mount: missing"]);
+    assert_error(&errors, file, &["route[0]: name: missing"]);
+    assert_eq!(errors.0.len(), 3, "{errors}");
+}
+
+#[test]
+fn missing_operation_id_on_a_guarded_route() {
+    let errors = load_broken("missing_operation_id");
+    let parts = [
+        "route \"order\": operation_id",
+        "missing",
+        "unless effect = \"read_only\"",
+    ];
+    assert_error(&errors, "policies/shop.toml", &parts);
+}
+
+#[test]
+fn duplicate_routes() {
+    let errors = load_broken("duplicate_route");
+    let file = "policies/shop.toml";
+    assert_error(
+        &errors,
+        file,
+        &["route \"order\": name", "unique per provider"],
+    );
+    assert_error(
+        &errors,
+        file,
+        &[
+            "route \"order_again\": match",
+            "same match as route \"order\"",
+        ],
+    );
+}
+
+#[test]
+fn bad_outcomes() {
+    let errors = load_broken("bad_outcomes");
+    let parts = [
+        "provider.outcomes",
+        "404 in both succeeded and failed",
+        "failed defaults to",
+    ];
+    assert_error(&errors, "policies/shop.toml", &parts);
+    let errors = load_broken("bad_status");
+    let fix = "expected a status code from 100 to 599";
+    assert_error(
+        &errors,
+        "policies/shop.toml",
+        &["provider.outcomes.failed[1]", "600", fix],
+    );
+    assert_error(
+        &errors,
+        "policies/shop.toml",
+        &["provider.outcomes.failed[2]", "\"6xx\"", fix],
+    );
+}
+
+#[test]
+fn ca_file_must_exist_and_hold_a_certificate() {
+    let errors = load_broken("ca_file_missing");
+    let parts = [
+        "provider.ca_file",
+        "certs/missing.pem",
+        "relative to the policy file's folder",
+    ];
+    assert_error(&errors, "policies/shop.toml", &parts);
+    let errors = load_broken("ca_file_not_pem");
+    assert_error(
+        &errors,
+        "policies/shop.toml",
+        &["provider.ca_file", "holds no certificate"],
+    );
+}
+
+#[test]
+fn reconcile_on_a_read_only_route() {
+    let errors = load_broken("reconcile_read_only");
+    let parts = ["route \"get_order\": reconcile", "read_only", "remove it"];
+    assert_error(&errors, "policies/shop.toml", &parts);
+}
+
+#[test]
+fn many_errors_are_reported_at_once() {
+    let errors = load_broken("many_errors");
+    let proxy = "many_errors/proxy.toml";
+    assert_error(
+        &errors,
+        proxy,
+        &["listen", "\"localhost:8080\"", "IP address and a port"],
+    );
+    assert_error(
+        &errors,
+        proxy,
+        &["limits.shutdown_grace", "10 is not a duration"],
+    );
+    assert_error(
+        &errors,
+        proxy,
+        &["retention.completed", "\"30 days later\""],
+    );
+    let a = "policies/a.toml";
+    assert_error(&errors, a, &["provider.upstream", "user info"]);
+    assert_error(
+        &errors,
+        a,
+        &["provider.dedupe", "\"maybe\"", "\"key\", \"none\""],
+    );
+    assert_error(&errors, a, &["route \"r\": operation_id", "missing"]);
+    let b = "policies/b.toml";
+    assert_error(&errors, b, &["provider.unmatched", "\"drop\""]);
+    assert_error(&errors, b, &["provider.mount", "nested"]);
+    assert_eq!(errors.0.len(), 8, "{errors}");
+    assert!(
+        errors.0[0].file.ends_with(proxy),
+        "proxy.toml's errors come first"
+    );
+}
+
+// The two tests below exercise template checks that need the real template parser (the stub
+// parses every template as one literal).
+
+#[test]
+fn path_part_must_name_a_capture() {
+    let errors = load_broken("path_capture_missing");
+    let parts = [
+        "route \"cancel\": operation_id[1]",
+        "{path:order_id}",
+        "it has id",
+    ];
+    assert_error(&errors, "policies/shop.toml", &parts);
+}
+
+#[test]
+fn unknown_template_source() {
+    let errors = load_broken("unknown_template_source");
+    let parts = [
+        "policies/stripe.toml: route \"create_refund\": operation_id[1]: ",
+        "hedaer",
+    ];
+    assert_error(&errors, "policies/stripe.toml", &parts);
+}
