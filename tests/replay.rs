@@ -81,7 +81,11 @@ async fn a_failed_operation_is_sent_again_as_the_next_attempt_with_the_same_key(
     let id = op_id("wf-3");
 
     let first = refund(&proxy, "wf-3", "amount=500").await;
-    assert_eq!(first.status, StatusCode::BAD_REQUEST, "the provider's own answer");
+    assert_eq!(
+        first.status,
+        StatusCode::BAD_REQUEST,
+        "the provider's own answer"
+    );
     assert_eq!(first.json(), refusal);
     assert_op_headers(&first, &id, "failed", false);
 

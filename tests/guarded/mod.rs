@@ -82,9 +82,9 @@ pub fn refund_in_background(
     body: &str,
 ) -> tokio::task::JoinHandle<Result<Resp, hyper_util::client::legacy::Error>> {
     let (url, rendered, body) = (proxy.url(PATH), rendered.to_string(), body.to_string());
-    tokio::spawn(async move {
-        send(Method::POST, &url, &[(OP_HEADER, &rendered), FORM], body).await
-    })
+    tokio::spawn(
+        async move { send(Method::POST, &url, &[(OP_HEADER, &rendered), FORM], body).await },
+    )
 }
 
 /// Asserts an RFC 9457 problem answer of this status and `urn:idemproxy:{kind}`; returns its
