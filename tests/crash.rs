@@ -86,3 +86,30 @@ async fn after_a_crash_a_provider_that_does_not_deduplicate_is_not_asked_again()
     }
     assert_eq!(provider.request_count(), 1, "nothing sent after the crash");
 }
+
+/// The contrast: a graceful stop (SIGTERM) lets the exchange at the provider finish; the
+/// agent gets its answer, the result is recorded, and nothing is left to orphan.
+#[tokio::test]
+async fn a_graceful_stop_finishes_and_records_the_exchange_in_flight() {
+    let slow = Behavior::fixed(201, "made").delay(std::time::Duration::from_millis(500));
+    let provider = FakeProvider::start(slow).await;
+    let mut proxy = start(&provider, "").await;
+    let id = op_id("wf-stop");
+
+    let pending = refund_in_background(&proxy, "wf-stop", "amount=500");
+    provider.wait_for_effects(1).await;
+    assert!(proxy.terminate().await.success(), "a clean exit");
+    let answer = pending
+        .await
+        .expect("task")
+        .expect("the agent still gets its answer");
+    assert_eq!(
+        (answer.status, answer.text()),
+        (StatusCode::CREATED, "made".into())
+    );
+
+    let stored = ledger(&mut proxy, &id).await;
+    assert_eq!(stored.op.state, State::Succeeded);
+    assert_eq!(stored.orphaned_on_open, 0);
+    assert!(!stored.has_event(EventKind::Orphaned));
+}
