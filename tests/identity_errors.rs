@@ -154,6 +154,12 @@ async fn a_body_over_max_request_body_is_a_413_declared_or_streamed() {
     let declared = refund(&proxy, "wf-big", &big).await;
     let body = problem(&declared, StatusCode::PAYLOAD_TOO_LARGE, "body-too-large");
     assert_eq!(body["provider"], PROVIDER);
+    assert_eq!(body["route"], ROUTE);
+    assert_eq!(
+        declared.header("idem-operation-id"),
+        None,
+        "the body was never read"
+    );
 
     let chunks = big
         .into_bytes()

@@ -25,6 +25,10 @@ async fn an_unwritable_ledger_answers_503_and_sends_nothing() {
         assert_eq!(body["provider"], PROVIDER);
         assert_eq!(body["route"], ROUTE);
         assert_eq!(resp.header("idem-operation-id"), Some(id.as_str()));
+        assert_eq!(resp.header("idempotent-replayed"), Some("false"));
+        // The state could not be read or written: none is claimed, in header or body.
+        assert_eq!(resp.header("idem-state"), None);
+        assert!(body.get("state").is_none(), "{body}");
         let detail = body["detail"].as_str().unwrap_or_default();
         assert!(detail.contains("nothing was sent"), "{detail}");
     }

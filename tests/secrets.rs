@@ -32,7 +32,7 @@ async fn secrets_appear_nowhere_in_the_ledger_file_or_the_logs() {
     let id = op_id("wf-secret");
 
     let authorization = format!("Bearer {BEARER}");
-    let headers = |cvc: String| {
+    let send_refund = |cvc: String| {
         let authorization = authorization.clone();
         let proxy = &proxy;
         async move {
@@ -47,12 +47,12 @@ async fn secrets_appear_nowhere_in_the_ledger_file_or_the_logs() {
             refund_with(proxy, &h, &body).await
         }
     };
-    let first = headers(CVC.to_string()).await;
+    let first = send_refund(CVC.to_string()).await;
     assert_eq!(
         (first.status, first.text()),
         (StatusCode::OK, ANSWER.into())
     );
-    let replay = headers(CVC.to_string()).await;
+    let replay = send_refund(CVC.to_string()).await;
     assert_op_headers(&replay, &id, "succeeded", true);
     assert_eq!(
         replay.header("set-cookie"),
@@ -60,7 +60,7 @@ async fn secrets_appear_nowhere_in_the_ledger_file_or_the_logs() {
         "never stored, so never replayed"
     );
     assert_eq!(replay.header("x-provider-secret"), None);
-    let conflict = headers(format!("{CVC}0")).await;
+    let conflict = send_refund(format!("{CVC}0")).await;
     problem(&conflict, StatusCode::CONFLICT, "parameter-mismatch");
 
     let sent = &provider.requests()[0];
