@@ -1,18 +1,243 @@
-//! The admin API (SPEC section 7) on `admin_listen` (stub: only `/healthz` so far).
+//! The admin API (SPEC section 7) on `admin_listen`: health, operations, operator decisions
+//! (resolve, approve, reject) and metrics.
+//!
+//! This module owns the admin routes, the bearer-token check and the refusal to expose the
+//! API beyond loopback without a token. It reaches the ledger only through its domain API and
+//! never sends anything to a provider: an approval or a `failed` resolution only lets the
+//! agent's next request through. It never logs or echoes the token.
+//!
+//! # Layout
+//! - `error`: the admin refusals and their problem+json answers.
+//! - `view`: operations and events as JSON.
+//! - `query`: the read-only calls (`/ops`, `/ops/{id}`, `/ops/{id}/response`, `/metrics`).
+//! - `action`: the operator's writes (`resolve`, `approve`, `reject`).
+
+mod action;
+mod error;
+mod query;
+#[cfg(test)]
+mod tests;
+mod view;
 
 use std::sync::Arc;
 
-use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use http_body::Body;
+use http_body_util::{BodyExt, Limited};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+pub use action::{MAX_REASON, Resolution};
+pub use error::AdminError;
+pub use query::{DEFAULT_LIMIT, ListQuery, MAX_LIMIT, parse_list_query};
 
 use crate::app::App;
+use crate::config::Config;
 use crate::proxy::{ProxyBody, full};
 
-pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<ProxyBody> {
-    match (req.method(), req.uri().path()) {
-        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
-        (&Method::GET, "/metrics") => text(StatusCode::OK, &app.metrics.render()),
-        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+/// The environment variable holding the admin bearer token.
+pub const TOKEN_VAR: &str = "IDEMPROXY_ADMIN_TOKEN";
+
+/// Admin request bodies beyond `max_stored_response` (a resolve carries a whole response body,
+/// JSON-escaped) by this much.
+const BODY_SLACK: u64 = 64 * 1024;
+
+/// The admin bearer token; its `Debug` never shows it.
+#[derive(Clone)]
+pub struct Token(String);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+impl Token {
+    /// A token; `None` when blank (a blank token would let `Bearer ` in).
+    pub fn new(value: &str) -> Option<Token> {
+        let value = value.trim();
+        (!value.is_empty()).then(|| Token(value.to_string()))
+    }
+
+    /// `IDEMPROXY_ADMIN_TOKEN`, if set and not blank.
+    pub fn from_env() -> Option<Token> {
+        std::env::var(TOKEN_VAR).ok().and_then(|v| Token::new(&v))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `headers` carry `Authorization: Bearer <this token>`. Both sides are hashed
+    /// first, so the constant-time comparison does not leak the token's length either.
+    pub fn admits(&self, headers: &HeaderMap) -> bool {
+        let Some(given) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+        else {
+            return false;
+        };
+        let given = Sha256::digest(given.as_bytes());
+        let expected = Sha256::digest(self.0.as_bytes());
+        given.ct_eq(&expected).into()
+    }
+}
+
+/// Refuses an `admin_listen` other than loopback without a token: anyone who can reach the
+/// admin API can resolve, approve and reject operations.
+pub fn check_exposure(config: &Config, token: Option<&Token>) -> Result<(), String> {
+    let addr = config.admin_listen;
+    if addr.ip().is_loopback() || token.is_some() {
+        return Ok(());
+    }
+    Err(format!(
+        "{}: admin_listen = \"{addr}\" is reachable beyond this machine, but {TOKEN_VAR} is not \
+         set; anyone who can reach it could resolve, approve or reject operations. Set \
+         {TOKEN_VAR}, or use a loopback address such as \"127.0.0.1:{}\".",
+        config.file.display(),
+        addr.port()
+    ))
+}
+
+/// Serves one admin request. Every call but `/healthz` needs the token when one is set.
+pub async fn handle<B>(app: Arc<App>, req: Request<B>) -> Response<ProxyBody>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<crate::proxy::BoxError>,
+{
+    let is_health = req.uri().path() == "/healthz";
+    if let Some(token) = &app.admin_token
+        && !is_health
+        && !token.admits(req.headers())
+    {
+        return AdminError::Unauthorized.into_response();
+    }
+    match route(&app, req).await {
+        Ok(resp) => resp,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// An admin endpoint, from the method and the (still percent-encoded) path.
+#[derive(Debug, PartialEq, Eq)]
+enum Endpoint {
+    Health,
+    Metrics,
+    List,
+    Show(String),
+    Response(String),
+    Resolve(String),
+    Approve(String),
+    Reject(String),
+}
+
+impl Endpoint {
+    /// The endpoint at `path`, or the refusal: an unknown path (404), a wrong method (405)
+    /// or an ID that is not valid percent-encoded UTF-8 (400).
+    fn of(method: &Method, path: &str) -> Result<Endpoint, AdminError> {
+        let get = |e| {
+            if method == Method::GET {
+                Ok(e)
+            } else {
+                Err(AdminError::Method("GET"))
+            }
+        };
+        let post = |e| {
+            if method == Method::POST {
+                Ok(e)
+            } else {
+                Err(AdminError::Method("POST"))
+            }
+        };
+        match path {
+            "/healthz" => return get(Endpoint::Health),
+            "/metrics" => return get(Endpoint::Metrics),
+            "/ops" | "/ops/" => return get(Endpoint::List),
+            _ => {}
+        }
+        let no_path = || AdminError::NoPath(path.to_string());
+        let rest = path.strip_prefix("/ops/").ok_or_else(no_path)?;
+        let (encoded, action) = match rest.split_once('/') {
+            Some((encoded, action)) => (encoded, Some(action)),
+            None => (rest, None),
+        };
+        if encoded.is_empty() {
+            return Err(no_path());
+        }
+        let id = crate::identity::decode(encoded).ok_or_else(|| {
+            AdminError::BadRequest(
+                "The operation ID in the path is not valid percent-encoded UTF-8.".into(),
+            )
+        })?;
+        match action {
+            None => get(Endpoint::Show(id)),
+            Some("response") => get(Endpoint::Response(id)),
+            Some("resolve") => post(Endpoint::Resolve(id)),
+            Some("approve") => post(Endpoint::Approve(id)),
+            Some("reject") => post(Endpoint::Reject(id)),
+            Some(_) => Err(no_path()),
+        }
+    }
+}
+
+async fn route<B>(app: &App, req: Request<B>) -> Result<Response<ProxyBody>, AdminError>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<crate::proxy::BoxError>,
+{
+    let endpoint = Endpoint::of(req.method(), req.uri().path())?;
+    let query = req.uri().query().map(str::to_string);
+    match endpoint {
+        Endpoint::Health => Ok(text(StatusCode::OK, "ok\n")),
+        Endpoint::Metrics => Ok(query::metrics(app).await),
+        Endpoint::List => query::list(app, query.as_deref()).await,
+        Endpoint::Show(id) => query::show(app, &id).await,
+        Endpoint::Response(id) => query::response(app, &id).await,
+        Endpoint::Resolve(id) => {
+            let body = read_body(app, req).await?;
+            action::resolve_op(app, &id, &body).await
+        }
+        Endpoint::Approve(id) => {
+            let body = read_body(app, req).await?;
+            action::approve_op(app, &id, &body).await
+        }
+        Endpoint::Reject(id) => {
+            let body = read_body(app, req).await?;
+            action::reject_op(app, &id, &body).await
+        }
+    }
+}
+
+/// The whole request body, up to `max_stored_response` plus some slack for the JSON around it.
+async fn read_body<B>(app: &App, req: Request<B>) -> Result<Bytes, AdminError>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<crate::proxy::BoxError>,
+{
+    let limit = app
+        .config
+        .limits
+        .max_stored_response
+        .saturating_add(BODY_SLACK);
+    let limited = Limited::new(
+        req.into_body(),
+        usize::try_from(limit).unwrap_or(usize::MAX),
+    );
+    match limited.collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(AdminError::TooLarge(limit))
+        }
+        Err(e) => Err(AdminError::BadRequest(format!(
+            "The request body could not be read: {e}."
+        ))),
     }
 }
 

@@ -26,12 +26,16 @@ pub struct App {
     /// Bumped after every recorded result, so duplicates waiting on an in-flight operation
     /// re-read the ledger instead of polling it.
     pub completions: watch::Sender<u64>,
+    /// `IDEMPROXY_ADMIN_TOKEN`, read once at start; `None`: the admin API is open (loopback).
+    pub admin_token: Option<crate::admin::Token>,
 }
 
 impl App {
     /// Builds the state a server needs: upstream clients and the opened ledger (whose
     /// operations left `in_flight` by an earlier process become `unknown`).
     pub async fn new(config: Config) -> Result<App, String> {
+        let admin_token = crate::admin::Token::from_env();
+        crate::admin::check_exposure(&config, admin_token.as_ref())?;
         let upstreams = Upstreams::new(&config.providers)?;
         let metrics = Arc::new(Metrics::new());
         let observer = metrics.clone();
@@ -56,6 +60,7 @@ impl App {
             metrics,
             background: TaskTracker::new(),
             completions: watch::Sender::new(0),
+            admin_token,
         })
     }
 

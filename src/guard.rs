@@ -178,8 +178,16 @@ async fn reconcile(
     names: &Names,
     op: Identified,
 ) -> Result<Next, Problem> {
-    let verdict =
-        crate::reconcile::run(app, provider, route, &names.captures, &op.id, &op.key).await;
+    let verdict = crate::reconcile::run(
+        app,
+        provider,
+        route,
+        &names.captures,
+        &op.id,
+        &op.key,
+        &op.outgoing.headers,
+    )
+    .await;
     Ok(match verdict {
         crate::reconcile::Verdict::Found(stored) => Next::Replay(stored),
         crate::reconcile::Verdict::Resend { fence, attempt } => {

@@ -16,10 +16,12 @@
 //! - `guard`: the ledger protocol for guarded routes, step by step.
 //! - `dispatch`: one claimed attempt: send, classify, record, answer; outlives the agent.
 //! - `reconcile`: asking the provider whether an unknown effect happened.
+//! - `retention`: the background task that prunes finished operations past `[retention]`.
 //! - `upstream`: pooled TLS clients to providers and header hygiene.
 //! - `problem`: every refusal, and the one place it becomes problem+json.
 //! - `admin`: the admin API.
 //! - `metrics`: Prometheus counters, histograms and gauges.
+//! - `ops`: the `idemproxy ops` command line, a client of the admin API.
 
 pub mod admin;
 pub mod app;
@@ -33,10 +35,12 @@ pub mod guard;
 pub mod identity;
 pub mod ledger;
 pub mod metrics;
+pub mod ops;
 pub mod policy;
 pub mod problem;
 pub mod proxy;
 pub mod reconcile;
+pub mod retention;
 pub mod server;
 pub mod template;
 pub mod upstream;

@@ -1,5 +1,6 @@
 //! The `idemproxy` command: parses the command line and calls into the library.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -38,6 +39,8 @@ enum Command {
         #[arg(short, long, default_value = "proxy.toml")]
         config: PathBuf,
     },
+    /// Inspect and settle operations through a running proxy's admin API.
+    Ops(idemproxy::ops::OpsArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,14 +49,18 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve { config } => serve(config),
         Command::Check { config } => check(config),
+        Command::Ops(args) => idemproxy::ops::run(args),
     }
 }
 
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("IDEMPROXY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour codes only for a person at a terminal: in a file or a collector they are noise
+    // that breaks grepping for `status=200`.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -248,6 +248,55 @@ impl Matcher {
     }
 }
 
+/// The form of a path that route matching sees: percent-encoded unreserved characters
+/// decoded (RFC 3986 6.2.2.2), empty and `.` segments dropped, `..` resolved, no trailing
+/// slash. Two spellings of one resource must meet the same route, or a guarded route could
+/// be bypassed by writing its path differently.
+pub fn normalize_path(path: &str) -> std::borrow::Cow<'_, str> {
+    let plain =
+        !path.contains(['%', '.']) && !path.contains("//") && (path == "/" || !path.ends_with('/'));
+    if plain {
+        return std::borrow::Cow::Borrowed(path);
+    }
+    let mut segments: Vec<String> = Vec::new();
+    for raw in path.split('/') {
+        let segment = decode_unreserved(raw);
+        match segment.as_str() {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            _ => segments.push(segment),
+        }
+    }
+    std::borrow::Cow::Owned(format!("/{}", segments.join("/")))
+}
+
+/// Decodes `%XX` only where XX is an unreserved character; other escapes stay (uppercased).
+fn decode_unreserved(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%' && i + 2 < bytes.len())
+            .then(|| std::str::from_utf8(&bytes[i + 1..i + 3]).ok())
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match escaped {
+            Some(c) if c.is_ascii_alphanumeric() || b"-._~".contains(&c) => out.push(c),
+            Some(_) => out.extend(bytes[i..i + 3].to_ascii_uppercase()),
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+                continue;
+            }
+        }
+        i += 3;
+    }
+    // URIs are ASCII; anything else was already in the input and is kept as is.
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// `[route.reconcile]`: how to ask the provider whether an effect happened.
 #[derive(Debug, Clone)]
 pub struct Reconcile {
@@ -374,6 +423,31 @@ mod tests {
             Some(vec![("p".into(), "".into())])
         );
         assert_eq!(m.matches(&Method::GET, "/filesx"), None);
+    }
+
+    #[test]
+    fn normalized_spellings_meet_the_same_route() {
+        for raw in [
+            "/v1/refunds/",
+            "/v1//refunds",
+            "/v1/x/../refunds",
+            "/v1/%72efunds",
+            "/./v1/refunds",
+            "/v1/refunds/.",
+        ] {
+            assert_eq!(normalize_path(raw), "/v1/refunds", "{raw}");
+        }
+        assert_eq!(normalize_path("/v1/refunds"), "/v1/refunds");
+        assert!(matches!(
+            normalize_path("/v1/refunds"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        // Reserved escapes stay escaped: %2F is data, not a separator.
+        assert_eq!(normalize_path("/v1/a%2fb"), "/v1/a%2Fb");
+        assert_eq!(normalize_path("/../.."), "/");
+        assert_eq!(normalize_path("/"), "/");
+        assert_eq!(normalize_path("/v1/%"), "/v1/%");
+        assert_eq!(normalize_path("/v1/%e2%82"), "/v1/%E2%82");
     }
 
     #[test]

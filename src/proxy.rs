@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 
 use crate::app::App;
-use crate::policy::{Captures, Provider, Route, Unmatched};
+use crate::policy::{Captures, Provider, Route, Unmatched, normalize_path};
 use crate::problem::{Context, Problem};
 use crate::upstream::{self, SendError};
 
@@ -103,7 +103,16 @@ fn resolve<'a>(app: &'a App, req: &Request<Incoming>) -> Result<Target<'a>, Prob
     } else {
         app.provider_for_path(path).ok_or(Problem::NoMount)?
     };
-    let route = provider.route_for(req.method(), &rel_path);
+    // Match on the normalized path so `/v1//refunds/`, `/v1/x/../refunds` or `/v1/%72efunds`
+    // cannot slip past a guarded route; a matched request is sent in that normalized form, so
+    // the provider acts on exactly what was recorded. Unmatched requests go out as sent.
+    let normalized = normalize_path(&rel_path);
+    let route = provider.route_for(req.method(), &normalized);
+    let rel_path = if route.is_some() {
+        normalized.into_owned()
+    } else {
+        rel_path
+    };
     Ok(Target {
         provider,
         rel_path,

@@ -1,12 +1,35 @@
-//! Reconciliation (SPEC 2 `[route.reconcile]`, 5b): asking the provider whether an effect happened.
+//! Reconciliation (SPEC 2 `[route.reconcile]`, 5 step 2 (b)): asking the provider whether the
+//! effect of an `unknown` operation happened.
 //!
-//! (stub: being written; until then an unknown operation stays unknown.)
+//! This module owns the lookup exchange and what its answer proves: a `found` pointer present
+//! in a 200 answer proves the effect (the operation becomes `succeeded` with that JSON as its
+//! stored body); a not-found answer (200 without it, or 404) proves absence only once
+//! `not_found_final_after` has passed since the last dispatch (the operation is then claimed
+//! again for a re-send). Each verdict is written in one ledger update that re-checks the
+//! operation is still the `unknown` one the lookup was about, so two replays reconciling at
+//! once never both re-send. It never sends the operation itself (the guard does, after
+//! `Verdict::Resend`) and never guesses: any other answer leaves the operation `unknown`.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, Uri, header};
+use http_body_util::{BodyExt, Limited};
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+use sha2::{Digest, Sha256};
 
 use crate::app::App;
-use crate::ledger::StoredResponse;
-use crate::policy::{Captures, Provider, Route};
+use crate::body::Body;
+use crate::clock::Timestamp;
+use crate::guard::claimed;
+use crate::ledger::{Event, EventKind, Operation, ResponseMeta, State, StoredResponse, Write};
+use crate::policy::{Captures, Provider, Reconcile, Route};
+use crate::proxy::full;
+use crate::template::{Escape, Inputs, Rendered};
+use crate::upstream::{self, SendError};
 
 /// What a lookup proved.
+#[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// The effect exists; its body is now the stored response.
     Found(StoredResponse),
@@ -16,13 +39,698 @@ pub enum Verdict {
     Unknown,
 }
 
+/// What a lookup answer says about the effect.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// A 200 whose `found` pointer holds this (non-null) value.
+    Found(serde_json::Value),
+    /// A 200 without the pointer (or with `null` there), or a 404.
+    NotFound,
+}
+
+/// Why a lookup proved nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    #[error("the lookup template cannot be rendered: {0}")]
+    Template(String),
+    #[error("the lookup URL is not valid: {0}")]
+    Uri(String),
+    #[error(transparent)]
+    Send(#[from] SendError),
+    #[error("the lookup answered status {0}, which proves neither presence nor absence")]
+    Status(u16),
+    #[error("the lookup's 200 answer is not readable JSON: {0}")]
+    Body(String),
+}
+
+/// The operation as the lookup found it; a verdict is written only if it is still this one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    fingerprint: String,
+    attempts: u32,
+    last_dispatched_at: Option<Timestamp>,
+}
+
+/// Reconciles the `unknown` operation `id` of `route` (SPEC 5 step 2 (b)).
+///
+/// `captures` and `headers` come from the replayed request; of the headers (already cleaned
+/// by `upstream::outbound_headers`) only `Authorization` is sent with the lookup, since a real
+/// provider needs its API key to answer it. Records `reconcile.started` first; then, in one
+/// update that checks the operation is still `unknown` with the same fingerprint: `found`
+/// (state `succeeded`, the found JSON stored as a 200 `application/json` response), a final
+/// `not_found` (claimed again: `Resend`), or a `not_found` that is too early to count. Every
+/// other outcome (no reconcile rule, a template or URL that cannot be built, a connect error,
+/// a timeout, another status, unreadable JSON, a ledger failure) is `Unknown` with an info
+/// log line. An operation that is no longer `unknown` when the verdict is written is answered
+/// as it now stands: its stored response if it `succeeded`, else `Unknown`.
 pub async fn run(
-    _app: &App,
-    _provider: &Provider,
-    _route: &Route,
-    _captures: &Captures,
-    _id: &str,
-    _key: &str,
+    app: &App,
+    provider: &Provider,
+    route: &Route,
+    captures: &Captures,
+    id: &str,
+    key: &str,
+    headers: &HeaderMap,
 ) -> Verdict {
-    Verdict::Unknown
+    let Some(rule) = &route.reconcile else {
+        return Verdict::Unknown;
+    };
+    let seen = match start(app, id).await {
+        Ok(Some(seen)) => seen,
+        Ok(None) => return settled(app, id).await,
+        Err(e) => {
+            tracing::warn!(operation = %id, error = %e, "reconciliation could not start");
+            return Verdict::Unknown;
+        }
+    };
+    let names = Names {
+        provider: &provider.name,
+        route: &route.name,
+        id,
+        key,
+        fingerprint: &seen.fingerprint,
+    };
+    let answer = match lookup_uri(provider, rule, captures, &names) {
+        Ok(uri) => lookup(app, provider, rule, uri, headers).await,
+        Err(e) => Err(e),
+    };
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(e) => {
+            tracing::info!(operation = %id, error = %e, "reconciliation proved nothing; the operation stays unknown");
+            return Verdict::Unknown;
+        }
+    };
+    tracing::info!(operation = %id, found = matches!(answer, Answer::Found(_)), "reconciliation lookup answered");
+    conclude(app, id, seen, rule, answer).await
+}
+
+/// Records `reconcile.started` if the operation is still `unknown`; `None` when it is not.
+async fn start(app: &App, id: &str) -> Result<Option<Seen>, crate::ledger::LedgerError> {
+    let now = Timestamp::now();
+    app.ledger
+        .update(id, move |existing| match existing {
+            Some(op) if op.state == State::Unknown => {
+                let seen = Seen {
+                    fingerprint: op.fingerprint.clone(),
+                    attempts: op.attempts,
+                    last_dispatched_at: op.last_dispatched_at,
+                };
+                let ev = event(
+                    now,
+                    EventKind::ReconcileStarted,
+                    op.attempts,
+                    "asking the provider whether the effect happened".into(),
+                );
+                (Some(only_events(op, vec![ev])), Some(seen))
+            }
+            _ => (None, None),
+        })
+        .await
+}
+
+/// Writes the verdict of `answer` in one update that re-checks the operation.
+async fn conclude(app: &App, id: &str, seen: Seen, rule: &Reconcile, answer: Answer) -> Verdict {
+    let now = Timestamp::now();
+    let final_after = rule.not_found_final_after;
+    let written = match answer {
+        Answer::Found(value) => {
+            let stored = found_response(&value);
+            app.ledger
+                .update(id, move |op| found(op, &seen, stored, now))
+                .await
+        }
+        Answer::NotFound => {
+            let fence = app.ledger.fence();
+            app.ledger
+                .update(id, move |op| not_found(op, &seen, final_after, fence, now))
+                .await
+        }
+    };
+    match written {
+        Ok(Some(verdict)) => verdict,
+        Ok(None) => settled(app, id).await,
+        Err(e) => {
+            tracing::warn!(operation = %id, error = %e, "the reconciliation verdict could not be recorded");
+            Verdict::Unknown
+        }
+    }
+}
+
+/// An operation that left `unknown` while we looked: its stored response if it succeeded.
+async fn settled(app: &App, id: &str) -> Verdict {
+    let Ok(Some(op)) = app.ledger.get(id).await else {
+        return Verdict::Unknown;
+    };
+    if op.state != State::Succeeded {
+        return Verdict::Unknown;
+    }
+    match app.ledger.response(id).await {
+        Ok(Some(stored)) => Verdict::Found(stored),
+        _ => Verdict::Unknown,
+    }
+}
+
+/// The names a lookup template may read besides the captures.
+struct Names<'a> {
+    provider: &'a str,
+    route: &'a str,
+    id: &'a str,
+    key: &'a str,
+    fingerprint: &'a str,
+}
+
+/// Characters `http::Uri` refuses (or that end a query) in a literal part of the template;
+/// `%` stays, so escapes already in the template or made by `Escape::Url` survive.
+const NOT_IN_URI: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'<')
+    .add(b'>')
+    .add(b'[')
+    .add(b'\\')
+    .add(b']')
+    .add(b'^')
+    .add(b'`')
+    .add(b'{')
+    .add(b'|')
+    .add(b'}');
+
+/// The lookup URL: the template rendered (values URL-escaped) under the upstream's base.
+fn lookup_uri(
+    provider: &Provider,
+    rule: &Reconcile,
+    captures: &Captures,
+    names: &Names,
+) -> Result<Uri, LookupError> {
+    let headers = HeaderMap::new();
+    let inputs = Inputs {
+        headers: &headers,
+        query: None,
+        body: &Body::Empty,
+        captures,
+        provider: names.provider,
+        route: names.route,
+        fingerprint: Some(names.fingerprint),
+        key: Some(names.key),
+        operation_id: Some(names.id),
+    };
+    let rendered = match rule.lookup.render(&inputs, Escape::Url) {
+        Ok(Rendered::Value(v)) => v,
+        Ok(Rendered::Missing(parts)) => {
+            return Err(LookupError::Template(format!(
+                "absent: {}",
+                parts.join(", ")
+            )));
+        }
+        Err(e) => return Err(LookupError::Template(e.0)),
+    };
+    let safe = utf8_percent_encode(&rendered, NOT_IN_URI).to_string();
+    let (path, query) = match safe.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (safe.as_str(), None),
+    };
+    let path = if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("/{path}")
+    };
+    upstream::target_uri(provider, &path, query).map_err(LookupError::Uri)
+}
+
+/// Sends the lookup within the provider's `timeout` and reads what it proves.
+async fn lookup(
+    app: &App,
+    provider: &Provider,
+    rule: &Reconcile,
+    uri: Uri,
+    agent_headers: &HeaderMap,
+) -> Result<Answer, LookupError> {
+    let mut req = Request::new(full(Bytes::new()));
+    *req.method_mut() = rule.method.clone();
+    *req.uri_mut() = uri;
+    if let Some(auth) = agent_headers.get(header::AUTHORIZATION) {
+        req.headers_mut()
+            .insert(header::AUTHORIZATION, auth.clone());
+    }
+    req.headers_mut()
+        .insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+    let max = usize::try_from(app.config.limits.max_stored_response).unwrap_or(usize::MAX);
+    let started = Instant::now();
+    let exchange = async {
+        let resp = app.upstreams.send(&provider.name, req).await?;
+        let status = resp.status().as_u16();
+        let body = Limited::new(resp.into_body(), max)
+            .collect()
+            .await
+            .map_err(|e| LookupError::Body(e.to_string()))?
+            .to_bytes();
+        classify(status, &body, &rule.found)
+    };
+    let answer = tokio::time::timeout(provider.timeout, exchange).await;
+    app.metrics.upstream(&provider.name, started.elapsed());
+    answer.unwrap_or(Err(LookupError::Send(SendError::Timeout(provider.timeout))))
+}
+
+/// What a lookup answer proves. Pure.
+pub fn classify(status: u16, body: &[u8], pointer: &str) -> Result<Answer, LookupError> {
+    match status {
+        200 => {
+            let value: serde_json::Value =
+                serde_json::from_slice(body).map_err(|e| LookupError::Body(e.to_string()))?;
+            match value.pointer(pointer) {
+                Some(found) if !found.is_null() => Ok(Answer::Found(found.clone())),
+                _ => Ok(Answer::NotFound),
+            }
+        }
+        404 => Ok(Answer::NotFound),
+        other => Err(LookupError::Status(other)),
+    }
+}
+
+/// The found JSON as the response every later replay gets.
+fn found_response(value: &serde_json::Value) -> StoredResponse {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    StoredResponse {
+        status: 200,
+        headers,
+        body: Bytes::from(value.to_string()),
+    }
+}
+
+/// The write of a found effect, if the operation is still the one looked up. Pure.
+fn found(
+    existing: Option<Operation>,
+    seen: &Seen,
+    stored: StoredResponse,
+    now: Timestamp,
+) -> (Option<Write>, Option<Verdict>) {
+    let Some(op) = existing.filter(|op| still_unknown(op, seen)) else {
+        return (None, None);
+    };
+    let events = vec![
+        event(
+            now,
+            EventKind::ReconcileFound,
+            op.attempts,
+            "the provider's lookup found the effect; its answer is now the stored response".into(),
+        ),
+        event(
+            now,
+            EventKind::ResultPersisted,
+            op.attempts,
+            "succeeded".into(),
+        ),
+    ];
+    let op = Operation {
+        state: State::Succeeded,
+        updated_at: now,
+        fence: 0,
+        response: Some(ResponseMeta {
+            status: stored.status,
+            body_bytes: stored.body.len() as u64,
+            body_sha256: hex::encode(Sha256::digest(&stored.body)),
+        }),
+        error: None,
+        ..op
+    };
+    let write = Write {
+        op,
+        events,
+        response: Some(stored.clone()),
+    };
+    (Some(write), Some(Verdict::Found(stored)))
+}
+
+/// The write of a not-found answer: a claim for a re-send once it is final, else only the
+/// event. Pure. Finality is judged on the record read inside the transaction.
+fn not_found(
+    existing: Option<Operation>,
+    seen: &Seen,
+    final_after: std::time::Duration,
+    fence: u64,
+    now: Timestamp,
+) -> (Option<Write>, Option<Verdict>) {
+    let Some(op) = existing.filter(|op| still_unknown(op, seen) && same_attempt(op, seen)) else {
+        return (None, None);
+    };
+    let last = op.last_dispatched_at.unwrap_or(op.created_at);
+    let waited = now.since(last);
+    if waited < final_after {
+        let detail = format!(
+            "not final yet: {}ms since the last dispatch, final after {}ms",
+            waited.as_millis(),
+            final_after.as_millis()
+        );
+        let ev = event(now, EventKind::ReconcileNotFound, op.attempts, detail);
+        return (Some(only_events(op, vec![ev])), Some(Verdict::Unknown));
+    }
+    let attempt = op.attempts + 1;
+    let events = vec![
+        event(
+            now,
+            EventKind::ReconcileNotFound,
+            op.attempts,
+            format!(
+                "final: not found {}ms after the last dispatch",
+                waited.as_millis()
+            ),
+        ),
+        event(
+            now,
+            EventKind::Claimed,
+            attempt,
+            format!("attempt {attempt}: reconciliation proved the effect did not happen"),
+        ),
+    ];
+    let write = Write {
+        op: claimed(op, fence, now),
+        events,
+        response: None,
+    };
+    (Some(write), Some(Verdict::Resend { fence, attempt }))
+}
+
+fn still_unknown(op: &Operation, seen: &Seen) -> bool {
+    op.state == State::Unknown && op.fingerprint == seen.fingerprint
+}
+
+/// No other attempt was made since the lookup began, so its absence is about the last one.
+fn same_attempt(op: &Operation, seen: &Seen) -> bool {
+    op.attempts == seen.attempts && op.last_dispatched_at == seen.last_dispatched_at
+}
+
+fn only_events(op: Operation, events: Vec<Event>) -> Write {
+    Write {
+        op,
+        events,
+        response: None,
+    }
+}
+
+fn event(at: Timestamp, kind: EventKind, attempt: u32, detail: String) -> Event {
+    Event {
+        at,
+        kind,
+        attempt,
+        detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use http::{HeaderName, Method};
+
+    use super::*;
+    use crate::ledger::Approval;
+    use crate::policy::{
+        Dedupe, Effect, KeyFormat, KeyPlacement, Outcomes, Scheme, Unmatched, Upstream,
+    };
+    use crate::template::Template;
+
+    const T0: Timestamp = Timestamp(1_800_000_000_000);
+
+    fn provider(base_path: &str) -> Provider {
+        Provider {
+            name: "pay".into(),
+            upstream: Upstream {
+                scheme: Scheme::Https,
+                host: "api.example.com".into(),
+                port: 443,
+                explicit_port: false,
+                base_path: base_path.into(),
+            },
+            mount: "/pay".into(),
+            dedupe: Dedupe::None,
+            key: KeyPlacement::Header(HeaderName::from_static("idempotency-key")),
+            key_format: KeyFormat::Opaque,
+            key_retention: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            ca_file: None,
+            request_id_header: None,
+            control_headers: vec![],
+            redact_headers: vec![],
+            unmatched: Unmatched::Pass,
+            outcomes: Outcomes::default(),
+            routes: vec![],
+            file: PathBuf::new(),
+        }
+    }
+
+    fn rule(lookup: &str) -> Reconcile {
+        Reconcile {
+            method: Method::GET,
+            lookup: Template::parse(lookup).expect("test template parses"),
+            found: "/data/0".into(),
+            not_found_final_after: Duration::from_secs(60),
+        }
+    }
+
+    fn names<'a>(id: &'a str, key: &'a str) -> Names<'a> {
+        Names {
+            provider: "pay",
+            route: "refund",
+            id,
+            key,
+            fingerprint: "f00d",
+        }
+    }
+
+    fn uri(base: &str, lookup: &str, captures: &Captures, id: &str) -> Result<Uri, LookupError> {
+        lookup_uri(&provider(base), &rule(lookup), captures, &names(id, "k3y"))
+    }
+
+    fn unknown_op() -> Operation {
+        Operation {
+            id: "pay/refund/wf-1".into(),
+            provider: "pay".into(),
+            route: "refund".into(),
+            effect: Effect::Irreversible,
+            state: State::Unknown,
+            fingerprint: "f00d".into(),
+            fields: BTreeMap::new(),
+            idempotency_key: "k3y".into(),
+            attempts: 1,
+            created_at: T0,
+            updated_at: T0,
+            first_dispatched_at: Some(T0),
+            last_dispatched_at: Some(T0),
+            provider_request_id: None,
+            response: None,
+            error: Some("timeout".into()),
+            fence: 0,
+            approval: Approval::NotRequired,
+        }
+    }
+
+    fn seen(op: &Operation) -> Seen {
+        Seen {
+            fingerprint: op.fingerprint.clone(),
+            attempts: op.attempts,
+            last_dispatched_at: op.last_dispatched_at,
+        }
+    }
+
+    fn kinds(write: &Write) -> Vec<&'static str> {
+        write.events.iter().map(|e| e.kind.as_str()).collect()
+    }
+
+    #[test]
+    fn lookup_renders_values_escaped_under_the_base_path() {
+        let captures = vec![("charge".to_string(), "ch 1".to_string())];
+        let got = uri(
+            "/api",
+            "/v1/refunds?charge={path:charge}&metadata[operation]={key}&op={operation_id}",
+            &captures,
+            "pay/refund/wf-1",
+        )
+        .expect("lookup URI");
+        assert_eq!(
+            got.to_string(),
+            "https://api.example.com/api/v1/refunds?charge=ch%201\
+             &metadata%5Boperation%5D=k3y&op=pay%2Frefund%2Fwf-1"
+        );
+    }
+
+    #[test]
+    fn lookup_without_leading_slash_or_query_still_lands_under_the_upstream() {
+        let got = uri("", "v1/refunds/{key}", &vec![], "x").expect("lookup URI");
+        assert_eq!(got.to_string(), "https://api.example.com/v1/refunds/k3y");
+    }
+
+    #[test]
+    fn a_lookup_part_that_is_absent_is_a_template_error() {
+        let err = uri("", "/v1/refunds/{path:missing}", &vec![], "x").unwrap_err();
+        assert!(
+            matches!(&err, LookupError::Template(m) if m.contains("path:missing")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_present_pointer_in_a_200_is_found() {
+        let body = br#"{"data":[{"id":"re_1","amount":5}]}"#;
+        let answer = classify(200, body, "/data/0").expect("readable");
+        assert_eq!(
+            answer,
+            Answer::Found(serde_json::json!({"id": "re_1", "amount": 5}))
+        );
+    }
+
+    #[test]
+    fn an_absent_or_null_pointer_and_a_404_are_not_found() {
+        for body in [&br#"{"data":[]}"#[..], br#"{"data":[null]}"#, b"{}"] {
+            assert_eq!(
+                classify(200, body, "/data/0").expect("readable"),
+                Answer::NotFound
+            );
+        }
+        assert_eq!(
+            classify(404, b"not json at all", "/data/0").expect("404"),
+            Answer::NotFound
+        );
+    }
+
+    #[test]
+    fn other_statuses_and_unreadable_json_prove_nothing() {
+        assert!(matches!(
+            classify(500, b"{}", "/data/0"),
+            Err(LookupError::Status(500))
+        ));
+        assert!(matches!(
+            classify(201, br#"{"data":[1]}"#, "/data/0"),
+            Err(LookupError::Status(201))
+        ));
+        assert!(matches!(
+            classify(200, b"<html>", "/data/0"),
+            Err(LookupError::Body(_))
+        ));
+    }
+
+    #[test]
+    fn found_stores_the_json_and_succeeds() {
+        let op = unknown_op();
+        let stored = found_response(&serde_json::json!({"id": "re_1"}));
+        let now = T0.plus(Duration::from_secs(5));
+        let (write, verdict) = found(Some(op.clone()), &seen(&op), stored.clone(), now);
+        let write = write.expect("a write");
+        assert_eq!(verdict, Some(Verdict::Found(stored.clone())));
+        assert_eq!(kinds(&write), ["reconcile.found", "result.persisted"]);
+        assert_eq!(write.op.state, State::Succeeded);
+        assert_eq!(write.op.updated_at, now);
+        assert_eq!(write.op.error, None);
+        assert_eq!(&stored.body[..], br#"{"id":"re_1"}"#);
+        assert_eq!(
+            stored
+                .headers
+                .get(header::CONTENT_TYPE)
+                .map(|v| v.as_bytes()),
+            Some(&b"application/json"[..])
+        );
+        let meta = write.op.response.expect("response meta");
+        assert_eq!((meta.status, meta.body_bytes), (200, 13));
+        assert_eq!(write.response, Some(stored));
+    }
+
+    #[test]
+    fn found_writes_nothing_once_the_operation_moved_on() {
+        let op = unknown_op();
+        let stored = found_response(&serde_json::json!(1));
+        for moved in [
+            Operation {
+                state: State::InFlight,
+                ..op.clone()
+            },
+            Operation {
+                fingerprint: "beef".into(),
+                ..op.clone()
+            },
+        ] {
+            let (write, verdict) = found(Some(moved), &seen(&op), stored.clone(), T0);
+            assert!(write.is_none());
+            assert_eq!(verdict, None);
+        }
+        assert!(found(None, &seen(&op), stored, T0).0.is_none());
+    }
+
+    #[test]
+    fn not_found_too_early_only_records_the_event() {
+        let op = unknown_op();
+        let now = T0.plus(Duration::from_secs(59));
+        let (write, verdict) = not_found(
+            Some(op.clone()),
+            &seen(&op),
+            Duration::from_secs(60),
+            9,
+            now,
+        );
+        let write = write.expect("a write");
+        assert_eq!(verdict, Some(Verdict::Unknown));
+        assert_eq!(kinds(&write), ["reconcile.not_found"]);
+        assert!(write.events[0].detail.starts_with("not final yet"));
+        assert_eq!(write.op, op);
+    }
+
+    #[test]
+    fn final_not_found_claims_the_next_attempt() {
+        let op = unknown_op();
+        let now = T0.plus(Duration::from_secs(60));
+        let (write, verdict) = not_found(
+            Some(op.clone()),
+            &seen(&op),
+            Duration::from_secs(60),
+            9,
+            now,
+        );
+        let write = write.expect("a write");
+        assert_eq!(
+            verdict,
+            Some(Verdict::Resend {
+                fence: 9,
+                attempt: 2
+            })
+        );
+        assert_eq!(kinds(&write), ["reconcile.not_found", "operation.claimed"]);
+        assert!(write.events[0].detail.starts_with("final"));
+        assert_eq!(write.events[1].attempt, 2);
+        assert_eq!(write.op.state, State::InFlight);
+        assert_eq!((write.op.fence, write.op.attempts), (9, 2));
+        assert_eq!(write.op.first_dispatched_at, Some(T0));
+        assert_eq!(write.op.last_dispatched_at, Some(now));
+    }
+
+    #[test]
+    fn not_found_about_an_older_attempt_writes_nothing() {
+        let op = unknown_op();
+        let now = T0.plus(Duration::from_secs(600));
+        let resent = Operation {
+            attempts: 2,
+            last_dispatched_at: Some(T0.plus(Duration::from_secs(1))),
+            ..op.clone()
+        };
+        let (write, verdict) = not_found(Some(resent), &seen(&op), Duration::from_secs(60), 9, now);
+        assert!(write.is_none());
+        assert_eq!(verdict, None);
+        let claimed_by_another = Operation {
+            state: State::InFlight,
+            ..op.clone()
+        };
+        let (write, _) = not_found(
+            Some(claimed_by_another),
+            &seen(&op),
+            Duration::from_secs(60),
+            9,
+            now,
+        );
+        assert!(write.is_none());
+    }
 }

@@ -26,6 +26,7 @@ use crate::proxy::ProxyBody;
 /// Inbound protections: slow or oversized headers, too many h2 streams.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_HEADERS: usize = 128;
+/// The request head (HTTP/1.1) or header list (h2) may not exceed this; over it, 431.
 const MAX_HEADER_BYTES: u32 = 64 * 1024;
 const MAX_H2_STREAMS: u32 = 256;
 
@@ -73,6 +74,9 @@ impl Server {
         let graceful = GracefulShutdown::new();
         let builder = builder();
         tokio::pin!(shutdown);
+        // Pruning runs beside the listeners; dropping `stop_retention` ends it.
+        let (stop_retention, retention_stopped) = tokio::sync::oneshot::channel::<()>();
+        let retention = tokio::spawn(crate::retention::run(app.clone(), retention_stopped));
         loop {
             tokio::select! {
                 conn = proxy.accept() => if let Ok((stream, _)) = conn {
@@ -95,6 +99,9 @@ impl Server {
             }
         }
         drop((proxy, admin));
+        drop(stop_retention);
+        // Its clone of the app (and the ledger) is gone before `run` returns.
+        let _ = retention.await;
         let grace = app.config.limits.shutdown_grace;
         tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down");
         let drained = async {
@@ -111,8 +118,9 @@ impl Server {
 /// `idemproxy serve`: binds, prints the ready line, serves until SIGTERM or Ctrl-C.
 pub async fn serve(app: Arc<App>) -> std::io::Result<()> {
     let server = Server::bind(app).await?;
+    let shutdown = shutdown_signal();
     announce(server.bound());
-    server.run(shutdown_signal()).await;
+    server.run(shutdown).await;
     Ok(())
 }
 
@@ -140,7 +148,10 @@ fn builder() -> auto::Builder<TokioExecutor> {
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
-        .max_headers(MAX_HEADERS);
+        .max_headers(MAX_HEADERS)
+        // hyper answers 431 once an unparsed head fills the read buffer; its default
+        // (~400 KiB) would let a head far over the limit through. Bodies still stream.
+        .max_buf_size(MAX_HEADER_BYTES as usize);
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -173,24 +184,34 @@ fn serve_conn<S>(
     });
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+/// Resolves on SIGTERM or Ctrl-C (SIGINT). The handlers are installed when this is called,
+/// not when the future is first polled: `serve` calls it before printing the ready line, so
+/// a SIGTERM sent the moment a script sees that line is already a graceful stop (until the
+/// handler exists, SIGTERM kills the process outright).
+#[cfg(unix)]
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    async move {
+        // A handler that could not be installed never fires; the other still can.
+        let wait = |s: std::io::Result<tokio::signal::unix::Signal>| async move {
+            match s {
+                Ok(mut s) => s.recv().await,
+                Err(_) => std::future::pending().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        tokio::select! {
+            _ = wait(term) => {},
+            _ = wait(interrupt) => {},
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+    }
+}
+
+/// Resolves on Ctrl-C.
+#[cfg(not(unix))]
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -1,0 +1,399 @@
+//! The operator's writes: `POST /ops/{id}/resolve`, `/approve` and `/reject`.
+//!
+//! Each is one `ledger.update` whose closure checks the operation's state inside the write
+//! transaction, so two operators (or an operator and an agent) racing on one operation cannot
+//! both win. The transitions are pure functions of the stored operation; nothing here sends
+//! anything to a provider (an approval only lets the agent's next request through).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Response, header};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::error::AdminError;
+use super::view;
+use crate::app::App;
+use crate::clock::Timestamp;
+use crate::ledger::{
+    Approval, Event, EventKind, Operation, ResponseMeta, State, StoredResponse, Write,
+};
+use crate::proxy::ProxyBody;
+
+/// The longest operator reason, in bytes; it becomes an event detail and maybe `error`.
+pub const MAX_REASON: usize = 2000;
+
+/// What an operator says happened to an `unknown` operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// The effect happened; this is the answer replays will return.
+    Succeeded {
+        response: StoredResponse,
+        reason: Option<String>,
+    },
+    /// The effect did not happen; the next replay sends it again.
+    Failed { reason: String },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResolveBody {
+    outcome: String,
+    status: Option<u16>,
+    headers: Option<BTreeMap<String, String>>,
+    body: Option<String>,
+    reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ReasonBody {
+    reason: Option<String>,
+}
+
+fn json<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, AdminError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        AdminError::BadRequest(format!("The body is not the JSON this call takes: {e}."))
+    })
+}
+
+/// A reason as given: trimmed, `None` when blank, an error when over [`MAX_REASON`].
+fn reason(given: Option<String>) -> Result<Option<String>, AdminError> {
+    let Some(text) = given
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty())
+    else {
+        return Ok(None);
+    };
+    if text.len() > MAX_REASON {
+        return Err(AdminError::BadRequest(format!(
+            "`reason` is {} bytes; at most {MAX_REASON} are allowed.",
+            text.len()
+        )));
+    }
+    Ok(Some(text))
+}
+
+/// Parses a resolve body. The stored headers lose what a provider's answer would lose too
+/// (hop-by-hop, cookies, `redact`, the proxy's own `Idem-*`) and `Content-Length`, which the
+/// replay computes from the body.
+pub fn parse_resolution(
+    bytes: &[u8],
+    redact: &[HeaderName],
+    max_body: u64,
+) -> Result<Resolution, AdminError> {
+    let body: ResolveBody = json(bytes)?;
+    let why = reason(body.reason)?;
+    match body.outcome.as_str() {
+        "succeeded" => {
+            let response = stored_response(body.status, body.headers, body.body, redact, max_body)?;
+            Ok(Resolution::Succeeded {
+                response,
+                reason: why,
+            })
+        }
+        "failed" if body.status.is_some() || body.headers.is_some() || body.body.is_some() => {
+            Err(AdminError::BadRequest(
+                "`status`, `headers` and `body` are only for `\"outcome\": \"succeeded\"`.".into(),
+            ))
+        }
+        "failed" => match why {
+            Some(reason) => Ok(Resolution::Failed { reason }),
+            None => Err(AdminError::BadRequest(
+                "A failed resolution needs a `reason`: why the effect did not happen.".into(),
+            )),
+        },
+        other => Err(AdminError::BadRequest(format!(
+            "`outcome` must be \"succeeded\" or \"failed\", not {other:?}."
+        ))),
+    }
+}
+
+fn stored_response(
+    status: Option<u16>,
+    headers: Option<BTreeMap<String, String>>,
+    body: Option<String>,
+    redact: &[HeaderName],
+    max_body: u64,
+) -> Result<StoredResponse, AdminError> {
+    let status = status.unwrap_or(200);
+    if !(200..=599).contains(&status) {
+        return Err(AdminError::BadRequest(format!(
+            "`status` must be from 200 to 599, not {status}."
+        )));
+    }
+    let body = Bytes::from(body.unwrap_or_default());
+    if body.len() as u64 > max_body {
+        return Err(AdminError::TooLarge(max_body));
+    }
+    let mut map = HeaderMap::new();
+    for (name, value) in headers.unwrap_or_default() {
+        let bad = || AdminError::BadRequest(format!("`headers` has an invalid header {name:?}."));
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
+        let value = HeaderValue::from_str(&value).map_err(|_| bad())?;
+        map.append(name, value);
+    }
+    crate::upstream::strip_hop_by_hop(&mut map);
+    let own = [
+        "idem-operation-id",
+        "idem-state",
+        "idempotent-replayed",
+        "set-cookie2",
+    ];
+    for name in own.into_iter().map(HeaderName::from_static) {
+        map.remove(name);
+    }
+    for name in [header::SET_COOKIE, header::CONTENT_LENGTH]
+        .iter()
+        .chain(redact)
+    {
+        map.remove(name);
+    }
+    Ok(StoredResponse {
+        status,
+        headers: map,
+        body,
+    })
+}
+
+/// An approve body: optional, and so is its reason.
+pub fn parse_approve(bytes: &[u8]) -> Result<Option<String>, AdminError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    reason(json::<ReasonBody>(bytes)?.reason)
+}
+
+/// A reject body: the reason is required, since it becomes the operation's `error`.
+pub fn parse_reject(bytes: &[u8]) -> Result<String, AdminError> {
+    let given = if bytes.iter().all(u8::is_ascii_whitespace) {
+        ReasonBody::default()
+    } else {
+        json::<ReasonBody>(bytes)?
+    };
+    reason(given.reason)?.ok_or_else(|| {
+        AdminError::BadRequest(
+            "Rejecting needs a `reason`; the agent is told it with every later request.".into(),
+        )
+    })
+}
+
+/// What an update closure returns: the write, and the updated operation or the refusal.
+pub type Outcome = (Option<Write>, Result<Operation, AdminError>);
+
+fn refuse(err: AdminError) -> Outcome {
+    (None, Err(err))
+}
+
+fn conflict(op: &Operation, detail: String) -> Outcome {
+    refuse(AdminError::Conflict {
+        id: op.id.clone(),
+        state: op.state,
+        detail,
+    })
+}
+
+fn commit(
+    op: Operation,
+    kind: EventKind,
+    detail: String,
+    now: Timestamp,
+    response: Option<StoredResponse>,
+) -> Outcome {
+    let event = Event {
+        at: now,
+        kind,
+        attempt: op.attempts,
+        detail,
+    };
+    let write = Write {
+        op: op.clone(),
+        events: vec![event],
+        response,
+    };
+    (Some(write), Ok(op))
+}
+
+fn with_reason(text: &str, reason: Option<&str>) -> String {
+    match reason {
+        Some(r) => format!("{text}: {r}"),
+        None => text.to_string(),
+    }
+}
+
+/// `unknown` -> `succeeded` (the given response stored) or `failed` (`error` = reason).
+pub fn resolve(
+    existing: Option<Operation>,
+    id: &str,
+    resolution: Resolution,
+    now: Timestamp,
+) -> Outcome {
+    let Some(op) = existing else {
+        return refuse(AdminError::NotFound(id.to_string()));
+    };
+    if op.state != State::Unknown {
+        let detail = format!(
+            "Operation {id} is {}; only an unknown operation can be resolved.",
+            op.state.as_str()
+        );
+        return conflict(&op, detail);
+    }
+    let base = Operation {
+        updated_at: now,
+        fence: 0,
+        ..op
+    };
+    match resolution {
+        Resolution::Succeeded { response, reason } => {
+            let meta = ResponseMeta {
+                status: response.status,
+                body_bytes: response.body.len() as u64,
+                body_sha256: hex::encode(Sha256::digest(&response.body)),
+            };
+            let detail = format!(
+                "an operator resolved it as succeeded (status {})",
+                meta.status
+            );
+            let op = Operation {
+                state: State::Succeeded,
+                response: Some(meta),
+                error: None,
+                ..base
+            };
+            let detail = with_reason(&detail, reason.as_deref());
+            commit(op, EventKind::OperatorResolved, detail, now, Some(response))
+        }
+        Resolution::Failed { reason } => {
+            let detail = with_reason("an operator resolved it as failed", Some(&reason));
+            let op = Operation {
+                state: State::Failed,
+                error: Some(reason),
+                ..base
+            };
+            commit(op, EventKind::OperatorResolved, detail, now, None)
+        }
+    }
+}
+
+/// `prepared` awaiting approval -> approved (still `prepared`; the next request sends it).
+pub fn approve(
+    existing: Option<Operation>,
+    id: &str,
+    reason: Option<String>,
+    now: Timestamp,
+) -> Outcome {
+    let Some(op) = existing else {
+        return refuse(AdminError::NotFound(id.to_string()));
+    };
+    match (op.state, op.approval) {
+        (State::Prepared, Approval::Pending) => {
+            let detail = with_reason("approved by an operator", reason.as_deref());
+            let op = Operation {
+                approval: Approval::Approved,
+                updated_at: now,
+                ..op
+            };
+            commit(op, EventKind::OperatorApproved, detail, now, None)
+        }
+        (State::Prepared, _) => {
+            let detail =
+                format!("Operation {id} is already approved; the agent's next request sends it.");
+            conflict(&op, detail)
+        }
+        (state, _) => {
+            let detail = format!(
+                "Operation {id} is {}; only a prepared operation awaiting approval can be approved.",
+                state.as_str()
+            );
+            conflict(&op, detail)
+        }
+    }
+}
+
+/// `prepared` (approved or not) -> `failed` for good, approval rejected, `error` = reason.
+pub fn reject(existing: Option<Operation>, id: &str, reason: String, now: Timestamp) -> Outcome {
+    let Some(op) = existing else {
+        return refuse(AdminError::NotFound(id.to_string()));
+    };
+    if op.state != State::Prepared {
+        let detail = format!(
+            "Operation {id} is {}; only a prepared operation, not yet sent, can be rejected.",
+            op.state.as_str()
+        );
+        return conflict(&op, detail);
+    }
+    let detail = with_reason("rejected by an operator", Some(&reason));
+    let op = Operation {
+        state: State::Failed,
+        approval: Approval::Rejected,
+        error: Some(reason),
+        updated_at: now,
+        ..op
+    };
+    commit(op, EventKind::OperatorRejected, detail, now, None)
+}
+
+/// `POST /ops/{id}/resolve`.
+pub async fn resolve_op(
+    app: &App,
+    id: &str,
+    body: &[u8],
+) -> Result<Response<ProxyBody>, AdminError> {
+    // The provider's redact list applies to the operator's headers too; its provider never
+    // changes, so reading it outside the transaction is safe.
+    let op = app
+        .ledger
+        .get(id)
+        .await?
+        .ok_or_else(|| AdminError::NotFound(id.to_string()))?;
+    let redact = app
+        .provider(&op.provider)
+        .map(|p| p.redact_headers.clone())
+        .unwrap_or_default();
+    let resolution = parse_resolution(body, &redact, app.config.limits.max_stored_response)?;
+    let owned = id.to_string();
+    let now = Timestamp::now();
+    let op = app
+        .ledger
+        .update(id, move |existing| {
+            resolve(existing, &owned, resolution, now)
+        })
+        .await??;
+    tracing::info!(operation = %op.id, state = op.state.as_str(), "operator resolved an operation");
+    Ok(view::json_response(&view::operation(&op)))
+}
+
+/// `POST /ops/{id}/approve`.
+pub async fn approve_op(
+    app: &App,
+    id: &str,
+    body: &[u8],
+) -> Result<Response<ProxyBody>, AdminError> {
+    let why = parse_approve(body)?;
+    let owned = id.to_string();
+    let now = Timestamp::now();
+    let op = app
+        .ledger
+        .update(id, move |existing| approve(existing, &owned, why, now))
+        .await??;
+    tracing::info!(operation = %op.id, "operator approved an operation");
+    Ok(view::json_response(&view::operation(&op)))
+}
+
+/// `POST /ops/{id}/reject`.
+pub async fn reject_op(
+    app: &App,
+    id: &str,
+    body: &[u8],
+) -> Result<Response<ProxyBody>, AdminError> {
+    let why = parse_reject(body)?;
+    let owned = id.to_string();
+    let now = Timestamp::now();
+    let op = app
+        .ledger
+        .update(id, move |existing| reject(existing, &owned, why, now))
+        .await??;
+    tracing::info!(operation = %op.id, "operator rejected an operation");
+    Ok(view::json_response(&view::operation(&op)))
+}

@@ -1,0 +1,146 @@
+//! The admin API's refusals and the one place they become problem+json answers.
+//!
+//! Same RFC 9457 shape as the request path's `problem` (type `urn:idemproxy:...`, title,
+//! status, detail), with the operation's ID and state when known. It never echoes a token or
+//! a request body back.
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+use serde_json::{Map, Value, json};
+
+use crate::ledger::State;
+use crate::proxy::{ProxyBody, full};
+
+/// Why an admin call was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdminError {
+    // The caller's fault.
+    #[error("a valid admin token is required")]
+    Unauthorized,
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("the request body is over {0} bytes")]
+    TooLarge(u64),
+    #[error("no such path")]
+    NoPath(String),
+    #[error("method not allowed")]
+    Method(&'static str),
+
+    // The operation's state says no.
+    #[error("no operation {0}")]
+    NotFound(String),
+    #[error("the operation has no stored response")]
+    NoResponse(String),
+    #[error("{detail}")]
+    Conflict {
+        id: String,
+        state: State,
+        detail: String,
+    },
+
+    // Ours.
+    #[error("the ledger cannot answer: {0}")]
+    Ledger(String),
+}
+
+impl AdminError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
+            AdminError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            AdminError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            AdminError::NoPath(_) | AdminError::NotFound(_) | AdminError::NoResponse(_) => {
+                StatusCode::NOT_FOUND
+            }
+            AdminError::Method(_) => StatusCode::METHOD_NOT_ALLOWED,
+            AdminError::Conflict { .. } => StatusCode::CONFLICT,
+            AdminError::Ledger(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The `urn:idemproxy:` type suffix and the title.
+    fn kind(&self) -> (&'static str, &'static str) {
+        match self {
+            AdminError::Unauthorized => ("unauthorized", "Unauthorized"),
+            AdminError::BadRequest(_) => ("bad-request", "Bad request"),
+            AdminError::TooLarge(_) => ("body-too-large", "Body too large"),
+            AdminError::NoPath(_) | AdminError::NotFound(_) | AdminError::NoResponse(_) => {
+                ("not-found", "Not found")
+            }
+            AdminError::Method(_) => ("method-not-allowed", "Method not allowed"),
+            AdminError::Conflict { .. } => ("conflict", "Conflict"),
+            AdminError::Ledger(_) => ("ledger-unavailable", "Ledger unavailable"),
+        }
+    }
+
+    fn detail(&self) -> String {
+        match self {
+            AdminError::Unauthorized => "This admin API needs `Authorization: Bearer <token>` \
+                with the value of IDEMPROXY_ADMIN_TOKEN."
+                .into(),
+            AdminError::BadRequest(why) => why.clone(),
+            AdminError::TooLarge(limit) => {
+                format!("The request body is larger than {limit} bytes.")
+            }
+            AdminError::NoPath(path) => format!(
+                "No admin endpoint at {path}. An operation ID in a path is percent-encoded, \
+                 its `/` as %2F: /ops/stripe%2Fcreate_refund%2Fwf-81."
+            ),
+            AdminError::Method(allow) => format!("This endpoint only answers {allow}."),
+            AdminError::NotFound(id) => format!("There is no operation {id}."),
+            AdminError::NoResponse(id) => format!("Operation {id} has no stored response."),
+            AdminError::Conflict { detail, .. } => detail.clone(),
+            AdminError::Ledger(why) => format!("The ledger cannot answer right now ({why})."),
+        }
+    }
+
+    /// The problem+json answer.
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let status = self.status();
+        let (kind, title) = self.kind();
+        let mut body = Map::new();
+        body.insert("type".into(), json!(format!("urn:idemproxy:{kind}")));
+        body.insert("title".into(), json!(title));
+        body.insert("status".into(), json!(status.as_u16()));
+        body.insert("detail".into(), json!(self.detail()));
+        match &self {
+            AdminError::NotFound(id) | AdminError::NoResponse(id) => {
+                body.insert("operation_id".into(), json!(id));
+            }
+            AdminError::Conflict { id, state, .. } => {
+                body.insert("operation_id".into(), json!(id));
+                body.insert("state".into(), json!(state.as_str()));
+            }
+            _ => {}
+        }
+        let mut resp = Response::new(full(Bytes::from(Value::Object(body).to_string())));
+        *resp.status_mut() = status;
+        let headers = resp.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        match self {
+            AdminError::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            AdminError::Method(allow) => {
+                headers.insert(header::ALLOW, HeaderValue::from_static(allow));
+            }
+            _ => {}
+        }
+        resp
+    }
+}
+
+impl From<crate::ledger::LedgerError> for AdminError {
+    fn from(e: crate::ledger::LedgerError) -> Self {
+        match e {
+            crate::ledger::LedgerError::BadCursor => AdminError::BadRequest(
+                "`after` is not a cursor this proxy gave out; use the `next` of an earlier page."
+                    .into(),
+            ),
+            other => AdminError::Ledger(other.to_string()),
+        }
+    }
+}

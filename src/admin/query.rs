@@ -1,0 +1,204 @@
+//! The read-only admin calls: `GET /ops`, `/ops/{id}`, `/ops/{id}/response`, `/metrics`.
+//!
+//! Reads go through the ledger's domain API (indexes, never scans); nothing here writes.
+
+use http::{HeaderValue, Response, header};
+use serde_json::json;
+
+use super::error::AdminError;
+use super::view;
+use crate::app::App;
+use crate::clock::Timestamp;
+use crate::ledger::{Filter, State};
+use crate::problem::Context;
+use crate::proxy::{ProxyBody, full};
+
+/// `limit` when the caller gives none.
+pub const DEFAULT_LIMIT: usize = 50;
+/// The largest page.
+pub const MAX_LIMIT: usize = 1000;
+
+/// The parsed query of `GET /ops`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ListQuery {
+    pub state: Option<State>,
+    pub provider: Option<String>,
+    pub route: Option<String>,
+    pub limit: usize,
+    pub after: Option<String>,
+}
+
+/// Parses `state=&provider=&route=&limit=&after=`. An empty value means "not given"; an
+/// unknown parameter, a repeated one, an unknown state or a limit outside 1..=1000 is an error
+/// (a typo must not silently list everything).
+pub fn parse_list_query(query: Option<&str>) -> Result<ListQuery, AdminError> {
+    let mut q = ListQuery {
+        limit: DEFAULT_LIMIT,
+        ..ListQuery::default()
+    };
+    let mut seen = Vec::new();
+    for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        if seen.contains(&key) {
+            return Err(bad(format!("`{key}` is given more than once.")));
+        }
+        seen.push(key.clone());
+        if value.is_empty() {
+            continue;
+        }
+        let value = value.into_owned();
+        match key.as_ref() {
+            "state" => q.state = Some(parse_state(&value)?),
+            "provider" => q.provider = Some(value),
+            "route" => q.route = Some(value),
+            "limit" => q.limit = parse_limit(&value)?,
+            "after" => q.after = Some(value),
+            other => {
+                return Err(bad(format!(
+                    "unknown parameter `{other}` (expected state, provider, route, limit, after)."
+                )));
+            }
+        }
+    }
+    Ok(q)
+}
+
+fn parse_state(value: &str) -> Result<State, AdminError> {
+    State::parse(value).ok_or_else(|| {
+        bad(format!(
+            "unknown state `{value}` (expected prepared, in_flight, succeeded, failed, unknown)."
+        ))
+    })
+}
+
+fn parse_limit(value: &str) -> Result<usize, AdminError> {
+    match value.parse::<usize>() {
+        Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+        _ => Err(bad(format!(
+            "`limit` must be a whole number from 1 to {MAX_LIMIT}, not `{value}`."
+        ))),
+    }
+}
+
+fn bad(detail: String) -> AdminError {
+    AdminError::BadRequest(detail)
+}
+
+/// `GET /ops`: `{"ops": [...], "next": cursor | null}`, newest first.
+pub async fn list(app: &App, query: Option<&str>) -> Result<Response<ProxyBody>, AdminError> {
+    let q = parse_list_query(query)?;
+    let filter = Filter {
+        state: q.state,
+        provider: q.provider,
+        route: q.route,
+    };
+    let page = app
+        .ledger
+        .list(&filter, q.limit, q.after.as_deref())
+        .await?;
+    let ops: Vec<_> = page.ops.iter().map(view::operation).collect();
+    Ok(view::json_response(
+        &json!({ "ops": ops, "next": page.next }),
+    ))
+}
+
+/// `GET /ops/{id}`: the operation with its events.
+pub async fn show(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminError> {
+    let op = app
+        .ledger
+        .get(id)
+        .await?
+        .ok_or_else(|| AdminError::NotFound(id.to_string()))?;
+    let events = app.ledger.events(id).await?;
+    Ok(view::json_response(&view::operation_with_events(
+        &op, &events,
+    )))
+}
+
+/// `GET /ops/{id}/response`: the stored response exactly as a replay answers it, with the
+/// `Idem-*` headers for the operation's current state.
+pub async fn response(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminError> {
+    let op = app
+        .ledger
+        .get(id)
+        .await?
+        .ok_or_else(|| AdminError::NotFound(id.to_string()))?;
+    let stored = app
+        .ledger
+        .response(id)
+        .await?
+        .ok_or_else(|| AdminError::NoResponse(id.to_string()))?;
+    let ctx = Context {
+        operation_id: Some(op.id),
+        provider: Some(op.provider),
+        route: Some(op.route),
+        state: Some(op.state),
+    };
+    Ok(crate::guard::replay(stored, &ctx))
+}
+
+/// `GET /metrics`: the operation gauges are set from the ledger's counters first. A ledger
+/// that cannot answer leaves them as they were; the rest of the metrics still render.
+pub async fn metrics(app: &App) -> Response<ProxyBody> {
+    match app.ledger.stats().await {
+        Ok(stats) => {
+            let now = Timestamp::now();
+            app.metrics.set_operations(
+                stats.by_state.iter().map(|(state, n)| (*state, *n)),
+                stats.oldest_unknown.map(|t| now.since(t)),
+                stats.oldest_in_flight.map(|t| now.since(t)),
+            );
+        }
+        Err(e) => tracing::warn!(error = %e, "metrics: the ledger's counters cannot be read"),
+    }
+    let mut resp = Response::new(full(app.metrics.render()));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_values_and_no_query_mean_defaults() {
+        let defaults = ListQuery {
+            limit: DEFAULT_LIMIT,
+            ..ListQuery::default()
+        };
+        assert_eq!(parse_list_query(None), Ok(defaults));
+        let q = parse_list_query(Some("state=&provider=&route=&limit=&after="));
+        assert_eq!(q.map(|q| q.limit), Ok(DEFAULT_LIMIT));
+    }
+
+    #[test]
+    fn filters_and_cursor_are_read_and_decoded() {
+        let q = parse_list_query(Some(
+            "state=unknown&provider=stripe&route=a%20b&limit=1000&after=00ff",
+        ))
+        .expect("valid query");
+        assert_eq!(q.state, Some(State::Unknown));
+        assert_eq!(q.provider.as_deref(), Some("stripe"));
+        assert_eq!(q.route.as_deref(), Some("a b"));
+        assert_eq!(q.limit, 1000);
+        assert_eq!(q.after.as_deref(), Some("00ff"));
+    }
+
+    #[test]
+    fn bad_states_limits_unknown_and_repeated_keys_are_400() {
+        for query in [
+            "state=done",
+            "limit=0",
+            "limit=1001",
+            "limit=-1",
+            "limit=ten",
+            "stat=unknown",
+            "state=unknown&state=failed",
+        ] {
+            let err = parse_list_query(Some(query)).expect_err(query);
+            assert_eq!(err.status(), http::StatusCode::BAD_REQUEST, "{query}");
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! `idemproxy ops`: the operator's command line, a client of the admin API (SPEC section 9).
+//!
+//! It owns the verbs (`list`, `show`, `resolve`, `approve`, `reject`), turning each into one
+//! admin call, and the human-readable tables; `--json` prints the API's JSON as it came. It
+//! never opens the ledger: everything goes through the running proxy's admin API, so its
+//! checks (states, token) apply. It prints no token.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde_json::{Value, json};
+
+use crate::admin::TOKEN_VAR;
+use table::clean;
+
+/// The admin API when neither `--admin` nor a loadable proxy.toml says otherwise.
+pub const DEFAULT_ADMIN: &str = "http://127.0.0.1:9901";
+/// The longest an admin call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `idemproxy ops ...`
+#[derive(Debug, clap::Args)]
+pub struct OpsArgs {
+    /// proxy.toml, read for `admin_listen` when --admin is not given.
+    #[arg(short, long, default_value = "proxy.toml", global = true)]
+    pub config: PathBuf,
+    /// The admin API's base URL [default: http://<admin_listen> from the config, else
+    /// http://127.0.0.1:9901]. The token comes from IDEMPROXY_ADMIN_TOKEN.
+    #[arg(long, global = true, value_name = "URL")]
+    pub admin: Option<String>,
+    /// Print the admin API's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub verb: Verb,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
+pub enum Verb {
+    /// List operations, newest first.
+    List {
+        /// prepared, in_flight, succeeded, failed or unknown.
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long)]
+        provider: Option<String>,
+        #[arg(long)]
+        route: Option<String>,
+        /// At most this many (1 to 1000; default 50).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// The cursor printed at the end of an earlier page.
+        #[arg(long)]
+        after: Option<String>,
+    },
+    /// Show one operation and its events.
+    Show {
+        /// The operation ID as `ops list` shows it (not percent-encoded).
+        id: String,
+    },
+    /// Settle an unknown operation: it happened (--succeeded) or it did not (--failed).
+    Resolve {
+        /// The operation ID as `ops list` shows it (not percent-encoded).
+        id: String,
+        /// The effect happened; replays will answer the given response.
+        #[arg(long, conflicts_with = "failed", required_unless_present = "failed")]
+        succeeded: bool,
+        /// The effect did not happen; the agent's next request sends it again.
+        #[arg(long, requires = "reason")]
+        failed: bool,
+        /// Status of the stored response (default 200).
+        #[arg(long, requires = "succeeded")]
+        status: Option<u16>,
+        /// File holding the stored response's body (UTF-8; `-` reads stdin).
+        #[arg(long, requires = "succeeded", value_name = "F")]
+        body_file: Option<PathBuf>,
+        /// A header of the stored response, `NAME: VALUE` (repeatable).
+        #[arg(long = "header", requires = "succeeded", value_name = "NAME: VALUE")]
+        headers: Vec<String>,
+        /// Why; required with --failed.
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// Approve a prepared operation; the agent's next request sends it.
+    Approve {
+        /// The operation ID as `ops list` shows it (not percent-encoded).
+        id: String,
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// Reject a prepared operation for good.
+    Reject {
+        /// The operation ID as `ops list` shows it (not percent-encoded).
+        id: String,
+        #[arg(long, value_name = "TEXT")]
+        reason: String,
+    },
+}
+
+/// One admin call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub method: Method,
+    /// Path and query, IDs percent-encoded.
+    pub path: String,
+    pub body: Option<Value>,
+}
+
+/// Runs `idemproxy ops`: 0 on a 2xx answer, 1 otherwise (the problem's detail on stderr).
+pub fn run(args: OpsArgs) -> ExitCode {
+    match execute(&args) {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            eprintln!("error: {why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The call, its answer, and what to print.
+fn execute(args: &OpsArgs) -> Result<String, String> {
+    let base = match &args.admin {
+        Some(url) => url.trim_end_matches('/').to_string(),
+        None => admin_from_config(&args.config),
+    };
+    let call = plan(&args.verb, &read_body_file)?;
+    let token = std::env::var(TOKEN_VAR)
+        .ok()
+        .filter(|t| !t.trim().is_empty());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let (status, body) = runtime.block_on(send(&base, &call, token.as_deref()))?;
+    if !status.is_success() {
+        return Err(problem_detail(status, &body));
+    }
+    if args.json {
+        return Ok(format!("{}\n", String::from_utf8_lossy(&body)));
+    }
+    let value: Value = serde_json::from_slice(&body)
+        .map_err(|e| format!("the admin API answered something that is not JSON: {e}"))?;
+    Ok(match args.verb {
+        Verb::List { .. } => render_list(&value),
+        _ => render_op(&value),
+    })
+}
+
+/// `http://<admin_listen>` from the config when it loads (an unspecified address such as
+/// 0.0.0.0 becomes loopback), else [`DEFAULT_ADMIN`].
+pub fn admin_from_config(path: &Path) -> String {
+    if !path.exists() {
+        return DEFAULT_ADMIN.to_string();
+    }
+    match crate::config::load(path) {
+        Ok(config) => {
+            let mut addr = config.admin_listen;
+            if addr.ip().is_unspecified() {
+                let loopback: std::net::IpAddr = match addr {
+                    std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                    std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                };
+                addr.set_ip(loopback);
+            }
+            format!("http://{addr}")
+        }
+        Err(_) => {
+            eprintln!(
+                "note: {} does not load (see `idemproxy check`); using {DEFAULT_ADMIN}",
+                path.display()
+            );
+            DEFAULT_ADMIN.to_string()
+        }
+    }
+}
+
+/// Everything but RFC 3986 unreserved characters is escaped, `/` included.
+const ID_ESCAPE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// An operation ID as one URL path segment.
+pub fn encode_id(id: &str) -> String {
+    utf8_percent_encode(id, ID_ESCAPE).to_string()
+}
+
+/// The admin call a verb makes; `read` loads a `--body-file`.
+pub fn plan(verb: &Verb, read: &dyn Fn(&Path) -> Result<String, String>) -> Result<Call, String> {
+    let op = |id: &str, action: &str| format!("/ops/{}{action}", encode_id(id));
+    let post = |path, body| Call {
+        method: Method::POST,
+        path,
+        body: Some(body),
+    };
+    Ok(match verb {
+        Verb::List {
+            state,
+            provider,
+            route,
+            limit,
+            after,
+        } => {
+            let limit = limit.map(|n| n.to_string());
+            list_call([
+                ("state", state.as_deref()),
+                ("provider", provider.as_deref()),
+                ("route", route.as_deref()),
+                ("limit", limit.as_deref()),
+                ("after", after.as_deref()),
+            ])
+        }
+        Verb::Show { id } => Call {
+            method: Method::GET,
+            path: op(id, ""),
+            body: None,
+        },
+        Verb::Resolve { id, .. } => post(op(id, "/resolve"), resolve_body(verb, read)?),
+        Verb::Approve { id, reason } => {
+            let body = reason
+                .as_ref()
+                .map_or_else(|| json!({}), |r| json!({ "reason": r }));
+            post(op(id, "/approve"), body)
+        }
+        Verb::Reject { id, reason } => post(op(id, "/reject"), json!({ "reason": reason })),
+    })
+}
+
+/// `GET /ops` with the given filters only.
+fn list_call(pairs: [(&str, Option<&str>); 5]) -> Call {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for (key, value) in pairs {
+        if let Some(value) = value {
+            query.append_pair(key, value);
+        }
+    }
+    let query = query.finish();
+    let path = if query.is_empty() {
+        "/ops".to_string()
+    } else {
+        format!("/ops?{query}")
+    };
+    Call {
+        method: Method::GET,
+        path,
+        body: None,
+    }
+}
+
+fn resolve_body(
+    verb: &Verb,
+    read: &dyn Fn(&Path) -> Result<String, String>,
+) -> Result<Value, String> {
+    let Verb::Resolve {
+        succeeded,
+        status,
+        body_file,
+        headers,
+        reason,
+        ..
+    } = verb
+    else {
+        return Err("not a resolve".into());
+    };
+    if !succeeded {
+        return Ok(json!({ "outcome": "failed", "reason": reason }));
+    }
+    let mut body = serde_json::Map::new();
+    body.insert("outcome".into(), json!("succeeded"));
+    body.insert("status".into(), json!(status.unwrap_or(200)));
+    let mut map = serde_json::Map::new();
+    for line in headers {
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| format!("--header {line:?} is not `NAME: VALUE`"))?;
+        map.insert(name.trim().to_string(), json!(value.trim()));
+    }
+    body.insert("headers".into(), Value::Object(map));
+    let text = match body_file {
+        Some(path) => read(path)?,
+        None => String::new(),
+    };
+    body.insert("body".into(), json!(text));
+    if let Some(reason) = reason {
+        body.insert("reason".into(), json!(reason));
+    }
+    Ok(Value::Object(body))
+}
+
+/// A `--body-file` (or stdin for `-`), which must be UTF-8: the API takes the body as a string.
+fn read_body_file(path: &Path) -> Result<String, String> {
+    let mut bytes = Vec::new();
+    let read = if path == Path::new("-") {
+        std::io::stdin().read_to_end(&mut bytes).map(|_| ())
+    } else {
+        std::fs::read(path).map(|b| bytes = b)
+    };
+    read.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display()))
+}
+
+/// Sends the call; the answer's status and body.
+async fn send(base: &str, call: &Call, token: Option<&str>) -> Result<(StatusCode, Bytes), String> {
+    let url = format!("{base}{}", call.path);
+    if !base.starts_with("http://") {
+        return Err(format!("--admin must be an http:// URL, not {base:?}"));
+    }
+    let mut request = Request::builder()
+        .method(call.method.clone())
+        .uri(&url)
+        .header(header::ACCEPT, "application/json");
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let body = match &call.body {
+        Some(value) => {
+            request = request.header(header::CONTENT_TYPE, "application/json");
+            Bytes::from(value.to_string())
+        }
+        None => Bytes::new(),
+    };
+    let request = request
+        .body(Full::new(body))
+        .map_err(|e| format!("cannot make a request to {url}: {e}"))?;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let exchange = async {
+        let resp = client.request(request).await.map_err(|e| {
+            format!(
+                "cannot reach the admin API at {base} ({e}); is the proxy running? (--admin URL)"
+            )
+        })?;
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("the admin API's answer broke off: {e}"))?;
+        Ok((status, body.to_bytes()))
+    };
+    tokio::time::timeout(CALL_TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("the admin API at {base} did not answer within {CALL_TIMEOUT:?}"))?
+}
+
+/// The problem's `detail` (or the status and body when the answer is not problem+json).
+pub fn problem_detail(status: StatusCode, body: &[u8]) -> String {
+    let detail = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("detail").and_then(Value::as_str).map(str::to_string));
+    match detail {
+        Some(detail) => format!("{} ({})", clean(&detail), status.as_u16()),
+        None => format!(
+            "the admin API answered {status}: {}",
+            clean(&String::from_utf8_lossy(body))
+        ),
+    }
+}
+
+mod table;
+#[cfg(test)]
+mod tests;
+
+pub use table::{render_list, render_op};

@@ -1,0 +1,219 @@
+//! Retention (SPEC 2 `[retention] completed`): the background task that prunes finished
+//! operations.
+//!
+//! It owns only the schedule: every `min(completed / 10, 60s)` (at least 10ms) it asks the
+//! ledger to delete `succeeded` and `failed` operations last updated more than `completed`
+//! ago, with their events and responses, in batches so agents' writes interleave. It never
+//! chooses what may be deleted: the ledger's `prune` never touches `prepared`, `in_flight`
+//! or `unknown` operations, so an outcome nobody knows is never forgotten.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::MissedTickBehavior;
+
+use crate::app::App;
+use crate::clock::Timestamp;
+use crate::ledger::Ledger;
+
+/// Deletions per ledger transaction, so one sweep never holds the writer for long.
+const BATCH: usize = 1000;
+const SHORTEST: Duration = Duration::from_millis(10);
+const LONGEST: Duration = Duration::from_secs(60);
+
+/// Prunes `app`'s ledger on the retention schedule until `stop` resolves. The first sweep
+/// runs at once; a sweep in progress is abandoned at `stop` (each batch is its own commit,
+/// so nothing is left half-deleted). Ledger failures are logged and retried next time.
+pub async fn run(app: Arc<App>, stop: impl Future) {
+    let completed = app.config.retention.completed;
+    sweep_until(app.ledger.clone(), completed, stop).await;
+}
+
+/// How often to sweep for a retention of `completed`: a tenth of it, within [10ms, 60s].
+pub fn interval(completed: Duration) -> Duration {
+    (completed / 10).clamp(SHORTEST, LONGEST)
+}
+
+/// The loop behind `run`, on any ledger.
+async fn sweep_until(ledger: Ledger, completed: Duration, stop: impl Future) {
+    let mut ticker = tokio::time::interval(interval(completed));
+    // A slow sweep is not followed by a burst of catch-up sweeps.
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    tokio::pin!(stop);
+    loop {
+        let sweep = async {
+            ticker.tick().await;
+            sweep(&ledger, completed, Timestamp::now()).await;
+        };
+        tokio::select! {
+            _ = &mut stop => break,
+            () = sweep => {}
+        }
+    }
+}
+
+/// One sweep: deletes what finished before `now - completed`; returns how many went.
+async fn sweep(ledger: &Ledger, completed: Duration, now: Timestamp) -> usize {
+    match ledger.prune(now.minus(completed), BATCH).await {
+        Ok(0) => 0,
+        Ok(pruned) => {
+            tracing::info!(
+                pruned,
+                "pruned finished operations past [retention] completed"
+            );
+            pruned
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "retention could not prune the ledger; will retry");
+            0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use bytes::Bytes;
+    use http::HeaderMap;
+
+    use super::*;
+    use crate::ledger::{
+        Approval, Event, EventKind, LedgerOptions, Operation, State, StoredResponse, Write,
+    };
+    use crate::policy::Effect;
+
+    fn op(id: &str, state: State, updated: Timestamp) -> Operation {
+        Operation {
+            id: id.into(),
+            provider: "pay".into(),
+            route: "refund".into(),
+            effect: Effect::Irreversible,
+            state,
+            fingerprint: "f00d".into(),
+            fields: BTreeMap::new(),
+            idempotency_key: "k".into(),
+            attempts: 1,
+            created_at: updated,
+            updated_at: updated,
+            first_dispatched_at: Some(updated),
+            last_dispatched_at: Some(updated),
+            provider_request_id: None,
+            response: None,
+            error: None,
+            fence: 0,
+            approval: Approval::NotRequired,
+        }
+    }
+
+    async fn put(ledger: &Ledger, op: Operation) {
+        let id = op.id.clone();
+        let events = vec![Event {
+            at: op.updated_at,
+            kind: EventKind::ResultPersisted,
+            attempt: 1,
+            detail: op.state.as_str().into(),
+        }];
+        let response = Some(StoredResponse {
+            status: 200,
+            headers: HeaderMap::new(),
+            body: Bytes::from_static(b"{}"),
+        });
+        let write = Write {
+            op,
+            events,
+            response,
+        };
+        ledger
+            .update(&id, move |_| (Some(write), ()))
+            .await
+            .expect("test write");
+    }
+
+    async fn ledger(dir: &tempfile::TempDir) -> Ledger {
+        let path = dir.path().join("ledger.redb");
+        let opened = Ledger::open(&path, Timestamp::now(), LedgerOptions::default()).await;
+        opened.expect("open test ledger").0
+    }
+
+    #[test]
+    fn interval_is_a_tenth_within_bounds() {
+        assert_eq!(interval(Duration::from_secs(30)), Duration::from_secs(3));
+        assert_eq!(interval(Duration::from_millis(50)), SHORTEST);
+        assert_eq!(interval(Duration::ZERO), SHORTEST);
+        assert_eq!(interval(Duration::from_secs(30 * 86_400)), LONGEST);
+    }
+
+    #[tokio::test]
+    async fn a_sweep_deletes_only_finished_operations_past_retention() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ledger = ledger(&dir).await;
+        let now = Timestamp::now();
+        let old = now.minus(Duration::from_secs(120));
+        for (id, state, at) in [
+            ("pay/refund/old-ok", State::Succeeded, old),
+            ("pay/refund/old-failed", State::Failed, old),
+            ("pay/refund/old-unknown", State::Unknown, old),
+            ("pay/refund/old-prepared", State::Prepared, old),
+            ("pay/refund/new-ok", State::Succeeded, now),
+        ] {
+            put(&ledger, op(id, state, at)).await;
+        }
+        assert_eq!(sweep(&ledger, Duration::from_secs(60), now).await, 2);
+        for (id, kept) in [
+            ("pay/refund/old-ok", false),
+            ("pay/refund/old-failed", false),
+            ("pay/refund/old-unknown", true),
+            ("pay/refund/old-prepared", true),
+            ("pay/refund/new-ok", true),
+        ] {
+            let found = ledger.get(id).await.expect("read");
+            assert_eq!(found.is_some(), kept, "{id}");
+        }
+        assert!(
+            ledger
+                .events("pay/refund/old-ok")
+                .await
+                .expect("read")
+                .is_empty()
+        );
+        assert!(
+            ledger
+                .response("pay/refund/old-ok")
+                .await
+                .expect("read")
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn the_loop_prunes_on_schedule_and_ends_at_stop() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ledger = ledger(&dir).await;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(sweep_until(
+            ledger.clone(),
+            Duration::from_millis(100),
+            stopped,
+        ));
+        // Written after the first sweep may have run: only a later sweep can delete it.
+        let done = Timestamp::now().minus(Duration::from_millis(50));
+        put(&ledger, op("pay/refund/a", State::Succeeded, done)).await;
+        put(&ledger, op("pay/refund/b", State::Unknown, done)).await;
+        let gone = async {
+            while ledger.get("pay/refund/a").await.expect("read").is_some() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), gone)
+            .await
+            .expect("the succeeded operation is pruned");
+        assert!(ledger.get("pay/refund/b").await.expect("read").is_some());
+        stop.send(()).expect("loop still running");
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the loop ends at stop")
+            .expect("the loop does not panic");
+    }
+}

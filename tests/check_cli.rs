@@ -1,0 +1,121 @@
+//! `idemproxy check` and `serve` on good and broken configurations: `check` prints the
+//! routes table and exits 0 on the shipped config; a broken config makes both commands exit
+//! non-zero with the file, the key and the fix on stderr, and `serve` never starts.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::Proxy;
+use common::files::route;
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn broken(name: &str) -> String {
+    repo(&format!("fixtures/config/broken/{name}/proxy.toml"))
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A line of `text` holding every one of `parts`.
+fn assert_line(text: &str, parts: &[&str]) {
+    let found = text.lines().any(|l| parts.iter().all(|p| l.contains(p)));
+    assert!(found, "no line with {parts:?} in:\n{text}");
+}
+
+#[tokio::test]
+async fn check_on_the_shipped_config_prints_the_routes_table() {
+    let dir = Proxy::builder().write();
+    let config = repo("proxy.toml").to_string_lossy().into_owned();
+    let (status, stdout, stderr) = dir.run_cli(&["check", "-c", &config]).await;
+    assert!(status.success(), "{status:?}\n{stderr}");
+    assert_line(&stdout, &["stripe", "/stripe", "https://api.stripe.com"]);
+    assert_line(
+        &stdout,
+        &["create_refund", "POST /v1/refunds", "irreversible"],
+    );
+    assert_line(
+        &stdout,
+        &["retrieve_refund", "GET /v1/refunds/{id}", "read_only"],
+    );
+    assert_line(&stdout, &["proxy.toml", "ok"]);
+}
+
+#[tokio::test]
+async fn check_on_a_broken_policy_names_file_key_and_fix() {
+    let dir = Proxy::builder().write();
+    let config = broken("unknown_template_source");
+    let (status, stdout, stderr) = dir.run_cli(&["check", "-c", &config]).await;
+    assert!(!status.success(), "{status:?}\n{stdout}");
+    let parts = [
+        "policies/stripe.toml",
+        "create_refund",
+        "operation_id[1]",
+        "hedaer",
+        "expected header",
+    ];
+    assert_line(&stderr, &parts);
+    assert!(
+        !stdout.contains("ok"),
+        "a broken config is not ok:\n{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn check_on_a_broken_proxy_toml_names_file_key_and_fix() {
+    let dir = Proxy::builder().write();
+    let config = broken("unknown_key_proxy");
+    let (status, _, stderr) = dir.run_cli(&["check", "-c", &config]).await;
+    assert!(!status.success());
+    assert_line(
+        &stderr,
+        &[
+            "proxy.toml",
+            "limits.max_body",
+            "unknown key",
+            "max_request_body",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn serve_with_a_broken_config_refuses_to_start_with_the_same_message() {
+    let bad_route = route(
+        "create_refund",
+        "POST /v1/refunds",
+        &["{hedaer:x-operation-id}"],
+    );
+    let policy = common::policy("stripe", "https://api.stripe.com", &bad_route);
+    let dir = Proxy::builder().policy("stripe", &policy).write();
+    let config = dir.config_path().to_string_lossy().into_owned();
+    let (check_status, _, check_stderr) = dir.run_cli(&["check", "-c", &config]).await;
+    let (status, stderr) = dir.start_expect_failure().await;
+    assert!(!status.success(), "{status:?}");
+    assert!(!check_status.success());
+    let parts = [
+        "policies/stripe.toml",
+        "operation_id[0]",
+        "hedaer",
+        "expected header",
+    ];
+    assert_line(&stderr, &parts);
+    assert_line(&check_stderr, &parts);
+}
+
+#[tokio::test]
+async fn serve_on_a_port_in_use_exits_non_zero_naming_the_key() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr");
+    let policy = common::policy("p", "https://api.example.com", "");
+    let config =
+        format!("listen = \"{addr}\"\nadmin_listen = \"127.0.0.1:0\"\nledger = \"ledger.redb\"\n");
+    let (status, stderr) = Proxy::builder()
+        .raw_config(&config)
+        .policy("p", &policy)
+        .start_expect_failure()
+        .await;
+    assert!(!status.success(), "{status:?}");
+    assert_line(&stderr, &[&addr.to_string(), "listen"]);
+}

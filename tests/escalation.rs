@@ -1,0 +1,87 @@
+//! Escalation (issue 4): an operation that enters `unknown` on a compensable or irreversible
+//! route whose provider cannot deduplicate, with no reconciliation, is one that only a person
+//! can resolve. The proxy logs exactly one warning naming it and the command that resolves
+//! it, and counts it in `idemproxy_escalations_total`; replays that are held do not repeat it.
+
+mod common;
+
+use common::{Behavior, FakeProvider, Proxy, Resp, route, send};
+use http::{Method, StatusCode};
+
+async fn refund(proxy: &Proxy, workflow: &str) -> Resp {
+    send(
+        Method::POST,
+        &proxy.url("/pay/v1/refunds"),
+        &[("x-workflow-id", workflow)],
+        "amount=500",
+    )
+    .await
+    .expect("the proxy answers")
+}
+
+/// Lines of the proxy's log at level WARN that mention `text`.
+fn warnings_about(proxy: &Proxy, text: &str) -> usize {
+    proxy
+        .log_text()
+        .lines()
+        .filter(|line| line.contains("WARN") && line.contains(text))
+        .count()
+}
+
+#[tokio::test]
+async fn an_unresolvable_unknown_warns_once_and_counts() {
+    let provider = FakeProvider::start(Behavior::echo().drop_first_response(1)).await;
+    let routes = format!(
+        "{}effect = \"irreversible\"\n{}effect = \"idempotent\"\n",
+        route("refund", "POST /v1/refunds", &["{header:x-workflow-id}"]),
+        route("sync", "POST /v1/sync", &["{header:x-workflow-id}"]),
+    );
+    let proxy = Proxy::builder()
+        .policy("pay", &provider.policy("pay", &routes))
+        .start()
+        .await;
+
+    let first = refund(&proxy, "wf-9").await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.text());
+    let held = refund(&proxy, "wf-9").await;
+    assert_eq!(held.json()["type"], "urn:idemproxy:outcome-unknown");
+    assert_eq!(provider.request_count(), 1, "held, not re-sent");
+
+    let op = "pay/refund/wf-9";
+    let lines: Vec<String> = proxy
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("idemproxy ops resolve"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(lines[0].contains(op), "{}", lines[0]);
+
+    // An idempotent route's unknown is re-sent by the proxy itself: nothing to escalate.
+    provider.set_behavior(Behavior::echo().drop_first_response(1));
+    let sync = send(
+        Method::POST,
+        &proxy.url("/pay/v1/sync"),
+        &[("x-workflow-id", "wf-10")],
+        "",
+    )
+    .await
+    .expect("the proxy answers");
+    assert_eq!(sync.header("idem-state"), Some("unknown"));
+    assert_eq!(warnings_about(&proxy, "pay/sync/wf-10"), 0);
+    assert_eq!(warnings_about(&proxy, "idemproxy ops resolve"), 1);
+
+    let metrics = send(Method::GET, &proxy.admin_url("/metrics"), &[], "")
+        .await
+        .expect("the admin API answers");
+    assert_eq!(metrics.status, StatusCode::OK);
+    let text = metrics.text();
+    assert!(
+        text.contains(r#"idemproxy_escalations_total{provider="pay",route="refund"} 1"#),
+        "{text}"
+    );
+    assert!(
+        !text.contains(r#"idemproxy_escalations_total{provider="pay",route="sync"}"#),
+        "{text}"
+    );
+}

@@ -1,0 +1,178 @@
+//! Forward-proxy mode (`HTTP_PROXY`): an absolute-form request reaches the provider whose
+//! upstream host (and port, when named) matches; any other host is refused, so the proxy is
+//! never an open proxy; `CONNECT` is refused with a problem instead of being tunnelled.
+//!
+//! Requests are written by hand on a TCP stream: that is the only way to be sure of the
+//! exact request line (absolute-form, CONNECT's authority-form) the proxy receives.
+
+mod common;
+
+use common::files::policy;
+use common::{Behavior, FakeProvider, Proxy};
+use std::net::SocketAddr;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A raw answer: status code, lowercased header lines, body.
+struct RawResp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl RawResp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+/// Writes `head` (with `Connection: close` added) and `body`, reads the answer to the close.
+async fn raw(addr: SocketAddr, head: &str, body: &str) -> RawResp {
+    let mut stream = TcpStream::connect(addr).await.expect("connect to proxy");
+    let request = format!("{head}Connection: close\r\n\r\n{body}");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).await.expect("read answer");
+    parse(&String::from_utf8_lossy(&bytes))
+}
+
+fn parse(text: &str) -> RawResp {
+    let (head, body) = text.split_once("\r\n\r\n").expect("a complete head");
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().expect("status line");
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect::<Vec<_>>();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    RawResp {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// Joins the chunks of a chunked body (enough for the small answers here).
+fn dechunk(mut rest: &str) -> String {
+    let mut body = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).expect("chunk size");
+        if size == 0 {
+            break;
+        }
+        body.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+    body
+}
+
+/// A plain provider whose policy names it as `http://localhost:PORT`, as an SDK would.
+async fn start() -> (FakeProvider, Proxy) {
+    let provider = FakeProvider::start(Behavior::fixed(200, "forwarded").header("x-p", "1")).await;
+    let upstream = format!("http://localhost:{}", provider.addr().port());
+    let proxy = Proxy::builder()
+        .policy("local", &policy("local", &upstream, ""))
+        .start()
+        .await;
+    (provider, proxy)
+}
+
+#[tokio::test]
+async fn absolute_form_request_reaches_the_provider_of_that_host() {
+    let (provider, proxy) = start().await;
+    let port = provider.addr().port();
+    let head = format!(
+        "POST http://localhost:{port}/v1/x?y=1 HTTP/1.1\r\nHost: localhost:{port}\r\n\
+         Content-Length: 4\r\nProxy-Connection: keep-alive\r\nX-Agent: a\r\n"
+    );
+    let resp = raw(proxy.proxy_addr(), &head, "body").await;
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert_eq!(resp.body, "forwarded");
+    assert_eq!(resp.header("x-p"), Some("1"));
+
+    let got = &provider.requests()[0];
+    assert_eq!(got.method, http::Method::POST);
+    assert_eq!(got.path_and_query, "/v1/x?y=1");
+    assert_eq!(&got.body[..], b"body");
+    assert_eq!(got.header("x-agent"), Some("a"));
+    assert_eq!(got.header("proxy-connection"), None);
+    assert_eq!(
+        got.header("host"),
+        Some(format!("localhost:{port}").as_str())
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_host_or_port_is_403_no_route_never_an_open_proxy() {
+    let (provider, proxy) = start().await;
+    let other_port = proxy.admin_addr().port();
+    let hosts = ["example.com".to_string(), format!("localhost:{other_port}")];
+    for host in hosts {
+        let head = format!("GET http://{host}/v1/x HTTP/1.1\r\nHost: {host}\r\n");
+        let resp = raw(proxy.proxy_addr(), &head, "").await;
+        assert_eq!(resp.status, 403, "{host}: {}", resp.body);
+        assert_eq!(
+            resp.header("content-type"),
+            Some("application/problem+json")
+        );
+        assert_eq!(resp.json()["type"], "urn:idemproxy:no-route", "{host}");
+    }
+    assert_eq!(provider.request_count(), 0);
+}
+
+#[tokio::test]
+async fn connect_is_refused_with_a_problem_pointing_at_the_mount() {
+    let (provider, proxy) = start().await;
+    let port = provider.addr().port();
+    let head = format!("CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\n");
+    let resp = raw(proxy.proxy_addr(), &head, "").await;
+    assert_eq!(resp.status, 501, "{}", resp.body);
+    assert_eq!(
+        resp.header("content-type"),
+        Some("application/problem+json")
+    );
+    let problem = resp.json();
+    assert_eq!(problem["type"], "urn:idemproxy:connect-not-supported");
+    assert_eq!(problem["status"], 501);
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("HTTPS interception"), "{detail}");
+    assert!(detail.contains("mount"), "{detail}");
+    assert_eq!(provider.request_count(), 0);
+}
+
+#[tokio::test]
+async fn absolute_form_goes_over_the_upstreams_own_scheme_and_base_path() {
+    let provider = FakeProvider::start_tls(Behavior::fixed(200, "over tls")).await;
+    let port = provider.addr().port();
+    let upstream = format!("{}/base", provider.url());
+    let policy = common::files::policy_with_ca("tls", &upstream, Some(&provider.ca_file()), "");
+    let proxy = Proxy::builder().policy("tls", &policy).start().await;
+    // The agent believes the provider speaks plain HTTP; the proxy speaks HTTPS to it.
+    let head =
+        format!("GET http://localhost:{port}/base/v1/x HTTP/1.1\r\nHost: localhost:{port}\r\n");
+    let resp = raw(proxy.proxy_addr(), &head, "").await;
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert_eq!(resp.body, "over tls");
+    let got = &provider.requests()[0];
+    assert_eq!(got.path_and_query, "/base/v1/x");
+    assert_eq!(got.version, http::Version::HTTP_2);
+}

@@ -1,0 +1,99 @@
+//! Request logs: one line per request naming provider, route, status and duration, as text
+//! or (`--log-format json`) one JSON object per line; never a header value or a body, even
+//! at the most verbose filter.
+
+mod common;
+
+use common::{Behavior, FakeProvider, Proxy, route, send};
+use http::{Method, StatusCode};
+
+const SECRET_HEADER: &str = "Bearer sk_test_secret123";
+const SECRET_BODY: &str = "secret_body_value";
+
+/// A provider with a guarded route and `extra` set on the proxy (bin args, env).
+async fn start(json: bool) -> (FakeProvider, Proxy) {
+    let provider = FakeProvider::start(Behavior::fixed(200, "done")).await;
+    let refund = route(
+        "create_refund",
+        "POST /v1/refunds",
+        &["{header:x-operation-id}"],
+    );
+    let mut builder = Proxy::builder()
+        .env("IDEMPROXY_LOG", "trace")
+        .policy("acme", &provider.policy("acme", &refund));
+    if json {
+        builder = builder.bin(env!("CARGO_BIN_EXE_idemproxy"), &["--log-format", "json"]);
+    }
+    (provider, builder.start().await)
+}
+
+/// One guarded and one unguarded request, both carrying the secrets.
+async fn send_secrets(proxy: &Proxy) {
+    let auth = [("authorization", SECRET_HEADER), ("x-operation-id", "op-1")];
+    let guarded = send(
+        Method::POST,
+        &proxy.url("/acme/v1/refunds"),
+        &auth,
+        SECRET_BODY,
+    )
+    .await
+    .expect("answer");
+    assert_eq!(guarded.status, StatusCode::OK, "{}", guarded.text());
+    let plain = send(
+        Method::PUT,
+        &proxy.url("/acme/v1/other"),
+        &auth[..1],
+        SECRET_BODY,
+    )
+    .await
+    .expect("answer");
+    assert_eq!(plain.status, StatusCode::OK, "{}", plain.text());
+}
+
+fn assert_no_secrets(log: &str) {
+    assert!(
+        !log.contains("sk_test_secret123"),
+        "the log holds a header value:\n{log}"
+    );
+    assert!(
+        !log.contains(SECRET_BODY),
+        "the log holds a request body:\n{log}"
+    );
+}
+
+#[tokio::test]
+async fn text_logs_one_line_per_request_without_secrets() {
+    let (_provider, proxy) = start(false).await;
+    send_secrets(&proxy).await;
+    let log = proxy.log_text();
+    assert_no_secrets(&log);
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains(" request ")).collect();
+    assert_eq!(lines.len(), 2, "one line per request:\n{log}");
+    let guarded = ["acme", "create_refund", "status=200", "ms="];
+    assert!(guarded.iter().all(|p| lines[0].contains(p)), "{}", lines[0]);
+    let plain = ["acme", "status=200", "ms="];
+    assert!(plain.iter().all(|p| lines[1].contains(p)), "{}", lines[1]);
+}
+
+#[tokio::test]
+async fn json_logs_parse_line_by_line_and_name_the_request() {
+    let (_provider, proxy) = start(true).await;
+    send_secrets(&proxy).await;
+    let log = proxy.log_text();
+    assert_no_secrets(&log);
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let requests: Vec<_> = events
+        .iter()
+        .filter(|e| e["message"] == "request")
+        .collect();
+    assert_eq!(requests.len(), 2, "one line per request:\n{log}");
+    assert_eq!(requests[0]["provider"], "acme");
+    assert_eq!(requests[0]["route"], "create_refund");
+    for event in &requests {
+        assert_eq!(event["status"], 200, "{event}");
+        assert!(event["ms"].is_u64(), "a duration in ms: {event}");
+    }
+}

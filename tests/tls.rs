@@ -1,0 +1,50 @@
+//! Upstream TLS trust: a provider's `ca_file` is trusted besides the bundled web roots, and
+//! a certificate nobody vouches for is refused (verification is never switched off), with a
+//! 502 `upstream-unreachable` answer because nothing was sent.
+
+mod common;
+
+use common::files::policy;
+use common::{Behavior, FakeProvider, Proxy, send};
+use http::{Method, StatusCode, Version};
+
+#[tokio::test]
+async fn a_provider_signed_by_its_ca_file_is_reached_over_h2() {
+    let provider = FakeProvider::start_tls(Behavior::fixed(200, "secure")).await;
+    let proxy = Proxy::builder()
+        .policy("safe", &provider.policy("safe", ""))
+        .start()
+        .await;
+    let resp = send(Method::GET, &proxy.url("/safe/v1/ping"), &[], "")
+        .await
+        .expect("answer");
+    assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
+    assert_eq!(resp.text(), "secure");
+    assert_eq!(provider.requests()[0].version, Version::HTTP_2);
+}
+
+#[tokio::test]
+async fn an_untrusted_certificate_is_502_upstream_unreachable() {
+    let provider = FakeProvider::start_tls(Behavior::fixed(200, "must not be seen")).await;
+    // The same provider, but its policy names no ca_file: only the web roots are trusted.
+    let proxy = Proxy::builder()
+        .policy("unsafe", &policy("unsafe", &provider.url(), ""))
+        .start()
+        .await;
+    let resp = send(Method::POST, &proxy.url("/unsafe/v1/pay"), &[], "amount=1")
+        .await
+        .expect("answer");
+    assert_eq!(resp.status, StatusCode::BAD_GATEWAY, "{}", resp.text());
+    assert_eq!(
+        resp.header("content-type"),
+        Some("application/problem+json")
+    );
+    let problem = resp.json();
+    assert_eq!(problem["type"], "urn:idemproxy:upstream-unreachable");
+    assert_eq!(problem["provider"], "unsafe");
+    assert_eq!(
+        provider.request_count(),
+        0,
+        "no request may cross an untrusted TLS session"
+    );
+}
