@@ -2,8 +2,10 @@
 //!
 //! `handle` reads top to bottom: read the body, identify the operation, decide in one ledger
 //! transaction, then dispatch, replay, wait or refuse. Nothing reaches the provider unless its
-//! claim is committed first; the exchange itself lives in `dispatch` so that it outlives an
-//! agent that hangs up.
+//! claim is committed first. From the claim on, the work runs detached from the agent's
+//! connection (the claim and its attempt together; the exchange itself lives in `dispatch`),
+//! so an agent that hangs up never leaves an operation claimed and unsent, nor an answer
+//! unrecorded.
 
 use std::sync::Arc;
 
@@ -86,63 +88,132 @@ async fn run(
         }
     };
     ctx.operation_id = Some(op.id.clone());
-    let step = claim(app, provider, route, &op).await?;
-    match step {
-        Step::Dispatch { fence, attempt } => {
-            ctx.state = Some(State::InFlight);
-            let exchange = dispatch::Exchange {
-                provider: provider.name.clone(),
-                route: route.name.clone(),
-                id: op.id,
-                fence,
-                attempt,
-                outgoing: op.outgoing,
-            };
-            Ok((dispatch::run(app.clone(), exchange).await, "forwarded"))
-        }
-        Step::Replay(stored) => Ok((
+    let names = Names {
+        provider: provider.name.clone(),
+        route: route.name.clone(),
+        captures: captures.clone(),
+    };
+    match detached(app, names, op).await? {
+        Next::Sent(resp) => Ok((resp, "forwarded")),
+        Next::Replay(stored) => Ok((
             replay(stored, &ctx.with_state(State::Succeeded)),
             "replayed",
         )),
-        Step::Wait => wait(app, ctx).await,
-        Step::Reconcile => {
-            let answer = crate::reconcile::run(
-                app,
-                provider,
-                route,
-                captures,
-                &op.id,
-                &op.key,
-                &op.outgoing.headers,
-            )
-            .await;
-            match answer {
-                crate::reconcile::Verdict::Found(stored) => Ok((
-                    replay(stored, &ctx.with_state(State::Succeeded)),
-                    "replayed",
-                )),
-                crate::reconcile::Verdict::Resend { fence, attempt } => {
-                    let exchange = dispatch::Exchange {
-                        provider: provider.name.clone(),
-                        route: route.name.clone(),
-                        id: op.id,
-                        fence,
-                        attempt,
-                        outgoing: op.outgoing,
-                    };
-                    Ok((dispatch::run(app.clone(), exchange).await, "forwarded"))
-                }
-                crate::reconcile::Verdict::Unknown => {
-                    ctx.state = Some(State::Unknown);
-                    Err(Problem::OutcomeUnknown)
-                }
-            }
-        }
-        Step::Refuse(problem, state) => {
+        Next::Wait => wait(app, ctx).await,
+        Next::Refuse(problem, state) => {
             ctx.state = Some(state);
             Err(problem)
         }
     }
+}
+
+/// The route a detached task works for, by name (the task cannot borrow the request's).
+struct Names {
+    provider: String,
+    route: String,
+    captures: Captures,
+}
+
+impl Names {
+    fn lookup<'a>(&self, app: &'a App) -> Result<(&'a Provider, &'a Route), Problem> {
+        let provider = app.provider(&self.provider);
+        let route = provider.and_then(|p| p.routes.iter().find(|r| r.name == self.route));
+        match (provider, route) {
+            (Some(provider), Some(route)) => Ok((provider, route)),
+            // The configuration is immutable while serving; this cannot happen.
+            _ => Err(Problem::LedgerUnavailable(
+                "the route is not configured".into(),
+            )),
+        }
+    }
+}
+
+/// What is left for the handler once the claim (and any attempt it allowed) is done.
+enum Next {
+    /// An attempt ran: the provider's answer, or the problem it ended in.
+    Sent(Response<ProxyBody>),
+    Replay(StoredResponse),
+    Wait,
+    Refuse(Problem, State),
+}
+
+/// Steps 2 and 3 on a task of `App::background`, detached from the agent's connection.
+///
+/// hyper drops the handler's future when the agent hangs up, and a ledger update runs to
+/// its commit once polled: were the claim awaited here, an agent leaving during the commit
+/// would leave the operation `in_flight` with nothing sent, refusing every replay as
+/// `in-flight` and, after a restart, holding it as `unknown`. So the claim and the attempt
+/// it allows (or the reconciliation it asks for) run together, to their end.
+async fn detached(app: &Arc<App>, names: Names, op: Identified) -> Result<Next, Problem> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task_app = app.clone();
+    app.background.spawn(async move {
+        let _ = tx.send(claim_and_send(&task_app, &names, op).await);
+    });
+    rx.await.unwrap_or_else(|_| {
+        Err(Problem::LedgerUnavailable(
+            "the claim ended without an answer".into(),
+        ))
+    })
+}
+
+async fn claim_and_send(app: &Arc<App>, names: &Names, op: Identified) -> Result<Next, Problem> {
+    let (provider, route) = names.lookup(app)?;
+    match claim(app, provider, route, &op).await? {
+        Step::Dispatch { fence, attempt } => {
+            Ok(Next::Sent(send(app, names, op, fence, attempt).await))
+        }
+        Step::Reconcile => reconcile(app, provider, route, names, op).await,
+        Step::Replay(stored) => Ok(Next::Replay(stored)),
+        Step::Wait => Ok(Next::Wait),
+        Step::Refuse(problem, state) => Ok(Next::Refuse(problem, state)),
+    }
+}
+
+/// Step 2 (b): an unknown operation the provider may be asked about.
+async fn reconcile(
+    app: &Arc<App>,
+    provider: &Provider,
+    route: &Route,
+    names: &Names,
+    op: Identified,
+) -> Result<Next, Problem> {
+    let verdict = crate::reconcile::run(
+        app,
+        provider,
+        route,
+        &names.captures,
+        &op.id,
+        &op.key,
+        &op.outgoing.headers,
+    )
+    .await;
+    Ok(match verdict {
+        crate::reconcile::Verdict::Found(stored) => Next::Replay(stored),
+        crate::reconcile::Verdict::Resend { fence, attempt } => {
+            Next::Sent(send(app, names, op, fence, attempt).await)
+        }
+        crate::reconcile::Verdict::Unknown => Next::Refuse(Problem::OutcomeUnknown, State::Unknown),
+    })
+}
+
+/// Step 3: the claimed attempt, sent and recorded by `dispatch`.
+async fn send(
+    app: &Arc<App>,
+    names: &Names,
+    op: Identified,
+    fence: u64,
+    attempt: u32,
+) -> Response<ProxyBody> {
+    let exchange = dispatch::Exchange {
+        provider: names.provider.clone(),
+        route: names.route.clone(),
+        id: op.id,
+        fence,
+        attempt,
+        outgoing: op.outgoing,
+    };
+    dispatch::run(app.clone(), exchange).await
 }
 
 /// Step 1: the body, buffered up to `max_request_body`.

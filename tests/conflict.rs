@@ -1,0 +1,84 @@
+//! Same operation, other parameters (SPEC 5, 6): 409 `parameter-mismatch` naming the fields
+//! that differ, never their values, and nothing sent; the same parameters written another
+//! way (JSON key order, form field order) are the same intent.
+
+mod common;
+mod guarded;
+
+use common::{Behavior, FakeProvider};
+use guarded::*;
+use http::StatusCode;
+
+/// Acceptance 2: the amount changed under the same operation ID.
+#[tokio::test]
+async fn a_changed_amount_is_a_409_naming_amount_and_nothing_is_sent() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = start(&provider, "").await;
+    let id = op_id("wf-1");
+
+    let first = refund(&proxy, "wf-1", "charge=ch_1&amount=500").await;
+    assert_eq!(first.status, StatusCode::OK);
+
+    let changed = refund(&proxy, "wf-1", "charge=ch_1&amount=9999").await;
+    let body = problem(&changed, StatusCode::CONFLICT, "parameter-mismatch");
+    assert_eq!(body["differing_fields"], serde_json::json!(["amount"]));
+    assert_problem_context(&body, &id, "succeeded");
+    assert_op_headers(&changed, &id, "succeeded", false);
+    assert!(
+        !changed.text().contains("9999") && !changed.text().contains("500"),
+        "a conflict names fields, never values: {}",
+        changed.text()
+    );
+    assert_eq!(provider.request_count(), 1, "the provider was not called");
+
+    let original = refund(&proxy, "wf-1", "charge=ch_1&amount=500").await;
+    assert_eq!(original.status, StatusCode::OK, "the operation is unharmed");
+    assert_eq!(original.body, first.body);
+    assert_eq!(provider.request_count(), 1);
+}
+
+/// A conflict on an operation that is still in flight is refused too, without waiting.
+#[tokio::test]
+async fn a_conflict_on_an_in_flight_operation_is_refused_at_once() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "done").hold()).await;
+    let proxy = start(&provider, "").await;
+    let id = op_id("wf-2");
+
+    let pending = refund_in_background(&proxy, "wf-2", "amount=500&currency=usd");
+    provider.wait_for_requests(1).await;
+    let changed = refund(&proxy, "wf-2", "amount=500&currency=eur").await;
+    let body = problem(&changed, StatusCode::CONFLICT, "parameter-mismatch");
+    assert_eq!(body["differing_fields"], serde_json::json!(["currency"]));
+    assert_problem_context(&body, &id, "in_flight");
+
+    provider.release();
+    let done = pending.await.expect("task").expect("answer");
+    assert_eq!(done.text(), "done");
+    assert_eq!(provider.request_count(), 1);
+}
+
+/// JSON compares by value and forms as sets of fields: reordering is a replay, not a 409.
+#[tokio::test]
+async fn the_same_parameters_in_another_order_are_the_same_intent() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "done")).await;
+    let proxy = start(&provider, "").await;
+
+    let json = |body: &str| {
+        let proxy = &proxy;
+        let body = body.to_string();
+        async move { refund_with(proxy, &[(OP_HEADER, "wf-json"), JSON], &body).await }
+    };
+    let first = json(r#"{"amount": 500, "meta": {"a": 1, "b": 2}}"#).await;
+    assert_eq!(first.status, StatusCode::OK);
+    let reordered = json(r#"{"meta":{"b":2,"a":1},"amount":500}"#).await;
+    assert_eq!(reordered.header("idempotent-replayed"), Some("true"));
+    let nested = json(r#"{"meta":{"b":3,"a":1},"amount":500}"#).await;
+    let body = problem(&nested, StatusCode::CONFLICT, "parameter-mismatch");
+    assert_eq!(body["differing_fields"], serde_json::json!(["meta[b]"]));
+
+    let form = refund(&proxy, "wf-form", "a=1&b=2").await;
+    assert_eq!(form.status, StatusCode::OK);
+    let swapped = refund(&proxy, "wf-form", "b=2&a=1").await;
+    assert_eq!(swapped.header("idempotent-replayed"), Some("true"));
+    assert_eq!(provider.request_count(), 2);
+}

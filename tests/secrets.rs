@@ -1,0 +1,90 @@
+//! What the ledger and the logs never hold (SPEC 8): request headers (an agent's bearer
+//! token, its cookies, fingerprinted headers), request body values, `Set-Cookie` and
+//! redacted response headers. The proxy runs with `IDEMPROXY_LOG=debug`.
+
+mod common;
+mod guarded;
+
+use common::{Behavior, FakeProvider};
+use guarded::*;
+use http::StatusCode;
+
+const BEARER: &str = "sk_test_51LeakCanaryBearerToken";
+const COOKIE: &str = "session=LeakCanaryCookie";
+const ACCOUNT: &str = "acct_LeakCanaryAccount";
+const CVC: &str = "LeakCanaryCvc4242";
+const SET_COOKIE: &str = "provider_session=LeakCanarySetCookie";
+const REDACTED: &str = "LeakCanaryRedactedHeader";
+/// Response bodies are stored (replay needs them): the control that the file is readable.
+const ANSWER: &str = "refund-made-LeakCanaryControl";
+
+/// Acceptance 7, and every other secret a guarded exchange carries: across a first answer,
+/// a replay and a conflict, none of them reaches the ledger file or the log.
+#[tokio::test]
+async fn secrets_appear_nowhere_in_the_ledger_file_or_the_logs() {
+    let behavior = Behavior::fixed(200, ANSWER)
+        .header("set-cookie", SET_COOKIE)
+        .header("x-provider-secret", REDACTED);
+    let provider = FakeProvider::start(behavior).await;
+    let routes = refund_route("fingerprint_headers = [\"x-account\"]\n");
+    let keys = "redact_headers = [\"x-provider-secret\"]";
+    let mut proxy = builder(&provider, keys, &routes).start().await;
+    let id = op_id("wf-secret");
+
+    let authorization = format!("Bearer {BEARER}");
+    let send_refund = |cvc: String| {
+        let authorization = authorization.clone();
+        let proxy = &proxy;
+        async move {
+            let body = format!("amount=500&card_cvc={cvc}");
+            let h = [
+                (OP_HEADER, "wf-secret"),
+                FORM,
+                ("authorization", authorization.as_str()),
+                ("cookie", COOKIE),
+                ("x-account", ACCOUNT),
+            ];
+            refund_with(proxy, &h, &body).await
+        }
+    };
+    let first = send_refund(CVC.to_string()).await;
+    assert_eq!(
+        (first.status, first.text()),
+        (StatusCode::OK, ANSWER.into())
+    );
+    let replay = send_refund(CVC.to_string()).await;
+    assert_op_headers(&replay, &id, "succeeded", true);
+    assert_eq!(
+        replay.header("set-cookie"),
+        None,
+        "never stored, so never replayed"
+    );
+    assert_eq!(replay.header("x-provider-secret"), None);
+    let conflict = send_refund(format!("{CVC}0")).await;
+    problem(&conflict, StatusCode::CONFLICT, "parameter-mismatch");
+
+    let sent = &provider.requests()[0];
+    assert_eq!(
+        sent.header("authorization"),
+        Some(authorization.as_str()),
+        "forwarded"
+    );
+    let stored = ledger(&mut proxy, &id).await;
+    let file = std::fs::read(proxy.ledger_path()).expect("ledger file");
+    let file = String::from_utf8_lossy(&file);
+    assert!(
+        file.contains(ANSWER),
+        "the response body is stored (control)"
+    );
+    assert!(file.contains(&id), "the operation ID is stored (control)");
+    assert!(
+        stored.op.fields.contains_key("header:x-account"),
+        "fingerprinted, hashed"
+    );
+    let log = proxy.log_text();
+    assert!(log.contains("DEBUG"), "debug logging was on:\n{log}");
+    for secret in [BEARER, COOKIE, ACCOUNT, CVC, SET_COOKIE, REDACTED] {
+        assert!(!file.contains(secret), "{secret} is in the ledger file");
+        assert!(!log.contains(secret), "{secret} is in the log:\n{log}");
+    }
+}
