@@ -1,12 +1,11 @@
 //! One claimed attempt: send it to the provider, classify the answer, record it, answer.
 //!
-//! The exchange runs on its own task, tracked by `App::background`, so it finishes and is
-//! recorded even when the agent hangs up (hyper drops the handler's future then): an agent's
-//! timeout must never turn a known outcome into an unknown one. The result is written only by
+//! It runs on the task `guard` detaches from the agent's connection (tracked by
+//! `App::background`), so it finishes and is recorded even when the agent hangs up: an
+//! agent's timeout must never turn a known outcome into an unknown one. The result is written only by
 //! the owner of the claim (its fencing token); the agent gets its answer only after that
 //! commit.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -51,23 +50,6 @@ pub struct Exchange {
     pub outgoing: Outgoing,
 }
 
-/// Runs the attempt on a background task and waits for its answer.
-pub async fn run(app: Arc<App>, exchange: Exchange) -> Response<ProxyBody> {
-    let ctx = Context {
-        operation_id: Some(exchange.id.clone()),
-        provider: Some(exchange.provider.clone()),
-        route: Some(exchange.route.clone()),
-        state: Some(State::InFlight),
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let task_app = app.clone();
-    app.background.spawn(async move {
-        let _ = tx.send(attempt(&task_app, exchange).await);
-    });
-    rx.await
-        .unwrap_or_else(|_| crate::guard::refusal(Problem::OutcomeUnknown, &ctx))
-}
-
 /// What came back from the provider.
 struct Fetched {
     status: StatusCode,
@@ -77,7 +59,9 @@ struct Fetched {
     truncated: bool,
 }
 
-async fn attempt(app: &App, ex: Exchange) -> Response<ProxyBody> {
+/// Sends a claimed attempt, records its result, and returns the agent's answer. The caller
+/// runs it detached from the agent's connection (see `guard`), so it always ends recorded.
+pub async fn run(app: &App, ex: Exchange) -> Response<ProxyBody> {
     let mut ctx = Context {
         operation_id: Some(ex.id.clone()),
         provider: Some(ex.provider.clone()),

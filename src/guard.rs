@@ -213,7 +213,7 @@ async fn send(
         attempt,
         outgoing: op.outgoing,
     };
-    dispatch::run(app.clone(), exchange).await
+    dispatch::run(app, exchange).await
 }
 
 /// Step 1: the body, buffered up to `max_request_body`.
