@@ -13,7 +13,7 @@ use crate::clock::Timestamp;
 use crate::config::Config;
 use crate::ledger::{Ledger, LedgerOptions};
 use crate::metrics::Metrics;
-use crate::policy::Provider;
+use crate::policy::{Dedupe, Effect, Provider};
 use crate::upstream::Upstreams;
 
 pub struct App {
@@ -47,13 +47,13 @@ impl App {
         let (ledger, orphaned) = Ledger::open(&config.ledger, Timestamp::now(), options)
             .await
             .map_err(|e| e.to_string())?;
-        if orphaned > 0 {
+        if !orphaned.is_empty() {
             tracing::warn!(
-                orphaned,
+                orphaned = orphaned.len(),
                 "operations left in flight by the previous process are now unknown"
             );
         }
-        Ok(App {
+        let app = App {
             config,
             upstreams,
             ledger,
@@ -61,7 +61,31 @@ impl App {
             background: TaskTracker::new(),
             completions: watch::Sender::new(0),
             admin_token,
-        })
+        };
+        for op in &orphaned {
+            app.escalate(&op.provider, &op.route, &op.id);
+        }
+        Ok(app)
+    }
+
+    /// An operation that became `unknown` on a route where only a person can settle it
+    /// (compensable or irreversible, no dedupe, no reconcile) gets one warning and a metric.
+    pub fn escalate(&self, provider: &str, route: &str, id: &str) {
+        let Some(provider) = self.provider(provider) else {
+            return;
+        };
+        let Some(route) = provider.routes.iter().find(|r| r.name == route) else {
+            return;
+        };
+        let risky = matches!(route.effect, Effect::Compensable | Effect::Irreversible);
+        if risky && provider.dedupe == Dedupe::None && route.reconcile.is_none() {
+            self.metrics.escalation(&provider.name, &route.name);
+            tracing::warn!(
+                operation = %id,
+                "outcome unknown and the provider cannot deduplicate: check with the provider, \
+                 then run `idemproxy ops resolve {id} --succeeded` or `--failed --reason ...`"
+            );
+        }
     }
 
     pub fn provider(&self, name: &str) -> Option<&Provider> {

@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::app::App;
 use crate::clock::Timestamp;
 use crate::ledger::{Event, EventKind, ResponseMeta, State, StoredResponse, Write};
-use crate::policy::{Dedupe, Effect, Outcome, Provider};
+use crate::policy::{Outcome, Provider};
 use crate::problem::{Context, Problem};
 use crate::proxy::{BoxError, ProxyBody, full};
 use crate::upstream::{self, SendError};
@@ -93,7 +93,7 @@ pub async fn run(app: &App, ex: Exchange) -> Response<ProxyBody> {
     }
     ctx.state = Some(state);
     if state == State::Unknown {
-        escalate(app, provider, &ex);
+        app.escalate(&ex.provider, &ex.route, &ex.id);
     }
     match fetched {
         Ok(answer) => first_answer(answer, &ctx),
@@ -299,23 +299,6 @@ async fn persist(
             _ => (None, false),
         })
         .await
-}
-
-/// An unknown outcome that only a person can resolve gets one warning and a metric.
-fn escalate(app: &App, provider: &Provider, ex: &Exchange) {
-    let Some(route) = provider.routes.iter().find(|r| r.name == ex.route) else {
-        return;
-    };
-    let risky = matches!(route.effect, Effect::Compensable | Effect::Irreversible);
-    if risky && provider.dedupe == Dedupe::None && route.reconcile.is_none() {
-        app.metrics.escalation(&provider.name, &route.name);
-        tracing::warn!(
-            operation = %ex.id,
-            "outcome unknown and the provider cannot deduplicate: check with the provider, then run \
-             `idemproxy ops resolve {} --succeeded` or `--failed --reason ...`",
-            ex.id
-        );
-    }
 }
 
 /// The provider's own answer, with the operation's headers.

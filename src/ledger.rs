@@ -292,13 +292,13 @@ impl Ledger {
     /// Opens (or creates, with its parent directories) the ledger; every `in_flight`
     /// operation left by an earlier process becomes `unknown` (fence 0, `updated_at = now`)
     /// with an `operation.orphaned` event, and the boot epoch behind `fence` is bumped, in one
-    /// durable commit. Returns how many operations were orphaned. A path that cannot be
+    /// durable commit. Returns the orphaned operations as they now are. A path that cannot be
     /// created, a file another process holds, or a corrupt file is `LedgerError::Open`.
     pub async fn open(
         path: &Path,
         now: Timestamp,
         opts: LedgerOptions,
-    ) -> Result<(Ledger, usize), LedgerError> {
+    ) -> Result<(Ledger, Vec<Operation>), LedgerError> {
         let owned = path.to_path_buf();
         let (db, epoch, orphaned) =
             match tokio::task::spawn_blocking(move || open_blocking(&owned, now)).await {
@@ -465,7 +465,9 @@ fn fault_injected() -> bool {
         .is_ok_and(|points| points.split(',').any(|p| p.trim() == "ledger.commit"))
 }
 
-fn open_blocking(path: &Path, now: Timestamp) -> Result<(Arc<Database>, u64, usize), LedgerError> {
+type Opened = (Arc<Database>, u64, Vec<Operation>);
+
+fn open_blocking(path: &Path, now: Timestamp) -> Result<Opened, LedgerError> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| open_error(path, e))?;
     }
@@ -475,7 +477,7 @@ fn open_blocking(path: &Path, now: Timestamp) -> Result<(Arc<Database>, u64, usi
 }
 
 /// The start-up write: bump the boot epoch and orphan what a dead process left in flight.
-fn recover(db: &Database, now: Timestamp) -> Result<(u64, usize), Fault> {
+fn recover(db: &Database, now: Timestamp) -> Result<(u64, Vec<Operation>), Fault> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
     let epoch = store::bump_epoch(&txn)?;

@@ -85,3 +85,47 @@ async fn an_unresolvable_unknown_warns_once_and_counts() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn an_operation_orphaned_by_a_crash_is_escalated_at_start() {
+    let provider = FakeProvider::start(Behavior::echo().hold()).await;
+    let routes = route("refund", "POST /v1/refunds", &["{header:x-workflow-id}"]);
+    let mut proxy = Proxy::builder()
+        .policy("pay", &provider.policy("pay", &routes))
+        .start()
+        .await;
+    let url = proxy.url("/pay/v1/refunds");
+    let pending = tokio::spawn(async move {
+        send(
+            Method::POST,
+            &url,
+            &[("x-workflow-id", "wf-crash")],
+            "amount=1",
+        )
+        .await
+    });
+    provider.wait_for_requests(1).await;
+    proxy.kill().await;
+    let _ = pending.await;
+    assert_eq!(warnings_about(&proxy, "idemproxy ops resolve"), 0);
+
+    proxy.restart().await;
+    let lines: Vec<String> = proxy
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("idemproxy ops resolve"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(lines[0].contains("pay/refund/wf-crash"), "{}", lines[0]);
+    let metrics = send(Method::GET, &proxy.admin_url("/metrics"), &[], "")
+        .await
+        .expect("the admin API answers");
+    assert!(
+        metrics
+            .text()
+            .contains(r#"idemproxy_escalations_total{provider="pay",route="refund"} 1"#),
+        "{}",
+        metrics.text()
+    );
+}

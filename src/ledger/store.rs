@@ -234,10 +234,12 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// Turns every `in_flight` operation into `unknown`, found through the by-state index.
-    pub(super) fn orphan_in_flight(&mut self, now: Timestamp) -> Result<usize, Fault> {
+    /// Turns every `in_flight` operation into `unknown`, found through the by-state index;
+    /// returns them as they now are.
+    pub(super) fn orphan_in_flight(&mut self, now: Timestamp) -> Result<Vec<Operation>, Fault> {
         let prefix = state_prefix(State::InFlight);
         let ids = scan_ids(&self.index, &prefix, usize::MAX)?;
+        let mut orphaned = Vec::with_capacity(ids.len());
         for (_, id) in &ids {
             let Some(old) = self.get_op(id)? else {
                 return Err(Fault(format!("index names a missing operation {id}")));
@@ -255,8 +257,9 @@ impl<'t> Tables<'t> {
             };
             self.put_op(Some(&old), &op)?;
             self.append_events(id, &[event])?;
+            orphaned.push(op);
         }
-        Ok(ids.len())
+        Ok(orphaned)
     }
 
     /// Deletes up to `batch.max` operations in `batch.state` last updated before

@@ -163,7 +163,7 @@ pub async fn ledger(proxy: &mut Proxy, id: &str) -> Stored {
     Stored {
         op,
         events,
-        orphaned_on_open,
+        orphaned_on_open: orphaned_on_open.len(),
     }
 }
 
