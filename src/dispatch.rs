@@ -18,7 +18,7 @@ use crate::clock::Timestamp;
 use crate::ledger::{Event, EventKind, ResponseMeta, State, StoredResponse, Write};
 use crate::policy::{Outcome, Provider};
 use crate::problem::{Context, Problem};
-use crate::proxy::{BoxError, ProxyBody, full};
+use crate::proxy::{ProxyBody, full};
 use crate::upstream::{self, SendError};
 
 /// A buffered request ready to be sent (and sent again, byte for byte).
@@ -316,22 +316,7 @@ pub async fn unguarded(app: &App, provider: &Provider, outgoing: Outgoing) -> Re
         provider: Some(provider.name.clone()),
         ..Context::default()
     };
-    let sent = tokio::time::timeout(
-        provider.timeout,
-        app.upstreams.send(&provider.name, outgoing.request()),
-    )
-    .await;
-    let mut resp = match sent {
-        Ok(Ok(resp)) => {
-            let (mut parts, body) = resp.into_parts();
-            upstream::strip_hop_by_hop(&mut parts.headers);
-            Response::from_parts(parts, body.map_err(BoxError::from).boxed())
-        }
-        Ok(Err(SendError::Connect(why))) => Problem::UpstreamUnreachable(why).into_response(&ctx),
-        Ok(Err(e)) => Problem::UpstreamBroken(e.to_string()).into_response(&ctx),
-        Err(_) => Problem::UpstreamBroken(SendError::Timeout(provider.timeout).to_string())
-            .into_response(&ctx),
-    };
+    let mut resp = crate::proxy::stream(app, provider, outgoing.request(), &ctx).await;
     resp.headers_mut()
         .insert("idem-state", HeaderValue::from_static("unguarded"));
     resp

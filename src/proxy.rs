@@ -144,7 +144,17 @@ pub(crate) async fn passthrough(
         route: target.route.as_ref().map(|(r, _)| r.name.clone()),
         ..Context::default()
     };
-    // Unguarded answers stream: `timeout` bounds the wait for the head, not the download.
+    stream(app, provider, out, &ctx).await
+}
+
+/// Sends a request unguarded and streams the answer back. `timeout` bounds the wait for the
+/// response head, not the download.
+pub(crate) async fn stream(
+    app: &App,
+    provider: &Provider,
+    out: Request<ProxyBody>,
+    ctx: &Context,
+) -> Response<ProxyBody> {
     let sent =
         tokio::time::timeout(provider.timeout, app.upstreams.send(&provider.name, out)).await;
     match sent {
@@ -153,10 +163,10 @@ pub(crate) async fn passthrough(
             upstream::strip_hop_by_hop(&mut parts.headers);
             Response::from_parts(parts, body.map_err(BoxError::from).boxed())
         }
-        Ok(Err(SendError::Connect(why))) => Problem::UpstreamUnreachable(why).into_response(&ctx),
-        Ok(Err(e)) => Problem::UpstreamBroken(e.to_string()).into_response(&ctx),
+        Ok(Err(SendError::Connect(why))) => Problem::UpstreamUnreachable(why).into_response(ctx),
+        Ok(Err(e)) => Problem::UpstreamBroken(e.to_string()).into_response(ctx),
         Err(_) => Problem::UpstreamBroken(SendError::Timeout(provider.timeout).to_string())
-            .into_response(&ctx),
+            .into_response(ctx),
     }
 }
 
