@@ -17,12 +17,11 @@ use hyper::body::Incoming;
 
 use crate::app::App;
 use crate::body::{self, Body};
-use crate::clock::Timestamp;
-use crate::decide::{Decision, Intent, Resend, Rules, decide};
+use crate::claim::{Step, claim};
 use crate::dispatch::{self, Outgoing};
 use crate::fingerprint::{self, Fingerprint};
 use crate::identity;
-use crate::ledger::{Approval, Event, EventKind, Operation, State, StoredResponse, Write};
+use crate::ledger::{Operation, State, StoredResponse};
 use crate::policy::{Captures, KeyPlacement, OnMissingId, Provider, Route};
 use crate::problem::{Context, Problem};
 use crate::proxy::{ProxyBody, Target, full};
@@ -159,7 +158,7 @@ async fn detached(app: &Arc<App>, names: Names, op: Identified) -> Result<Next, 
 
 async fn claim_and_send(app: &Arc<App>, names: &Names, op: Identified) -> Result<Next, Problem> {
     let (provider, route) = names.lookup(app)?;
-    match claim(app, provider, route, &op).await? {
+    match claim(app, provider, route, &op.id, &op.key, &op.fingerprint).await? {
         Step::Dispatch { fence, attempt } => {
             Ok(Next::Sent(send(app, names, op, fence, attempt).await))
         }
@@ -334,193 +333,6 @@ fn outgoing(
         headers: parts.headers,
         body,
     })
-}
-
-/// What the claim transaction decided, as the handler carries it out.
-enum Step {
-    Dispatch { fence: u64, attempt: u32 },
-    Replay(StoredResponse),
-    Wait,
-    Reconcile,
-    Refuse(Problem, State),
-}
-
-/// Step 2 (ledger): read the operation, decide, and record the decision, in one commit.
-async fn claim(
-    app: &App,
-    provider: &Provider,
-    route: &Route,
-    op: &Identified,
-) -> Result<Step, Problem> {
-    let now = Timestamp::now();
-    let fence = app.ledger.fence();
-    let rules = Rules::of(provider, route);
-    let fresh = Operation {
-        id: op.id.clone(),
-        provider: provider.name.clone(),
-        route: route.name.clone(),
-        effect: route.effect,
-        state: State::InFlight,
-        fingerprint: op.fingerprint.hex.clone(),
-        fields: op.fingerprint.fields.clone(),
-        idempotency_key: op.key.clone(),
-        attempts: 0,
-        created_at: now,
-        updated_at: now,
-        first_dispatched_at: None,
-        last_dispatched_at: None,
-        provider_request_id: None,
-        response: None,
-        error: None,
-        fence: 0,
-        approval: Approval::NotRequired,
-    };
-    let decided = app
-        .ledger
-        .update(&op.id, move |existing| {
-            let intent = Intent {
-                fingerprint: &fresh.fingerprint,
-                fields: &fresh.fields,
-            };
-            let decision = decide(existing.as_ref(), intent, rules, now);
-            transition(existing, fresh.clone(), decision, fence, now)
-        })
-        .await
-        .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?;
-    match decided {
-        Decided::Step(step) => Ok(step),
-        Decided::Replay => match app.ledger.response(&op.id).await {
-            Ok(Some(stored)) => Ok(Step::Replay(stored)),
-            Ok(None) => Err(Problem::LedgerUnavailable(
-                "the stored response is missing".into(),
-            )),
-            Err(e) => Err(Problem::LedgerUnavailable(e.to_string())),
-        },
-    }
-}
-
-enum Decided {
-    Step(Step),
-    /// Read the stored response outside the write transaction.
-    Replay,
-}
-
-/// The write a decision makes, and what the handler does next. Pure.
-fn transition(
-    existing: Option<Operation>,
-    fresh: Operation,
-    decision: Decision,
-    fence: u64,
-    now: Timestamp,
-) -> (Option<Write>, Decided) {
-    let event = |kind, attempt, detail: String| Event {
-        at: now,
-        kind,
-        attempt,
-        detail,
-    };
-    let refuse = |problem, state| (None, Decided::Step(Step::Refuse(problem, state)));
-    match (decision, existing) {
-        (Decision::Create, _) => {
-            let op = claimed(fresh, fence, now);
-            let ev = event(EventKind::Claimed, 1, "attempt 1: new operation".into());
-            (
-                Some(write(op, vec![ev])),
-                Decided::Step(Step::Dispatch { fence, attempt: 1 }),
-            )
-        }
-        (Decision::Prepare, _) => {
-            let op = Operation {
-                state: State::Prepared,
-                approval: Approval::Pending,
-                ..fresh
-            };
-            let ev = event(
-                EventKind::Prepared,
-                0,
-                "waiting for an operator's approval".into(),
-            );
-            (
-                Some(write(op, vec![ev])),
-                Decided::Step(Step::Refuse(Problem::AwaitingApproval, State::Prepared)),
-            )
-        }
-        (Decision::Conflict(fields), Some(op)) => {
-            let state = op.state;
-            let detail = format!(
-                "request with other parameters refused; differing: {}",
-                fields.join(", ")
-            );
-            let ev = event(EventKind::Conflict, op.attempts, detail);
-            let problem = Problem::ParameterMismatch { fields };
-            (
-                Some(write(op, vec![ev])),
-                Decided::Step(Step::Refuse(problem, state)),
-            )
-        }
-        (Decision::Replay, Some(op)) => {
-            let ev = event(
-                EventKind::Replayed,
-                op.attempts,
-                "answered from the ledger".into(),
-            );
-            (Some(write(op, vec![ev])), Decided::Replay)
-        }
-        (Decision::Resend(why), Some(op)) => {
-            let attempt = op.attempts + 1;
-            let detail = format!("attempt {attempt}: {}", resend_reason(why));
-            let op = claimed(op, fence, now);
-            let ev = event(EventKind::Claimed, attempt, detail);
-            (
-                Some(write(op, vec![ev])),
-                Decided::Step(Step::Dispatch { fence, attempt }),
-            )
-        }
-        (Decision::AwaitApproval, _) => refuse(Problem::AwaitingApproval, State::Prepared),
-        (Decision::Rejected, op) => {
-            let reason = op.and_then(|op| op.error);
-            refuse(Problem::OperationRejected { reason }, State::Failed)
-        }
-        (Decision::Wait, _) => (None, Decided::Step(Step::Wait)),
-        (Decision::Reconcile, _) => (None, Decided::Step(Step::Reconcile)),
-        (Decision::Hold, _) => refuse(Problem::OutcomeUnknown, State::Unknown),
-        // decide() only returns these for an existing operation.
-        (Decision::Conflict(_) | Decision::Replay | Decision::Resend(_), None) => refuse(
-            Problem::LedgerUnavailable("inconsistent decision".into()),
-            State::Unknown,
-        ),
-    }
-}
-
-fn resend_reason(why: Resend) -> &'static str {
-    match why {
-        Resend::AfterFailure => "the previous attempt definitively failed",
-        Resend::Approved => "approved by an operator",
-        Resend::WithinKeyRetention => "outcome unknown; the provider deduplicates on the same key",
-        Resend::Idempotent => "outcome unknown; the route is idempotent",
-    }
-}
-
-/// The operation claimed by `fence` for its next attempt.
-pub fn claimed(op: Operation, fence: u64, now: Timestamp) -> Operation {
-    Operation {
-        state: State::InFlight,
-        attempts: op.attempts + 1,
-        fence,
-        updated_at: now,
-        first_dispatched_at: op.first_dispatched_at.or(Some(now)),
-        last_dispatched_at: Some(now),
-        error: None,
-        ..op
-    }
-}
-
-fn write(op: Operation, events: Vec<Event>) -> Write {
-    Write {
-        op,
-        events,
-        response: None,
-    }
 }
 
 /// A duplicate of an in-flight operation waits for its result, up to `in_flight_wait`.

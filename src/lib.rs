@@ -14,6 +14,7 @@
 //! - `server`: listeners, connections, graceful shutdown.
 //! - `proxy`: the request path: routing and unguarded streaming.
 //! - `guard`: the ledger protocol for guarded routes, step by step.
+//! - `claim`: the one ledger transaction that decides a guarded request and records it.
 //! - `dispatch`: one claimed attempt: send, classify, record, answer; outlives the agent.
 //! - `reconcile`: asking the provider whether an unknown effect happened.
 //! - `retention`: the background task that prunes finished operations past `[retention]`.
@@ -27,6 +28,7 @@
 pub mod admin;
 pub mod app;
 pub mod body;
+pub mod claim;
 pub mod clock;
 pub mod config;
 pub mod decide;

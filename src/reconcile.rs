@@ -20,8 +20,8 @@ use sha2::{Digest, Sha256};
 
 use crate::app::App;
 use crate::body::Body;
+use crate::claim::claimed;
 use crate::clock::Timestamp;
-use crate::guard::claimed;
 use crate::ledger::{Event, EventKind, Operation, ResponseMeta, State, StoredResponse, Write};
 use crate::policy::{Captures, Provider, Reconcile, Route};
 use crate::proxy::full;
