@@ -62,7 +62,7 @@ pub async fn claim(
                 fields: &fresh.fields,
             };
             let decision = decide(existing.as_ref(), intent, rules, now);
-            transition(existing, fresh.clone(), decision, fence, now)
+            transition(existing, fresh, decision, fence, now)
         })
         .await
         .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?;

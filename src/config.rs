@@ -189,13 +189,14 @@ fn settings(
         "admin_listen",
         socket(raw.admin_listen.as_deref(), "127.0.0.1:9901"),
     );
-    if let (Some(a), Some(b)) = (listen, admin) {
-        if a == b && a.port() != 0 {
-            s.push(
-                "admin_listen",
-                "same address as listen (give the admin API its own port)",
-            );
-        }
+    if let (Some(a), Some(b)) = (listen, admin)
+        && a == b
+        && a.port() != 0
+    {
+        s.push(
+            "admin_listen",
+            "same address as listen (give the admin API its own port)",
+        );
     }
     let ledger = match raw.ledger.as_deref().unwrap_or("data/ledger.redb") {
         "" => s.check(
@@ -300,13 +301,13 @@ fn check_claims(claims: &[Claim], errors: &mut Vec<ConfigError>) {
         let mut scope = Scope::new(&later.file, errors);
         for earlier in &claims[..i] {
             let other = earlier.file.display();
-            if let (Some(a), Some(b)) = (&earlier.name, &later.name) {
-                if a == b {
-                    let msg = format!(
-                        "\"{b}\" is already the name of the provider in {other} (names must be unique)"
-                    );
-                    scope.push("provider.name", msg);
-                }
+            if let (Some(a), Some(b)) = (&earlier.name, &later.name)
+                && a == b
+            {
+                let msg = format!(
+                    "\"{b}\" is already the name of the provider in {other} (names must be unique)"
+                );
+                scope.push("provider.name", msg);
             }
             let (Some(a), Some(b)) = (&earlier.mount, &later.mount) else {
                 continue;

@@ -355,6 +355,35 @@ pub struct Provider {
 }
 
 impl Provider {
+    /// A provider with every default, for unit tests of code that takes a `Provider`.
+    #[cfg(test)]
+    pub(crate) fn example(name: &str, mount: &str, base_path: &str) -> Provider {
+        Provider {
+            name: name.into(),
+            upstream: Upstream {
+                scheme: Scheme::Https,
+                host: "api.example.com".into(),
+                port: 443,
+                explicit_port: false,
+                base_path: base_path.into(),
+            },
+            mount: mount.into(),
+            dedupe: Dedupe::None,
+            key: KeyPlacement::Header(HeaderName::from_static("idempotency-key")),
+            key_format: KeyFormat::Opaque,
+            key_retention: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            ca_file: None,
+            request_id_header: None,
+            control_headers: vec![],
+            redact_headers: vec![],
+            unmatched: Unmatched::Pass,
+            outcomes: Outcomes::default(),
+            routes: vec![],
+            file: PathBuf::new(),
+        }
+    }
+
     /// The first route whose `match` accepts this request, with its captures.
     pub fn route_for(&self, method: &Method, path: &str) -> Option<(&Route, Captures)> {
         self.routes
@@ -476,30 +505,7 @@ mod tests {
 
     #[test]
     fn mount_stripping_respects_segment_boundaries() {
-        let p = Provider {
-            name: "s".into(),
-            upstream: Upstream {
-                scheme: Scheme::Https,
-                host: "h".into(),
-                port: 443,
-                explicit_port: false,
-                base_path: String::new(),
-            },
-            mount: "/stripe".into(),
-            dedupe: Dedupe::None,
-            key: KeyPlacement::Header(HeaderName::from_static("idempotency-key")),
-            key_format: KeyFormat::Opaque,
-            key_retention: Duration::from_secs(1),
-            timeout: Duration::from_secs(1),
-            ca_file: None,
-            request_id_header: None,
-            control_headers: vec![],
-            redact_headers: vec![],
-            unmatched: Unmatched::Pass,
-            outcomes: Outcomes::default(),
-            routes: vec![],
-            file: PathBuf::new(),
-        };
+        let p = Provider::example("s", "/stripe", "");
         assert_eq!(p.strip_mount("/stripe/v1/x"), Some("/v1/x"));
         assert_eq!(p.strip_mount("/stripe"), Some("/"));
         assert_eq!(p.strip_mount("/striper/v1"), None);

@@ -445,45 +445,19 @@ fn event(at: Timestamp, kind: EventKind, attempt: u32, detail: String) -> Event 
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::path::PathBuf;
     use std::time::Duration;
 
-    use http::{HeaderName, Method};
+    use http::Method;
 
     use super::*;
     use crate::ledger::Approval;
-    use crate::policy::{
-        Dedupe, Effect, KeyFormat, KeyPlacement, Outcomes, Scheme, Unmatched, Upstream,
-    };
+    use crate::policy::Effect;
     use crate::template::Template;
 
     const T0: Timestamp = Timestamp(1_800_000_000_000);
 
     fn provider(base_path: &str) -> Provider {
-        Provider {
-            name: "pay".into(),
-            upstream: Upstream {
-                scheme: Scheme::Https,
-                host: "api.example.com".into(),
-                port: 443,
-                explicit_port: false,
-                base_path: base_path.into(),
-            },
-            mount: "/pay".into(),
-            dedupe: Dedupe::None,
-            key: KeyPlacement::Header(HeaderName::from_static("idempotency-key")),
-            key_format: KeyFormat::Opaque,
-            key_retention: Duration::from_secs(1),
-            timeout: Duration::from_secs(1),
-            ca_file: None,
-            request_id_header: None,
-            control_headers: vec![],
-            redact_headers: vec![],
-            unmatched: Unmatched::Pass,
-            outcomes: Outcomes::default(),
-            routes: vec![],
-            file: PathBuf::new(),
-        }
+        Provider::example("pay", "/pay", base_path)
     }
 
     fn rule(lookup: &str) -> Reconcile {

@@ -137,7 +137,8 @@ fn short_duration(d: Duration) -> String {
         (1000, "s"),
     ];
     // Whole days read better as hours up to one day: the SPEC writes "24h".
-    let fits = |unit: u128| ms >= unit && ms % unit == 0 && !(unit == 86_400_000 && ms == unit);
+    let fits =
+        |unit: u128| ms >= unit && ms.is_multiple_of(unit) && !(unit == 86_400_000 && ms == unit);
     match units.iter().find(|(unit, _)| fits(*unit)) {
         Some((unit, name)) => format!("{}{name}", ms / unit),
         None => format!("{ms}ms"),
