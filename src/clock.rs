@@ -17,10 +17,6 @@ impl Timestamp {
         Timestamp(since.as_millis() as i64)
     }
 
-    pub fn millis(self) -> i64 {
-        self.0
-    }
-
     /// This instant plus a duration (saturating).
     pub fn plus(self, d: Duration) -> Timestamp {
         Timestamp(
