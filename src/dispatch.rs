@@ -11,11 +11,10 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Limited};
-use sha2::{Digest, Sha256};
 
 use crate::app::App;
 use crate::clock::Timestamp;
-use crate::ledger::{Event, EventKind, ResponseMeta, State, StoredResponse, Write};
+use crate::ledger::{Event, EventKind, State, StoredResponse, Write};
 use crate::policy::{Outcome, Provider};
 use crate::problem::{Context, Problem};
 use crate::proxy::{ProxyBody, full};
@@ -272,14 +271,11 @@ async fn persist(
 ) -> Result<bool, crate::ledger::LedgerError> {
     let fence = ex.fence;
     let now = Timestamp::now();
+    // Hashed here, not in the closure: that runs on the ledger's single writer thread.
+    let meta = record.response.as_ref().map(StoredResponse::meta);
     app.ledger
         .update(&ex.id, move |existing| match existing {
             Some(op) if op.fence == fence && op.state == State::InFlight => {
-                let meta = record.response.as_ref().map(|r| ResponseMeta {
-                    status: r.status,
-                    body_bytes: r.body.len() as u64,
-                    body_sha256: hex::encode(Sha256::digest(&r.body)),
-                });
                 let op = crate::ledger::Operation {
                     state: record.state,
                     updated_at: now,

@@ -27,6 +27,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::HeaderMap;
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
+use sha2::{Digest, Sha256};
 
 use crate::clock::Timestamp;
 use crate::policy::Effect;
@@ -122,6 +123,18 @@ pub struct StoredResponse {
     /// Already stripped of hop-by-hop, `set-cookie` and redacted headers.
     pub headers: HeaderMap,
     pub body: Bytes,
+}
+
+impl StoredResponse {
+    /// The summary an `Operation` keeps of this response. Hashes the body: compute it before
+    /// `Ledger::update`, not in its closure, which runs on the single writer thread.
+    pub fn meta(&self) -> ResponseMeta {
+        ResponseMeta {
+            status: self.status,
+            body_bytes: self.body.len() as u64,
+            body_sha256: hex::encode(Sha256::digest(&self.body)),
+        }
+    }
 }
 
 /// The event kinds of SPEC section 7.
@@ -330,7 +343,9 @@ impl Ledger {
 
     /// Reads the operation `id`, calls `f` with it and applies the `Write` it returns, in one
     /// write transaction made durable (`Durability::Immediate`) before this returns `f`'s
-    /// value. Updates are serialized: no other write happens between the read and the commit.
+    /// value; a `Write` that leaves the operation and its response unchanged (history only)
+    /// commits without an fsync (see the module doc). `f` runs on the writer thread: keep
+    /// it cheap. Updates are serialized: no other write happens between the read and the commit.
     /// If `f` returns no `Write`, nothing is written. On any storage failure, a `Write` whose
     /// `op.id` is not `id`, or a panic in `f`, the answer is `Unavailable` and nothing is
     /// written. Once this future has been polled, the update runs to its end even if the

@@ -16,7 +16,6 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Uri, header};
 use http_body_util::{BodyExt, Limited};
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
-use sha2::{Digest, Sha256};
 
 use crate::app::App;
 use crate::body::Body;
@@ -156,8 +155,10 @@ async fn conclude(app: &App, id: &str, seen: Seen, rule: &Reconcile, answer: Ans
     let written = match answer {
         Answer::Found(value) => {
             let stored = found_response(&value);
+            // Hashed here, not in the closure: that runs on the ledger's single writer thread.
+            let meta = stored.meta();
             app.ledger
-                .update(id, move |op| found(op, &seen, stored, now))
+                .update(id, move |op| found(op, &seen, stored, meta, now))
                 .await
         }
         Answer::NotFound => {
@@ -328,6 +329,7 @@ fn found(
     existing: Option<Operation>,
     seen: &Seen,
     stored: StoredResponse,
+    meta: ResponseMeta,
     now: Timestamp,
 ) -> (Option<Write>, Option<Verdict>) {
     let Some(op) = existing.filter(|op| still_unknown(op, seen)) else {
@@ -351,11 +353,7 @@ fn found(
         state: State::Succeeded,
         updated_at: now,
         fence: 0,
-        response: Some(ResponseMeta {
-            status: stored.status,
-            body_bytes: stored.body.len() as u64,
-            body_sha256: hex::encode(Sha256::digest(&stored.body)),
-        }),
+        response: Some(meta),
         error: None,
         ..op
     };
@@ -595,7 +593,13 @@ mod tests {
         let op = unknown_op();
         let stored = found_response(&serde_json::json!({"id": "re_1"}));
         let now = T0.plus(Duration::from_secs(5));
-        let (write, verdict) = found(Some(op.clone()), &seen(&op), stored.clone(), now);
+        let (write, verdict) = found(
+            Some(op.clone()),
+            &seen(&op),
+            stored.clone(),
+            stored.meta(),
+            now,
+        );
         let write = write.expect("a write");
         assert_eq!(verdict, Some(Verdict::Found(stored.clone())));
         assert_eq!(kinds(&write), ["reconcile.found", "result.persisted"]);
@@ -612,6 +616,7 @@ mod tests {
         );
         let meta = write.op.response.expect("response meta");
         assert_eq!((meta.status, meta.body_bytes), (200, 13));
+        assert_eq!(meta, stored.meta());
         assert_eq!(write.response, Some(stored));
     }
 
@@ -629,11 +634,13 @@ mod tests {
                 ..op.clone()
             },
         ] {
-            let (write, verdict) = found(Some(moved), &seen(&op), stored.clone(), T0);
+            let (write, verdict) =
+                found(Some(moved), &seen(&op), stored.clone(), stored.meta(), T0);
             assert!(write.is_none());
             assert_eq!(verdict, None);
         }
-        assert!(found(None, &seen(&op), stored, T0).0.is_none());
+        let meta = stored.meta();
+        assert!(found(None, &seen(&op), stored, meta, T0).0.is_none());
     }
 
     #[test]

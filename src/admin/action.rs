@@ -10,15 +10,12 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, header};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 use super::error::AdminError;
 use super::view;
 use crate::app::App;
 use crate::clock::Timestamp;
-use crate::ledger::{
-    Approval, Event, EventKind, Operation, ResponseMeta, State, StoredResponse, Write,
-};
+use crate::ledger::{Approval, Event, EventKind, Operation, State, StoredResponse, Write};
 use crate::proxy::ProxyBody;
 
 /// The longest operator reason, in bytes; it becomes an event detail and maybe `error`.
@@ -246,11 +243,7 @@ pub fn resolve(
     };
     match resolution {
         Resolution::Succeeded { response, reason } => {
-            let meta = ResponseMeta {
-                status: response.status,
-                body_bytes: response.body.len() as u64,
-                body_sha256: hex::encode(Sha256::digest(&response.body)),
-            };
+            let meta = response.meta();
             let detail = format!(
                 "an operator resolved it as succeeded (status {})",
                 meta.status

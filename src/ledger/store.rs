@@ -142,25 +142,30 @@ impl<'t> Tables<'t> {
     }
 
     /// Applies one `Write` to the operation stored under `id` (`old` is what is stored now).
+    /// Returns whether it changed the operation or its response (else it only added history,
+    /// and the operation record is not rewritten).
     pub(super) fn apply(
         &mut self,
         id: &str,
         old: Option<&Operation>,
         write: &Write,
-    ) -> Result<(), Fault> {
+    ) -> Result<bool, Fault> {
         if write.op.id != id {
             return Err(Fault(format!(
                 "a write for {id} carried the operation {}",
                 write.op.id
             )));
         }
-        self.put_op(old, &write.op)?;
+        let op_changed = old != Some(&write.op);
+        if op_changed {
+            self.put_op(old, &write.op)?;
+        }
         self.append_events(id, &write.events)?;
         if let Some(response) = &write.response {
             let bytes = codec::encode_response(response);
             self.responses.insert(id, bytes.as_slice())?;
         }
-        Ok(())
+        Ok(op_changed || write.response.is_some())
     }
 
     /// Stores `new` and moves its index entries and counters from where `old` had them.

@@ -678,3 +678,14 @@ async fn history_only_writes_are_kept_and_made_durable_by_the_next_commit() {
     assert_eq!(kinds, vec![EventKind::Claimed, EventKind::Replayed]);
     assert_eq!(reopened.get(id).await.unwrap(), Some(original));
 }
+
+#[test]
+fn a_response_summary_names_its_status_size_and_body_hash() {
+    let meta = response(b"{}").meta();
+    assert_eq!((meta.status, meta.body_bytes), (200, 2));
+    // printf '{}' | sha256sum
+    assert_eq!(
+        meta.body_sha256,
+        "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+    );
+}

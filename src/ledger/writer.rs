@@ -197,12 +197,11 @@ where
         if self.fail_writes {
             return Err(injected());
         }
-        Tables::open(txn)?.apply(&self.id, existing.as_ref(), &write)?;
-        let history_only = write.response.is_none() && existing.as_ref() == Some(&write.op);
-        Ok(if history_only {
-            Staged::History
-        } else {
+        let changed = Tables::open(txn)?.apply(&self.id, existing.as_ref(), &write)?;
+        Ok(if changed {
             Staged::State
+        } else {
+            Staged::History
         })
     }
 
