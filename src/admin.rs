@@ -24,7 +24,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use http_body::Body;
-use http_body_util::{BodyExt, Limited};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -34,7 +33,7 @@ pub use query::{DEFAULT_LIMIT, ListQuery, MAX_LIMIT, parse_list_query};
 
 use crate::app::App;
 use crate::config::Config;
-use crate::proxy::{ProxyBody, full};
+use crate::proxy::{ProxyBody, Unbuffered, collect_limited, full};
 
 /// The environment variable holding the admin bearer token.
 pub const TOKEN_VAR: &str = "IDEMPROXY_ADMIN_TOKEN";
@@ -223,20 +222,11 @@ where
         .limits
         .max_stored_response
         .saturating_add(BODY_SLACK);
-    let limited = Limited::new(
-        req.into_body(),
-        usize::try_from(limit).unwrap_or(usize::MAX),
-    );
-    match limited.collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(AdminError::TooLarge(limit))
-        }
-        Err(e) => Err(AdminError::BadRequest(format!(
-            "The request body could not be read: {e}."
+    match collect_limited(req.into_body(), limit).await {
+        Ok(bytes) => Ok(bytes),
+        Err(Unbuffered::TooLarge) => Err(AdminError::TooLarge(limit)),
+        Err(Unbuffered::Broken(why)) => Err(AdminError::BadRequest(format!(
+            "The request body could not be read: {why}."
         ))),
     }
 }

@@ -39,10 +39,10 @@ impl App {
         let upstreams = Upstreams::new(&config.providers)?;
         let metrics = Arc::new(Metrics::new());
         let observer = metrics.clone();
+        // The ledger itself honours IDEMPROXY_FAIL=ledger.commit (a test hook).
         let options = LedgerOptions {
             on_commit: Some(Arc::new(move |took| observer.commit(took))),
-            fail_writes: std::env::var("IDEMPROXY_FAIL")
-                .is_ok_and(|v| v.split(',').any(|f| f == "ledger.commit")),
+            fail_writes: false,
         };
         let (ledger, orphaned) = Ledger::open(&config.ledger, Timestamp::now(), options)
             .await

@@ -10,14 +10,13 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, header};
-use http_body_util::{BodyExt, Limited};
 
 use crate::app::App;
 use crate::clock::Timestamp;
 use crate::ledger::{Event, EventKind, State, StoredResponse, Write};
 use crate::policy::{Outcome, Provider};
 use crate::problem::{Context, Problem};
-use crate::proxy::{ProxyBody, full};
+use crate::proxy::{ProxyBody, Unbuffered, collect_limited, full};
 use crate::upstream::{self, SendError};
 
 /// A buffered request ready to be sent (and sent again, byte for byte).
@@ -39,9 +38,8 @@ impl Outgoing {
     }
 }
 
-/// A claimed attempt of an operation.
+/// A claimed attempt of an operation of the provider `run` is given.
 pub struct Exchange {
-    pub provider: String,
     pub route: String,
     pub id: String,
     pub fence: u64,
@@ -60,15 +58,12 @@ struct Fetched {
 
 /// Sends a claimed attempt, records its result, and returns the agent's answer. The caller
 /// runs it detached from the agent's connection (see `guard`), so it always ends recorded.
-pub async fn run(app: &App, ex: Exchange) -> Response<ProxyBody> {
+pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<ProxyBody> {
     let mut ctx = Context {
         operation_id: Some(ex.id.clone()),
-        provider: Some(ex.provider.clone()),
+        provider: Some(provider.name.clone()),
         route: Some(ex.route.clone()),
         state: Some(State::InFlight),
-    };
-    let Some(provider) = app.provider(&ex.provider) else {
-        return crate::guard::refusal(Problem::OutcomeUnknown, &ctx);
     };
     let sent_at = Timestamp::now();
     let started = Instant::now();
@@ -92,7 +87,7 @@ pub async fn run(app: &App, ex: Exchange) -> Response<ProxyBody> {
     }
     ctx.state = Some(state);
     if state == State::Unknown {
-        app.escalate(&ex.provider, &ex.route, &ex.id);
+        app.escalate(&provider.name, &ex.route, &ex.id);
     }
     match fetched {
         Ok(answer) => first_answer(answer, &ctx),
@@ -105,22 +100,17 @@ pub async fn run(app: &App, ex: Exchange) -> Response<ProxyBody> {
 
 /// Sends and reads the whole answer within the provider's `timeout`.
 async fn fetch(app: &App, provider: &Provider, outgoing: &Outgoing) -> Result<Fetched, SendError> {
-    let max = usize::try_from(app.config.limits.max_stored_response).unwrap_or(usize::MAX);
+    let max = app.config.limits.max_stored_response;
     let exchange = async {
         let resp = app
             .upstreams
             .send(&provider.name, outgoing.request())
             .await?;
         let (parts, body) = resp.into_parts();
-        let (body, truncated) = match Limited::new(body, max).collect().await {
-            Ok(collected) => (collected.to_bytes(), false),
-            Err(e)
-                if e.downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some() =>
-            {
-                (Bytes::new(), true)
-            }
-            Err(e) => return Err(SendError::Lost(e.to_string())),
+        let (body, truncated) = match collect_limited(body, max).await {
+            Ok(body) => (body, false),
+            Err(Unbuffered::TooLarge) => (Bytes::new(), true),
+            Err(Unbuffered::Broken(why)) => return Err(SendError::Lost(why)),
         };
         let mut headers = parts.headers;
         upstream::strip_hop_by_hop(&mut headers);

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, header};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use crate::app::App;
@@ -24,7 +23,7 @@ use crate::identity;
 use crate::ledger::{Operation, State, StoredResponse};
 use crate::policy::{Captures, KeyPlacement, OnMissingId, Provider, Route};
 use crate::problem::{Context, Problem};
-use crate::proxy::{ProxyBody, Target, full};
+use crate::proxy::{ProxyBody, Target, Unbuffered, collect_limited, full};
 use crate::template::{self, render_first};
 use crate::upstream;
 
@@ -46,12 +45,14 @@ struct Identified {
     outgoing: Outgoing,
 }
 
-/// Serves one request on a guarded route.
-pub async fn handle(app: &Arc<App>, target: &Target<'_>, req: Request<Incoming>) -> Answer {
-    let Some((route, captures)) = &target.route else {
-        // Only matched routes are guarded; nothing to guard means nothing to record.
-        return (crate::proxy::refuse(Problem::RouteNotAllowed), "rejected");
-    };
+/// Serves one request on `route`, a guarded route matched by `target`.
+pub async fn handle(
+    app: &Arc<App>,
+    target: &Target<'_>,
+    route: &Route,
+    captures: &Captures,
+    req: Request<Incoming>,
+) -> Answer {
     let provider = target.provider;
     let mut ctx = Context {
         provider: Some(provider.name.clone()),
@@ -159,9 +160,9 @@ async fn detached(app: &Arc<App>, names: Names, op: Identified) -> Result<Next, 
 async fn claim_and_send(app: &Arc<App>, names: &Names, op: Identified) -> Result<Next, Problem> {
     let (provider, route) = names.lookup(app)?;
     match claim(app, provider, route, &op.id, &op.key, &op.fingerprint).await? {
-        Step::Dispatch { fence, attempt } => {
-            Ok(Next::Sent(send(app, names, op, fence, attempt).await))
-        }
+        Step::Dispatch { fence, attempt } => Ok(Next::Sent(
+            send(app, provider, names, op, fence, attempt).await,
+        )),
         Step::Reconcile => reconcile(app, provider, route, names, op).await,
         Step::Replay(stored) => Ok(Next::Replay(stored)),
         Step::Wait => Ok(Next::Wait),
@@ -190,7 +191,7 @@ async fn reconcile(
     Ok(match verdict {
         crate::reconcile::Verdict::Found(stored) => Next::Replay(stored),
         crate::reconcile::Verdict::Resend { fence, attempt } => {
-            Next::Sent(send(app, names, op, fence, attempt).await)
+            Next::Sent(send(app, provider, names, op, fence, attempt).await)
         }
         crate::reconcile::Verdict::Unknown => Next::Refuse(Problem::OutcomeUnknown, State::Unknown),
     })
@@ -199,20 +200,20 @@ async fn reconcile(
 /// Step 3: the claimed attempt, sent and recorded by `dispatch`.
 async fn send(
     app: &Arc<App>,
+    provider: &Provider,
     names: &Names,
     op: Identified,
     fence: u64,
     attempt: u32,
 ) -> Response<ProxyBody> {
     let exchange = dispatch::Exchange {
-        provider: names.provider.clone(),
         route: names.route.clone(),
         id: op.id,
         fence,
         attempt,
         outgoing: op.outgoing,
     };
-    dispatch::run(app, exchange).await
+    dispatch::run(app, provider, exchange).await
 }
 
 /// Step 1: the body, buffered up to `max_request_body`.
@@ -221,16 +222,10 @@ async fn read_body(req: Request<Incoming>, limit: u64) -> Result<(Parts, Bytes),
         return Err(Problem::BodyTooLarge { limit });
     }
     let (parts, body) = req.into_parts();
-    let limit_usize = usize::try_from(limit).unwrap_or(usize::MAX);
-    match Limited::new(body, limit_usize).collect().await {
-        Ok(collected) => Ok((parts, collected.to_bytes())),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(Problem::BodyTooLarge { limit })
-        }
-        Err(_) => Err(Problem::InvalidBody(
+    match collect_limited(body, limit).await {
+        Ok(bytes) => Ok((parts, bytes)),
+        Err(Unbuffered::TooLarge) => Err(Problem::BodyTooLarge { limit }),
+        Err(Unbuffered::Broken(_)) => Err(Problem::InvalidBody(
             "the request body could not be read to its end".into(),
         )),
     }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::{Method, Request, Response, Version, header};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 
 use crate::app::App;
@@ -29,8 +29,28 @@ pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
         .boxed()
 }
 
-pub fn empty() -> ProxyBody {
-    Empty::new().map_err(|never| match never {}).boxed()
+/// Why a body could not be buffered.
+#[derive(Debug, thiserror::Error)]
+pub enum Unbuffered {
+    #[error("the body is longer than the limit")]
+    TooLarge,
+    #[error("the body broke off before its end: {0}")]
+    Broken(String),
+}
+
+/// Buffers a whole body of at most `limit` bytes (guarded requests, answers to record,
+/// lookups, admin calls); unguarded traffic is never buffered.
+pub async fn collect_limited<B>(body: B, limit: u64) -> Result<Bytes, Unbuffered>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(Unbuffered::TooLarge),
+        Err(e) => Err(Unbuffered::Broken(e.to_string())),
+    }
 }
 
 /// Where a request goes: the provider, the route-relative path and the matched route.
@@ -51,24 +71,26 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<ProxyBody
             return problem.into_response(&Context::default());
         }
     };
-    let provider = target.provider.name.clone();
-    let route_name = target.route.as_ref().map(|(r, _)| r.name.clone());
+    let provider = target.provider.name.as_str();
+    let route_name = target.route.as_ref().map(|(r, _)| r.name.as_str());
     let (resp, outcome) = match &target.route {
         None if target.provider.unmatched == Unmatched::Reject => {
             let ctx = Context {
-                provider: Some(provider.clone()),
+                provider: Some(provider.to_string()),
                 ..Context::default()
             };
             (Problem::RouteNotAllowed.into_response(&ctx), "rejected")
         }
-        Some((route, _)) if route.is_guarded() => crate::guard::handle(&app, &target, req).await,
+        Some((route, captures)) if route.is_guarded() => {
+            crate::guard::handle(&app, &target, route, captures, req).await
+        }
         _ => (passthrough(&app, &target, req).await, "passthrough"),
     };
     app.metrics
-        .request(&provider, route_name.as_deref().unwrap_or(""), outcome);
+        .request(provider, route_name.unwrap_or(""), outcome);
     tracing::info!(
         provider,
-        route = route_name.as_deref().unwrap_or("-"),
+        route = route_name.unwrap_or("-"),
         %method,
         status = resp.status().as_u16(),
         outcome,
@@ -168,11 +190,6 @@ pub(crate) async fn stream(
         Err(_) => Problem::UpstreamBroken(SendError::Timeout(provider.timeout).to_string())
             .into_response(ctx),
     }
-}
-
-/// A problem+json answer for requests that never reached a provider.
-pub fn refuse(problem: Problem) -> Response<ProxyBody> {
-    problem.into_response(&Context::default())
 }
 
 /// Whether the agent's request declared a body length over `limit`.

@@ -14,7 +14,6 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Uri, header};
-use http_body_util::{BodyExt, Limited};
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
 use crate::app::App;
@@ -23,7 +22,7 @@ use crate::claim::claimed;
 use crate::clock::Timestamp;
 use crate::ledger::{Event, EventKind, Operation, ResponseMeta, State, StoredResponse, Write};
 use crate::policy::{Captures, Provider, Reconcile, Route};
-use crate::proxy::full;
+use crate::proxy::{collect_limited, full};
 use crate::template::{Escape, Inputs, Rendered};
 use crate::upstream::{self, SendError};
 
@@ -277,16 +276,14 @@ async fn lookup(
     }
     req.headers_mut()
         .insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-    let max = usize::try_from(app.config.limits.max_stored_response).unwrap_or(usize::MAX);
+    let max = app.config.limits.max_stored_response;
     let started = Instant::now();
     let exchange = async {
         let resp = app.upstreams.send(&provider.name, req).await?;
         let status = resp.status().as_u16();
-        let body = Limited::new(resp.into_body(), max)
-            .collect()
+        let body = collect_limited(resp.into_body(), max)
             .await
-            .map_err(|e| LookupError::Body(e.to_string()))?
-            .to_bytes();
+            .map_err(|e| LookupError::Body(e.to_string()))?;
         classify(status, &body, &rule.found)
     };
     let answer = tokio::time::timeout(provider.timeout, exchange).await;
