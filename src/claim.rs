@@ -204,34 +204,19 @@ fn write(op: Operation, events: Vec<Event>) -> Write {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
-    use crate::policy::Effect;
 
     const NOW: Timestamp = Timestamp(2_000_000);
     const EARLIER: Timestamp = Timestamp(1_000_000);
 
     fn fresh() -> Operation {
         Operation {
-            id: "p/r/x".into(),
-            provider: "p".into(),
-            route: "r".into(),
-            effect: Effect::Irreversible,
-            state: State::InFlight,
             fingerprint: "fp".into(),
-            fields: BTreeMap::new(),
-            idempotency_key: "k".into(),
             attempts: 0,
-            created_at: NOW,
-            updated_at: NOW,
             first_dispatched_at: None,
             last_dispatched_at: None,
-            provider_request_id: None,
-            response: None,
-            error: None,
-            fence: 0,
-            approval: Approval::NotRequired,
+            ..Operation::example("p/r/x", State::InFlight, NOW)
         }
     }
 

@@ -148,24 +148,9 @@ mod tests {
 
     fn op(state: State) -> Operation {
         Operation {
-            id: "p/r/x".into(),
-            provider: "p".into(),
-            route: "r".into(),
-            effect: Effect::Irreversible,
-            state,
             fingerprint: "fp1".into(),
             fields: fields("100"),
-            idempotency_key: "k".into(),
-            attempts: 1,
-            created_at: T0,
-            updated_at: T0,
-            first_dispatched_at: Some(T0),
-            last_dispatched_at: Some(T0),
-            provider_request_id: None,
-            response: None,
-            error: None,
-            fence: 0,
-            approval: Gate::NotRequired,
+            ..Operation::example("p/r/x", state, T0)
         }
     }
 

@@ -116,6 +116,35 @@ pub struct Operation {
     pub approval: Approval,
 }
 
+impl Operation {
+    /// An operation with plain values, for unit tests: provider and route from the ID,
+    /// attempt 1 created, updated and dispatched at `at`; tests override what they need.
+    #[cfg(test)]
+    pub(crate) fn example(id: &str, state: State, at: Timestamp) -> Operation {
+        let mut parts = id.splitn(3, '/');
+        Operation {
+            id: id.to_owned(),
+            provider: parts.next().unwrap_or_default().to_owned(),
+            route: parts.next().unwrap_or_default().to_owned(),
+            effect: Effect::Irreversible,
+            state,
+            fingerprint: "f00d".to_owned(),
+            fields: BTreeMap::new(),
+            idempotency_key: "k".to_owned(),
+            attempts: 1,
+            created_at: at,
+            updated_at: at,
+            first_dispatched_at: Some(at),
+            last_dispatched_at: Some(at),
+            provider_request_id: None,
+            response: None,
+            error: None,
+            fence: 0,
+            approval: Approval::NotRequired,
+        }
+    }
+}
+
 /// A response exactly as it will be replayed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredResponse {

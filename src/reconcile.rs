@@ -439,14 +439,13 @@ fn event(at: Timestamp, kind: EventKind, attempt: u32, detail: String) -> Event 
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+
     use std::time::Duration;
 
     use http::Method;
 
     use super::*;
-    use crate::ledger::Approval;
-    use crate::policy::Effect;
+
     use crate::template::Template;
 
     const T0: Timestamp = Timestamp(1_800_000_000_000);
@@ -480,24 +479,9 @@ mod tests {
 
     fn unknown_op() -> Operation {
         Operation {
-            id: "pay/refund/wf-1".into(),
-            provider: "pay".into(),
-            route: "refund".into(),
-            effect: Effect::Irreversible,
-            state: State::Unknown,
-            fingerprint: "f00d".into(),
-            fields: BTreeMap::new(),
             idempotency_key: "k3y".into(),
-            attempts: 1,
-            created_at: T0,
-            updated_at: T0,
-            first_dispatched_at: Some(T0),
-            last_dispatched_at: Some(T0),
-            provider_request_id: None,
-            response: None,
             error: Some("timeout".into()),
-            fence: 0,
-            approval: Approval::NotRequired,
+            ..Operation::example("pay/refund/wf-1", State::Unknown, T0)
         }
     }
 

@@ -73,37 +73,18 @@ async fn sweep(ledger: &Ledger, completed: Duration, now: Timestamp) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use bytes::Bytes;
     use http::HeaderMap;
 
     use super::*;
-    use crate::ledger::{
-        Approval, Event, EventKind, LedgerOptions, Operation, State, StoredResponse, Write,
-    };
-    use crate::policy::Effect;
+    use crate::ledger::{Event, EventKind, LedgerOptions, Operation, State, StoredResponse, Write};
 
     fn op(id: &str, state: State, updated: Timestamp) -> Operation {
         Operation {
-            id: id.into(),
             provider: "pay".into(),
             route: "refund".into(),
-            effect: Effect::Irreversible,
-            state,
-            fingerprint: "f00d".into(),
-            fields: BTreeMap::new(),
-            idempotency_key: "k".into(),
-            attempts: 1,
-            created_at: updated,
-            updated_at: updated,
-            first_dispatched_at: Some(updated),
-            last_dispatched_at: Some(updated),
-            provider_request_id: None,
-            response: None,
-            error: None,
-            fence: 0,
-            approval: Approval::NotRequired,
+            ..Operation::example(id, state, updated)
         }
     }
 

@@ -12,31 +12,18 @@ use super::*;
 use crate::clock::Timestamp;
 use crate::config::{Limits, Retention};
 use crate::ledger::{Approval, EventKind, Operation, State};
-use crate::policy::Effect;
 
 const NOW: Timestamp = Timestamp(5_000);
 const ID: &str = "stripe/create_refund/wf-81";
 
 fn op(state: State, approval: Approval) -> Operation {
     Operation {
-        id: ID.into(),
-        provider: "stripe".into(),
-        route: "create_refund".into(),
-        effect: Effect::Irreversible,
-        state,
         fingerprint: "f".into(),
-        fields: Default::default(),
-        idempotency_key: "k".into(),
-        attempts: 1,
-        created_at: Timestamp(1),
         updated_at: Timestamp(2),
-        first_dispatched_at: Some(Timestamp(1)),
-        last_dispatched_at: Some(Timestamp(1)),
-        provider_request_id: None,
-        response: None,
         error: Some("timed out".into()),
         fence: 9,
         approval,
+        ..Operation::example(ID, state, Timestamp(1))
     }
 }
 

@@ -82,20 +82,12 @@ pub fn json_response(value: &Value) -> Response<ProxyBody> {
 mod tests {
     use super::*;
     use crate::ledger::{EventKind, ResponseMeta, State};
-    use crate::policy::Effect;
 
     pub(crate) fn sample() -> Operation {
         Operation {
-            id: "stripe/create_refund/wf-81".into(),
-            provider: "stripe".into(),
-            route: "create_refund".into(),
-            effect: Effect::Irreversible,
-            state: State::Succeeded,
             fingerprint: "ab".repeat(32),
             fields: [("amount".to_string(), "h1".to_string())].into(),
-            idempotency_key: "k".into(),
             attempts: 2,
-            created_at: Timestamp(0),
             updated_at: Timestamp(1_500),
             first_dispatched_at: Some(Timestamp(1)),
             last_dispatched_at: Some(Timestamp(2)),
@@ -105,9 +97,8 @@ mod tests {
                 body_bytes: 3,
                 body_sha256: "cd".into(),
             }),
-            error: None,
             fence: 77,
-            approval: Approval::NotRequired,
+            ..Operation::example("stripe/create_refund/wf-81", State::Succeeded, Timestamp(0))
         }
     }
 

@@ -11,28 +11,13 @@ use super::*;
 const T0: i64 = 1_800_000_000_000;
 
 fn op(id: &str, state: State, created: i64) -> Operation {
-    let mut parts = id.splitn(3, '/');
-    let provider = parts.next().unwrap_or_default().to_owned();
-    let route = parts.next().unwrap_or_default().to_owned();
     Operation {
-        id: id.to_owned(),
-        provider,
-        route,
-        effect: Effect::Irreversible,
-        state,
         fingerprint: "ab".repeat(32),
         fields: BTreeMap::from([("/amount".to_owned(), "1f2e".to_owned())]),
         idempotency_key: format!("key-{id}"),
-        attempts: 1,
-        created_at: Timestamp(created),
-        updated_at: Timestamp(created),
-        first_dispatched_at: Some(Timestamp(created)),
         last_dispatched_at: None,
-        provider_request_id: None,
-        response: None,
-        error: None,
         fence: 7,
-        approval: Approval::NotRequired,
+        ..Operation::example(id, state, Timestamp(created))
     }
 }
 
