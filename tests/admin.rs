@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Behavior, FakeProvider, Proxy, Resp, route, send};
+use common::{Behavior, FakeProvider, Proxy, Resp, problem, route, send};
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -63,21 +63,6 @@ async fn show(proxy: &Proxy, id: &str) -> Value {
     resp.json()
 }
 
-fn assert_problem(resp: &Resp, status: StatusCode, kind: &str) {
-    assert_eq!(resp.status, status, "{}", resp.text());
-    assert_eq!(
-        resp.header("content-type"),
-        Some("application/problem+json")
-    );
-    let body = resp.json();
-    assert_eq!(body["type"], format!("urn:idemproxy:{kind}"), "{body}");
-    assert_eq!(body["status"], status.as_u16());
-    assert!(
-        body["detail"].as_str().is_some_and(|d| !d.is_empty()),
-        "{body}"
-    );
-}
-
 #[tokio::test]
 async fn healthz_is_open_and_every_other_call_needs_the_token() {
     let provider = FakeProvider::start(Behavior::echo()).await;
@@ -100,7 +85,7 @@ async fn healthz_is_open_and_every_other_call_needs_the_token() {
     for (method, path) in &calls {
         for token in [None, Some("wrong"), Some("t0k-admin2")] {
             let resp = call(&proxy, method.clone(), path, "{}", token).await;
-            assert_problem(&resp, StatusCode::UNAUTHORIZED, "unauthorized");
+            problem(&resp, StatusCode::UNAUTHORIZED, "unauthorized");
             assert_eq!(resp.header("www-authenticate"), Some("Bearer"));
         }
     }
@@ -109,7 +94,7 @@ async fn healthz_is_open_and_every_other_call_needs_the_token() {
     let metrics = call(&proxy, Method::GET, "/metrics", "", Some(TOKEN)).await;
     assert_eq!(metrics.status, StatusCode::OK);
     let missing = call(&proxy, Method::GET, &format!("/ops/{id}"), "", Some(TOKEN)).await;
-    assert_problem(&missing, StatusCode::NOT_FOUND, "not-found");
+    problem(&missing, StatusCode::NOT_FOUND, "not-found");
     assert!(
         !proxy.log_text().contains(TOKEN),
         "the token must never be logged"
@@ -208,7 +193,7 @@ async fn list_filters_and_pages_newest_first() {
         "sort=asc",
     ] {
         let resp = get(&proxy, &format!("/ops?{bad}")).await;
-        assert_problem(&resp, StatusCode::BAD_REQUEST, "bad-request");
+        problem(&resp, StatusCode::BAD_REQUEST, "bad-request");
     }
 }
 
@@ -271,10 +256,10 @@ async fn an_operation_shows_its_fields_and_ordered_events() {
     assert!(events.iter().all(|e| e["detail"].is_string()));
 
     let unknown = get(&proxy, &format!("/ops/{}", seg("shop/create/nope"))).await;
-    assert_problem(&unknown, StatusCode::NOT_FOUND, "not-found");
+    problem(&unknown, StatusCode::NOT_FOUND, "not-found");
     assert_eq!(unknown.json()["operation_id"], "shop/create/nope");
     let unencoded = get(&proxy, "/ops/shop/create/op-1").await;
-    assert_problem(&unencoded, StatusCode::NOT_FOUND, "not-found");
+    problem(&unencoded, StatusCode::NOT_FOUND, "not-found");
 }
 
 #[tokio::test]
@@ -311,7 +296,7 @@ async fn the_response_endpoint_answers_what_a_replay_answers() {
         &format!("/ops/{}/response", seg("shop/create/op-2")),
     )
     .await;
-    assert_problem(&none, StatusCode::NOT_FOUND, "not-found");
+    problem(&none, StatusCode::NOT_FOUND, "not-found");
 }
 
 /// An `unknown` operation: the provider commits the effect and drops its answer.
@@ -380,7 +365,7 @@ async fn resolving_succeeded_makes_replays_answer_the_given_response() {
         json!({"outcome": "failed", "reason": "x"}),
     )
     .await;
-    assert_problem(&again, StatusCode::CONFLICT, "conflict");
+    problem(&again, StatusCode::CONFLICT, "conflict");
     assert_eq!(again.json()["state"], "succeeded");
 }
 
@@ -392,9 +377,9 @@ async fn resolving_failed_lets_the_next_replay_dispatch_again() {
     let path = format!("/ops/{}/resolve", seg(&id));
 
     let no_reason = post(&proxy, &path, json!({"outcome": "failed"})).await;
-    assert_problem(&no_reason, StatusCode::BAD_REQUEST, "bad-request");
+    problem(&no_reason, StatusCode::BAD_REQUEST, "bad-request");
     let broken = call(&proxy, Method::POST, &path, "{\"outcome\":", None).await;
-    assert_problem(&broken, StatusCode::BAD_REQUEST, "bad-request");
+    problem(&broken, StatusCode::BAD_REQUEST, "bad-request");
     assert!(
         broken.json()["detail"]
             .as_str()
@@ -402,7 +387,7 @@ async fn resolving_failed_lets_the_next_replay_dispatch_again() {
             .contains("JSON")
     );
     let wrong_method = get(&proxy, &path).await;
-    assert_problem(
+    problem(
         &wrong_method,
         StatusCode::METHOD_NOT_ALLOWED,
         "method-not-allowed",
@@ -440,7 +425,7 @@ async fn resolving_failed_lets_the_next_replay_dispatch_again() {
         json!({"outcome": "failed", "reason": "x"}),
     )
     .await;
-    assert_problem(&missing, StatusCode::NOT_FOUND, "not-found");
+    problem(&missing, StatusCode::NOT_FOUND, "not-found");
 }
 
 #[tokio::test]
@@ -449,7 +434,7 @@ async fn approval_lets_the_next_request_dispatch_once() {
     let proxy = start(&provider, "approval = \"required\"").await;
     let id = "shop/create/op-1";
     let first = agent(&proxy, "things", "op-1").await;
-    assert_problem(&first, StatusCode::ACCEPTED, "awaiting-approval");
+    problem(&first, StatusCode::ACCEPTED, "awaiting-approval");
     assert_eq!(
         agent(&proxy, "things", "op-1").await.status,
         StatusCode::ACCEPTED
@@ -468,7 +453,7 @@ async fn approval_lets_the_next_request_dispatch_once() {
     assert_eq!(approved.json()["approval"], "approved");
     assert_eq!(provider.request_count(), 0, "approving sends nothing");
     let twice = post(&proxy, &approve, json!({"reason": "again"})).await;
-    assert_problem(&twice, StatusCode::CONFLICT, "conflict");
+    problem(&twice, StatusCode::CONFLICT, "conflict");
 
     let sent = agent(&proxy, "things", "op-1").await;
     assert_eq!((sent.status, sent.text()), (StatusCode::OK, "sent".into()));
@@ -478,7 +463,7 @@ async fn approval_lets_the_next_request_dispatch_once() {
 
     let reject = format!("/ops/{}/reject", seg(id));
     let late = post(&proxy, &reject, json!({"reason": "too late"})).await;
-    assert_problem(&late, StatusCode::CONFLICT, "conflict");
+    problem(&late, StatusCode::CONFLICT, "conflict");
     let events = show(&proxy, id).await["events"].clone();
     let kinds: Vec<&str> = events
         .as_array()
@@ -498,7 +483,7 @@ async fn rejection_ends_an_operation_for_good() {
     agent(&proxy, "things", "op-1").await;
     let reject = format!("/ops/{}/reject", seg(id));
     let no_reason = call(&proxy, Method::POST, &reject, "", None).await;
-    assert_problem(&no_reason, StatusCode::BAD_REQUEST, "bad-request");
+    problem(&no_reason, StatusCode::BAD_REQUEST, "bad-request");
 
     let rejected = post(&proxy, &reject, json!({"reason": "amount too large"})).await;
     assert_eq!(rejected.status, StatusCode::OK, "{}", rejected.text());
@@ -510,19 +495,19 @@ async fn rejection_ends_an_operation_for_good() {
     assert_eq!(op["error"], "amount too large");
 
     let replay = agent(&proxy, "things", "op-1").await;
-    assert_problem(&replay, StatusCode::FORBIDDEN, "operation-rejected");
+    problem(&replay, StatusCode::FORBIDDEN, "operation-rejected");
     assert_eq!(provider.request_count(), 0);
     let approve = post(&proxy, &format!("/ops/{}/approve", seg(id)), json!({})).await;
-    assert_problem(&approve, StatusCode::CONFLICT, "conflict");
+    problem(&approve, StatusCode::CONFLICT, "conflict");
     let again = post(&proxy, &reject, json!({"reason": "again"})).await;
-    assert_problem(&again, StatusCode::CONFLICT, "conflict");
+    problem(&again, StatusCode::CONFLICT, "conflict");
     let missing = post(
         &proxy,
         &format!("/ops/{}/approve", seg("shop/create/x")),
         json!({}),
     )
     .await;
-    assert_problem(&missing, StatusCode::NOT_FOUND, "not-found");
+    problem(&missing, StatusCode::NOT_FOUND, "not-found");
 }
 
 fn metric(text: &str, name: &str) -> Option<f64> {

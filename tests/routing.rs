@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Behavior, FakeProvider, Proxy, route, send};
+use common::{Behavior, FakeProvider, Proxy, problem, route, send};
 use http::{Method, StatusCode};
 
 /// A guarded refund route and a read-only balance route, then `extra_provider` keys.
@@ -40,15 +40,8 @@ async fn unmatched_reject_answers_403_route_not_allowed_and_sends_nothing() {
         let resp = send(method, &proxy.url(path), &[], "")
             .await
             .expect("answer");
-        assert_eq!(resp.status, StatusCode::FORBIDDEN, "{path}");
-        assert_eq!(
-            resp.header("content-type"),
-            Some("application/problem+json")
-        );
-        let problem = resp.json();
-        assert_eq!(problem["type"], "urn:idemproxy:route-not-allowed");
-        assert_eq!(problem["status"], 403);
-        assert_eq!(problem["provider"], "acme");
+        let body = problem(&resp, StatusCode::FORBIDDEN, "route-not-allowed");
+        assert_eq!(body["provider"], "acme", "{path}");
     }
     assert_eq!(provider.request_count(), 0);
 }

@@ -45,6 +45,24 @@ impl Resp {
     }
 }
 
+/// Asserts an RFC 9457 problem answer of this status and `urn:idemproxy:{kind}`; returns its
+/// JSON body.
+pub fn problem(resp: &Resp, status: StatusCode, kind: &str) -> serde_json::Value {
+    let body = resp.json();
+    assert_eq!(resp.status, status, "{body}");
+    assert_eq!(
+        resp.header("content-type"),
+        Some("application/problem+json"),
+        "{body}"
+    );
+    assert_eq!(body["type"], format!("urn:idemproxy:{kind}"), "{body}");
+    assert_eq!(body["status"], status.as_u16(), "{body}");
+    assert!(body["title"].is_string(), "{body}");
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(detail.len() > 20, "detail is written for a person: {body}");
+    body
+}
+
 /// An HTTP/1.1 client over plain TCP.
 pub fn client() -> Client<HttpConnector, Body> {
     Client::builder(TokioExecutor::new()).build_http()

@@ -20,7 +20,9 @@ pub mod proxy;
 pub mod tls;
 
 #[allow(unused_imports)]
-pub use client::{Body, Resp, client, download, h2c_client, send, send_h2c, send_with, upload};
+pub use client::{
+    Body, Resp, client, download, h2c_client, problem, send, send_h2c, send_with, upload,
+};
 #[allow(unused_imports)]
 pub use files::{policy, route};
 #[allow(unused_imports)]

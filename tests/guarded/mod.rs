@@ -12,11 +12,13 @@
 
 use std::net::SocketAddr;
 
-use http::{Method, StatusCode};
+use http::Method;
 use idemproxy::clock::Timestamp;
 use idemproxy::ledger::{Event, EventKind, Ledger, LedgerOptions, Operation};
 use sha2::{Digest, Sha256};
 
+#[allow(unused_imports)] // not every test file asserts a problem
+pub use crate::common::problem;
 use crate::common::{FakeProvider, Proxy, ProxyBuilder, Resp, route, send};
 
 /// The provider's name and mount (`/pay`).
@@ -85,24 +87,6 @@ pub fn refund_in_background(
     tokio::spawn(
         async move { send(Method::POST, &url, &[(OP_HEADER, &rendered), FORM], body).await },
     )
-}
-
-/// Asserts an RFC 9457 problem answer of this status and `urn:idemproxy:{kind}`; returns its
-/// JSON body.
-pub fn problem(resp: &Resp, status: StatusCode, kind: &str) -> serde_json::Value {
-    let body = resp.json();
-    assert_eq!(resp.status, status, "{body}");
-    assert_eq!(
-        resp.header("content-type"),
-        Some("application/problem+json"),
-        "{body}"
-    );
-    assert_eq!(body["type"], format!("urn:idemproxy:{kind}"), "{body}");
-    assert_eq!(body["status"], status.as_u16(), "{body}");
-    assert!(body["title"].is_string(), "{body}");
-    let detail = body["detail"].as_str().unwrap_or_default();
-    assert!(detail.len() > 20, "detail is written for a person: {body}");
-    body
 }
 
 /// Asserts the three operation headers of SPEC 5 on a guarded answer.
