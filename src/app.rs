@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use tokio::sync::watch;
+use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::Timestamp;
@@ -16,6 +16,9 @@ use crate::metrics::Metrics;
 use crate::policy::{Dedupe, Effect, Provider};
 use crate::upstream::Upstreams;
 
+/// Completions a slow waiter may fall behind by before it must re-read the ledger anyway.
+const COMPLETIONS_BACKLOG: usize = 1024;
+
 pub struct App {
     pub config: Config,
     pub upstreams: Upstreams,
@@ -23,9 +26,9 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// Exchanges that must finish even if their agent went away; drained at shutdown.
     pub background: TaskTracker,
-    /// Bumped after every recorded result, so duplicates waiting on an in-flight operation
-    /// re-read the ledger instead of polling it.
-    pub completions: watch::Sender<u64>,
+    /// The ID of every operation whose attempt was just recorded, so a duplicate waiting on
+    /// it re-reads the ledger when (and only when) its own operation may have finished.
+    pub completions: broadcast::Sender<Arc<str>>,
     /// `IDEMPROXY_ADMIN_TOKEN`, read once at start; `None`: the admin API is open (loopback).
     pub admin_token: Option<crate::admin::Token>,
 }
@@ -59,7 +62,7 @@ impl App {
             ledger,
             metrics,
             background: TaskTracker::new(),
-            completions: watch::Sender::new(0),
+            completions: broadcast::Sender::new(COMPLETIONS_BACKLOG),
             admin_token,
         };
         for op in &orphaned {

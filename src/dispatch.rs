@@ -6,6 +6,7 @@
 //! the owner of the claim (its fencing token); the agent gets its answer only after that
 //! commit.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -72,8 +73,8 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
     let record = Record::of(provider, &ex, sent_at, &fetched);
     let state = record.state;
     let recorded = persist(app, &ex, record).await;
-    // Wake duplicates waiting on this (or any) operation; they re-read the ledger.
-    app.completions.send_modify(|n| *n = n.wrapping_add(1));
+    // Wake duplicates waiting on this operation; they re-read the ledger. No receiver: fine.
+    let _ = app.completions.send(Arc::from(ex.id.as_str()));
     match recorded {
         Ok(true) => {}
         Ok(false) => {

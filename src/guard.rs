@@ -13,6 +13,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, header};
 use hyper::body::Incoming;
+use tokio::sync::broadcast;
 
 use crate::app::App;
 use crate::body::{self, Body};
@@ -346,9 +347,25 @@ async fn wait(app: &App, ctx: &mut Context) -> Result<Answer, Problem> {
         if op.state != State::InFlight {
             return settled(app, &op, ctx).await;
         }
-        match tokio::time::timeout_at(deadline, completions.changed()).await {
-            Ok(Ok(())) => continue,
-            _ => return Err(Problem::InFlight),
+        if !finished(&mut completions, &id, deadline).await {
+            return Err(Problem::InFlight);
+        }
+    }
+}
+
+/// Waits until an attempt of `id` may have been recorded (its completion, or completions
+/// missed by falling behind); `false` once `deadline` passes first.
+async fn finished(
+    completions: &mut broadcast::Receiver<Arc<str>>,
+    id: &str,
+    deadline: tokio::time::Instant,
+) -> bool {
+    loop {
+        match tokio::time::timeout_at(deadline, completions.recv()).await {
+            Ok(Ok(done)) if &*done == id => return true,
+            Ok(Ok(_)) => {}
+            Ok(Err(broadcast::error::RecvError::Lagged(_))) => return true,
+            Ok(Err(broadcast::error::RecvError::Closed)) | Err(_) => return false,
         }
     }
 }
@@ -418,5 +435,41 @@ fn outcome_of(problem: &Problem) -> &'static str {
         Problem::OutcomeUnknown | Problem::InFlight | Problem::AwaitingApproval => "pending",
         Problem::UpstreamUnreachable(_) | Problem::UpstreamBroken(_) => "forwarded",
         _ => "rejected",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn soon() -> tokio::time::Instant {
+        tokio::time::Instant::now() + Duration::from_millis(200)
+    }
+
+    #[tokio::test]
+    async fn a_waiter_wakes_for_its_own_operation_only() {
+        let (tx, mut rx) = broadcast::channel::<Arc<str>>(8);
+        tx.send(Arc::from("p/r/other")).unwrap();
+        tx.send(Arc::from("p/r/mine")).unwrap();
+        assert!(finished(&mut rx, "p/r/mine", soon()).await);
+        tx.send(Arc::from("p/r/other")).unwrap();
+        assert!(
+            !finished(&mut rx, "p/r/mine", soon()).await,
+            "others' completions time out"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_fell_behind_rereads() {
+        let (tx, mut rx) = broadcast::channel::<Arc<str>>(2);
+        for _ in 0..5 {
+            tx.send(Arc::from("p/r/other")).unwrap();
+        }
+        assert!(
+            finished(&mut rx, "p/r/mine", soon()).await,
+            "missed completions may be its own"
+        );
     }
 }
