@@ -87,20 +87,15 @@ pub(super) fn mount(text: &str) -> Result<String, String> {
     }
 }
 
-/// A JSON pointer (RFC 6901): `""` (the whole document, only where `root` is allowed) or `/...`.
+/// A JSON pointer (RFC 6901): `""` (the whole document, only where `root` is allowed) or `/...`,
+/// checked as templates check `{json:...}`.
 pub(super) fn json_pointer(text: &str, root: bool) -> Result<String, String> {
-    let starts = text.starts_with('/') || (root && text.is_empty());
-    let escapes_ok = text
-        .split('~')
-        .skip(1)
-        .all(|after| after.starts_with(['0', '1']));
-    if starts && escapes_ok {
-        Ok(text.to_string())
-    } else {
-        Err(format!(
-            "\"{text}\" is not a JSON pointer (write it like \"/data/0\"; escape ~ as ~0 and / as ~1)"
-        ))
+    if root && text.is_empty() {
+        return Ok(String::new());
     }
+    crate::template::check_pointer(text)
+        .map(|()| text.to_string())
+        .map_err(|why| format!("\"{text}\" is not a JSON pointer: {why}"))
 }
 
 pub(super) fn ca_file(text: &str, folder: &Path) -> Result<Option<PathBuf>, String> {
