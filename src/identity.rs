@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 use http::HeaderValue;
-use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+use percent_encoding::{AsciiSet, CONTROLS, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -96,7 +96,22 @@ pub fn header_value(operation_id: &str) -> HeaderValue {
     HeaderValue::from_str(&encoded).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// The inverse, for the admin API's {id} (which also arrives with `/` as %2F).
+/// What `path_segment` leaves as is: RFC 3986 unreserved characters and `:` (readable in
+/// operation IDs, and legal in a path segment).
+const SEGMENT_UNSAFE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b':');
+
+/// An operation ID as one URL path segment, for the admin API's `{id}`: `/` becomes `%2F`,
+/// and everything else but unreserved characters and `:` is escaped too.
+pub fn path_segment(operation_id: &str) -> String {
+    utf8_percent_encode(operation_id, SEGMENT_UNSAFE).to_string()
+}
+
+/// The inverse of `path_segment` (and of any percent-encoding), for the admin API's {id}.
 ///
 /// `None` when a `%` is not followed by two hex digits or the bytes are not UTF-8. `+` is
 /// not a space here: it is a literal character of an operation ID.
@@ -121,6 +136,17 @@ mod tests {
     use serde_json::json;
 
     const SPEC_ID: &str = "stripe/create_refund/wf-81:ch_1:refund:2";
+
+    #[test]
+    fn a_path_segment_escapes_everything_but_unreserved_and_colons() {
+        assert_eq!(
+            path_segment("stripe/create_refund/wf 81:é%+~._-?#"),
+            "stripe%2Fcreate_refund%2Fwf%2081:%C3%A9%25%2B~._-%3F%23"
+        );
+        for id in [SPEC_ID, "a/b c%d+é", "p/r/a b%?#é"] {
+            assert_eq!(decode(&path_segment(id)).as_deref(), Some(id));
+        }
+    }
 
     #[test]
     fn spec_example_id_and_keys() {

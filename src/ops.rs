@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::identity::path_segment;
 use bytes::Bytes;
 use http::{Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Value, json};
 
 use crate::admin::TOKEN_VAR;
@@ -185,21 +185,9 @@ pub fn admin_from_config(path: &Path) -> String {
     }
 }
 
-/// Everything but RFC 3986 unreserved characters is escaped, `/` included.
-const ID_ESCAPE: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
-
-/// An operation ID as one URL path segment.
-pub fn encode_id(id: &str) -> String {
-    utf8_percent_encode(id, ID_ESCAPE).to_string()
-}
-
 /// The admin call a verb makes; `read` loads a `--body-file`.
 pub fn plan(verb: &Verb, read: &dyn Fn(&Path) -> Result<String, String>) -> Result<Call, String> {
-    let op = |id: &str, action: &str| format!("/ops/{}{action}", encode_id(id));
+    let op = |id: &str, action: &str| format!("/ops/{}{action}", path_segment(id));
     let post = |path, body| Call {
         method: Method::POST,
         path,

@@ -7,30 +7,14 @@
 
 use std::net::SocketAddr;
 
-use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use serde_json::{Value, json};
 
 use super::DemoError;
 use super::agent::{Agent, Answer};
 
-/// What must be escaped in one path segment: `/` above all (SPEC 7: `{id}` has its `/` as
-/// `%2F`), `%` itself, and what would end or confuse the path.
-const SEGMENT: &AsciiSet = &CONTROLS
-    .add(b' ')
-    .add(b'"')
-    .add(b'#')
-    .add(b'%')
-    .add(b'/')
-    .add(b'<')
-    .add(b'>')
-    .add(b'?')
-    .add(b'`')
-    .add(b'{')
-    .add(b'}');
-
 /// `/ops/{id}/resolve` with the operation ID percent-encoded.
 pub fn resolve_path(id: &str) -> String {
-    format!("/ops/{}/resolve", utf8_percent_encode(id, SEGMENT))
+    format!("/ops/{}/resolve", crate::identity::path_segment(id))
 }
 
 /// The resolve body: `succeeded`, with the provider's refund as a 200 JSON answer.
