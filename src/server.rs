@@ -80,20 +80,10 @@ impl Server {
         loop {
             tokio::select! {
                 conn = proxy.accept() => if let Ok((stream, _)) = conn {
-                    let app = app.clone();
-                    let svc = service_fn(move |req| {
-                        let app = app.clone();
-                        async move { Ok::<_, Infallible>(crate::proxy::handle(app, req).await) }
-                    });
-                    serve_conn(&builder, &graceful, stream, svc);
+                    serve_conn(&builder, &graceful, stream, &app, crate::proxy::handle);
                 },
                 conn = admin.accept() => if let Ok((stream, _)) = conn {
-                    let app = app.clone();
-                    let svc = service_fn(move |req| {
-                        let app = app.clone();
-                        async move { Ok::<_, Infallible>(crate::admin::handle(app, req).await) }
-                    });
-                    serve_conn(&builder, &graceful, stream, svc);
+                    serve_conn(&builder, &graceful, stream, &app, crate::admin::handle::<Incoming>);
                 },
                 () = &mut shutdown => break,
             }
@@ -160,21 +150,23 @@ fn builder() -> auto::Builder<TokioExecutor> {
     builder
 }
 
-fn serve_conn<S>(
+/// Serves one accepted connection with `handler`, watched by the graceful shutdown.
+fn serve_conn<H, F>(
     builder: &auto::Builder<TokioExecutor>,
     graceful: &GracefulShutdown,
     stream: tokio::net::TcpStream,
-    svc: S,
+    app: &Arc<App>,
+    handler: H,
 ) where
-    S: hyper::service::Service<
-            Request<Incoming>,
-            Response = Response<ProxyBody>,
-            Error = Infallible,
-        > + Send
-        + 'static,
-    S::Future: Send + 'static,
+    H: Fn(Arc<App>, Request<Incoming>) -> F + Clone + Send + 'static,
+    F: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let _ = stream.set_nodelay(true);
+    let app = app.clone();
+    let svc = service_fn(move |req| {
+        let response = handler(app.clone(), req);
+        async move { Ok::<_, Infallible>(response.await) }
+    });
     let conn = builder.serve_connection(TokioIo::new(stream), svc);
     let conn = graceful.watch(conn.into_owned());
     tokio::spawn(async move {
