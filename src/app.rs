@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::ledger::{Ledger, LedgerOptions};
 use crate::metrics::Metrics;
 use crate::policy::{Dedupe, Effect, Provider};
+use crate::secret::Secret;
 use crate::upstream::Upstreams;
 
 /// Completions a slow waiter may fall behind by before it must re-read the ledger anyway.
@@ -31,6 +32,8 @@ pub struct App {
     pub completions: broadcast::Sender<Arc<str>>,
     /// `IDEMPROXY_ADMIN_TOKEN`, read once at start; `None`: the admin API is open (loopback).
     pub admin_token: Option<crate::admin::Token>,
+    /// The installation secret (keyed hashes, the kept request's encryption); never logged.
+    pub secret: Secret,
 }
 
 impl App {
@@ -39,6 +42,7 @@ impl App {
     pub async fn new(config: Config) -> Result<App, String> {
         let admin_token = crate::admin::Token::from_env();
         crate::admin::check_exposure(&config, admin_token.as_ref())?;
+        let secret = Secret::load(&config.ledger).map_err(|e| e.to_string())?;
         let upstreams = Upstreams::new(&config.providers)?;
         let metrics = Arc::new(Metrics::new());
         let observer = metrics.clone();
@@ -64,6 +68,7 @@ impl App {
             background: TaskTracker::new(),
             completions: broadcast::Sender::new(COMPLETIONS_BACKLOG),
             admin_token,
+            secret,
         };
         for op in &orphaned {
             app.escalate(&op.provider, &op.route, &op.id);

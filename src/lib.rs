@@ -9,6 +9,7 @@
 //! - `fingerprint`: the canonical parameter hash and the per-field hashes behind a 409.
 //! - `identity`: operation IDs, idempotency keys and their injection into a request.
 //! - `ledger`: the durable redb ledger behind a small domain API.
+//! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
 //! - `decide`: the pure state machine of a guarded request (SPEC section 5).
 //! - `app`: the shared immutable state of a running proxy.
 //! - `server`: listeners, connections, graceful shutdown.
@@ -45,6 +46,7 @@ pub mod problem;
 pub mod proxy;
 pub mod reconcile;
 pub mod retention;
+pub mod secret;
 pub mod server;
 pub mod template;
 pub mod upstream;
