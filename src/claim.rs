@@ -2,20 +2,56 @@
 //! and record the decision.
 //!
 //! `claim` is the only place a new attempt is authorised: the operation is written
-//! `in_flight` under a fresh fencing token before anything may be sent. `transition`, the
-//! write each decision makes, is pure and tested beside it. Nothing here talks to a provider.
+//! `in_flight` under a fresh fencing token before anything may be sent, and a new operation
+//! is written together with its sealed first request (`kept`), so every later attempt can
+//! repeat it exactly. `transition`, the write each decision makes, is pure and tested beside
+//! it. Nothing here talks to a provider.
 
 use crate::app::App;
 use crate::clock::Timestamp;
 use crate::decide::{Decision, Intent, Resend, Rules, decide};
 use crate::fingerprint::Fingerprint;
-use crate::ledger::{Approval, Event, EventKind, Operation, State, StoredResponse, Write};
-use crate::policy::{Provider, Route};
+use crate::ledger::{
+    Approval, Event, EventKind, Operation, RequestChange, State, StoredResponse, Write,
+};
+use crate::policy::{Effect, KeyPlacement, Provider, Route};
 use crate::problem::Problem;
+
+/// Who asks for the claim: an agent's request, or the proxy's own settler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Actor {
+    Agent,
+    Settler,
+}
+
+/// What a guarded request asks the claim for.
+pub struct Ask {
+    pub id: String,
+    /// The key and placement a new operation gets (from today's policy); an existing
+    /// operation keeps its own.
+    pub key: String,
+    pub placement: KeyPlacement,
+    pub fingerprint: Fingerprint,
+    /// The first attempt, sealed, kept with a new operation.
+    pub sealed: Vec<u8>,
+    pub actor: Actor,
+}
+
+/// An attempt the claim authorised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    pub fence: u64,
+    pub attempt: u32,
+    /// The first attempt of a new operation: send the request as it came. Otherwise repeat
+    /// the kept first request, with the operation's own key and placement.
+    pub first: bool,
+    pub key: String,
+    pub placement: Option<KeyPlacement>,
+}
 
 /// What the claim transaction decided, as the handler carries it out.
 pub enum Step {
-    Dispatch { fence: u64, attempt: u32 },
+    Dispatch(Claimed),
     Replay(StoredResponse),
     Wait,
     Reconcile,
@@ -23,58 +59,79 @@ pub enum Step {
 }
 
 /// Step 2 (ledger): read the operation, decide, and record the decision, in one commit.
+/// `now` is read inside the transaction, so no time passes between the decision and its write.
 pub async fn claim(
     app: &App,
     provider: &Provider,
     route: &Route,
-    id: &str,
-    key: &str,
-    fingerprint: &Fingerprint,
+    ask: Ask,
 ) -> Result<Step, Problem> {
-    let now = Timestamp::now();
-    let fence = app.ledger.fence();
+    let fences = app.ledger.fences();
     let rules = Rules::of(provider, route);
-    let fresh = Operation {
-        id: id.to_string(),
+    let id = ask.id.clone();
+    let names = Names {
         provider: provider.name.clone(),
         route: route.name.clone(),
         effect: route.effect,
-        state: State::InFlight,
-        fingerprint: fingerprint.hex.clone(),
-        fields: fingerprint.fields.clone(),
-        idempotency_key: key.to_string(),
-        attempts: 0,
-        created_at: now,
-        updated_at: now,
-        first_dispatched_at: None,
-        last_dispatched_at: None,
-        provider_request_id: None,
-        response: None,
-        error: None,
-        fence: 0,
-        approval: Approval::NotRequired,
     };
     let decided = app
         .ledger
-        .update(id, move |existing| {
+        .update(&id, move |existing| {
+            let now = Timestamp::now();
+            let fresh = fresh(&ask, names, now);
             let intent = Intent {
                 fingerprint: &fresh.fingerprint,
                 fields: &fresh.fields,
             };
             let decision = decide(existing.as_ref(), intent, rules, now);
-            transition(existing, fresh, decision, fence, now)
+            let fence = if decision.claims() { fences.next() } else { 0 };
+            let sealed = ask.sealed;
+            transition(existing, fresh, sealed, decision, fence, ask.actor, now)
         })
         .await
         .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?;
     match decided {
         Decided::Step(step) => Ok(step),
-        Decided::Replay => match app.ledger.response(id).await {
+        Decided::Replay => match app.ledger.response(&id).await {
             Ok(Some(stored)) => Ok(Step::Replay(stored)),
             Ok(None) => Err(Problem::LedgerUnavailable(
                 "the stored response is missing".into(),
             )),
             Err(e) => Err(Problem::LedgerUnavailable(e.to_string())),
         },
+    }
+}
+
+/// What a new operation records of its route.
+struct Names {
+    provider: String,
+    route: String,
+    effect: Effect,
+}
+
+/// The record of a new operation, before its first claim.
+fn fresh(ask: &Ask, names: Names, now: Timestamp) -> Operation {
+    Operation {
+        id: ask.id.clone(),
+        provider: names.provider,
+        route: names.route,
+        effect: names.effect,
+        state: State::InFlight,
+        fingerprint: ask.fingerprint.hex.clone(),
+        fields: ask.fingerprint.fields.clone(),
+        idempotency_key: ask.key.clone(),
+        key_placement: Some(ask.placement.clone()),
+        attempts: 0,
+        created_at: now,
+        updated_at: now,
+        first_dispatched_at: None,
+        last_dispatched_at: None,
+        maybe_effect_at: None,
+        provider_request_id: None,
+        response: None,
+        error: None,
+        fence: 0,
+        approval: Approval::NotRequired,
     }
 }
 
@@ -88,8 +145,10 @@ enum Decided {
 fn transition(
     existing: Option<Operation>,
     fresh: Operation,
+    sealed: Vec<u8>,
     decision: Decision,
     fence: u64,
+    actor: Actor,
     now: Timestamp,
 ) -> (Option<Write>, Decided) {
     let event = |kind, attempt, detail: String| Event {
@@ -103,10 +162,14 @@ fn transition(
         (Decision::Create, _) => {
             let op = claimed(fresh, fence, now);
             let ev = event(EventKind::Claimed, 1, "attempt 1: new operation".into());
-            (
-                Some(write(op, vec![ev])),
-                Decided::Step(Step::Dispatch { fence, attempt: 1 }),
-            )
+            let step = Step::Dispatch(Claimed {
+                fence,
+                attempt: 1,
+                first: true,
+                key: op.idempotency_key.clone(),
+                placement: op.key_placement.clone(),
+            });
+            (Some(keeping(op, ev, sealed)), Decided::Step(step))
         }
         (Decision::Prepare, _) => {
             let op = Operation {
@@ -119,10 +182,8 @@ fn transition(
                 0,
                 "waiting for an operator's approval".into(),
             );
-            (
-                Some(write(op, vec![ev])),
-                Decided::Step(Step::Refuse(Problem::AwaitingApproval, State::Prepared)),
-            )
+            let step = Step::Refuse(Problem::AwaitingApproval, State::Prepared);
+            (Some(keeping(op, ev, sealed)), Decided::Step(step))
         }
         (Decision::Conflict(fields), Some(op)) => {
             let state = op.state;
@@ -133,7 +194,7 @@ fn transition(
             let ev = event(EventKind::Conflict, op.attempts, detail);
             let problem = Problem::ParameterMismatch { fields };
             (
-                Some(write(op, vec![ev])),
+                Some(Write::of(op, vec![ev])),
                 Decided::Step(Step::Refuse(problem, state)),
             )
         }
@@ -143,17 +204,25 @@ fn transition(
                 op.attempts,
                 "answered from the ledger".into(),
             );
-            (Some(write(op, vec![ev])), Decided::Replay)
+            (Some(Write::of(op, vec![ev])), Decided::Replay)
         }
         (Decision::Resend(why), Some(op)) => {
             let attempt = op.attempts + 1;
-            let detail = format!("attempt {attempt}: {}", resend_reason(why));
+            let by = match actor {
+                Actor::Agent => "",
+                Actor::Settler => " (by the settler)",
+            };
+            let detail = format!("attempt {attempt}{by}: {}", resend_reason(why));
             let op = claimed(op, fence, now);
             let ev = event(EventKind::Claimed, attempt, detail);
-            (
-                Some(write(op, vec![ev])),
-                Decided::Step(Step::Dispatch { fence, attempt }),
-            )
+            let step = Step::Dispatch(Claimed {
+                fence,
+                attempt,
+                first: false,
+                key: op.idempotency_key.clone(),
+                placement: op.key_placement.clone(),
+            });
+            (Some(Write::of(op, vec![ev])), Decided::Step(step))
         }
         (Decision::AwaitApproval, _) => refuse(Problem::AwaitingApproval, State::Prepared),
         (Decision::Rejected, op) => {
@@ -168,6 +237,14 @@ fn transition(
             Problem::LedgerUnavailable("inconsistent decision".into()),
             State::Unknown,
         ),
+    }
+}
+
+/// A new operation's write, with its sealed first request kept beside it.
+fn keeping(op: Operation, event: Event, sealed: Vec<u8>) -> Write {
+    Write {
+        request: RequestChange::Store(sealed),
+        ..Write::of(op, vec![event])
     }
 }
 
@@ -191,14 +268,6 @@ pub fn claimed(op: Operation, fence: u64, now: Timestamp) -> Operation {
         last_dispatched_at: Some(now),
         error: None,
         ..op
-    }
-}
-
-fn write(op: Operation, events: Vec<Event>) -> Write {
-    Write {
-        op,
-        events,
-        response: None,
     }
 }
 
@@ -233,30 +302,53 @@ mod tests {
         }
     }
 
+    const SEALED: &[u8] = b"sealed first request";
+
+    fn run(
+        existing: Option<Operation>,
+        decision: Decision,
+        fence: u64,
+    ) -> (Option<Write>, Decided) {
+        transition(
+            existing,
+            fresh(),
+            SEALED.to_vec(),
+            decision,
+            fence,
+            Actor::Agent,
+            NOW,
+        )
+    }
+
     fn kinds(write: &Write) -> Vec<EventKind> {
         write.events.iter().map(|e| e.kind).collect()
     }
 
     #[test]
     fn create_claims_attempt_one_under_the_fence() {
-        let (write, decided) = transition(None, fresh(), Decision::Create, 42, NOW);
+        let (write, decided) = run(None, Decision::Create, 42);
         let write = write.expect("a claim is written");
         assert_eq!(write.op.state, State::InFlight);
         assert_eq!((write.op.attempts, write.op.fence), (1, 42));
         assert_eq!(write.op.first_dispatched_at, Some(NOW));
         assert_eq!(kinds(&write), [EventKind::Claimed]);
-        assert!(matches!(
-            decided,
-            Decided::Step(Step::Dispatch {
-                fence: 42,
-                attempt: 1
-            })
-        ));
+        assert_eq!(
+            write.request,
+            RequestChange::Store(SEALED.to_vec()),
+            "kept with the claim"
+        );
+        let Decided::Step(Step::Dispatch(claimed)) = decided else {
+            panic!("a new operation is dispatched");
+        };
+        assert_eq!(
+            (claimed.fence, claimed.attempt, claimed.first),
+            (42, 1, true)
+        );
     }
 
     #[test]
     fn prepare_records_a_pending_gate_and_sends_nothing() {
-        let (write, decided) = transition(None, fresh(), Decision::Prepare, 42, NOW);
+        let (write, decided) = run(None, Decision::Prepare, 42);
         let write = write.expect("the prepared operation is written");
         assert_eq!(
             (write.op.state, write.op.approval),
@@ -264,6 +356,11 @@ mod tests {
         );
         assert_eq!(write.op.fence, 0);
         assert_eq!(kinds(&write), [EventKind::Prepared]);
+        assert_eq!(
+            write.request,
+            RequestChange::Store(SEALED.to_vec()),
+            "kept for the approved send"
+        );
         assert!(matches!(
             decided,
             Decided::Step(Step::Refuse(Problem::AwaitingApproval, State::Prepared))
@@ -273,13 +370,7 @@ mod tests {
     #[test]
     fn resend_keeps_the_first_dispatch_and_counts_the_attempt() {
         let op = stored(State::Failed);
-        let (write, decided) = transition(
-            Some(op),
-            fresh(),
-            Decision::Resend(Resend::AfterFailure),
-            7,
-            NOW,
-        );
+        let (write, decided) = run(Some(op), Decision::Resend(Resend::AfterFailure), 7);
         let write = write.expect("the new claim is written");
         assert_eq!(
             (write.op.state, write.op.attempts, write.op.fence),
@@ -293,20 +384,29 @@ mod tests {
         assert_eq!(write.op.last_dispatched_at, Some(NOW));
         assert_eq!(write.op.error, None);
         assert_eq!(write.events[0].attempt, 2);
-        assert!(matches!(
-            decided,
-            Decided::Step(Step::Dispatch {
-                fence: 7,
-                attempt: 2
-            })
-        ));
+        assert_eq!(
+            write.request,
+            RequestChange::Keep,
+            "the first request stays as kept"
+        );
+        let Decided::Step(Step::Dispatch(claimed)) = decided else {
+            panic!("a re-send is dispatched");
+        };
+        assert_eq!(
+            (claimed.fence, claimed.attempt, claimed.first),
+            (7, 2, false)
+        );
+        assert_eq!(
+            claimed.key, "k",
+            "the operation's own key, not today's policy's"
+        );
     }
 
     #[test]
     fn conflicts_and_replays_only_add_history() {
         let op = stored(State::Succeeded);
         let conflict = Decision::Conflict(vec!["amount".into()]);
-        let (write, decided) = transition(Some(op.clone()), fresh(), conflict, 7, NOW);
+        let (write, decided) = run(Some(op.clone()), conflict, 7);
         let write = write.expect("the conflict is noted");
         assert_eq!(write.op, op, "the operation itself is unchanged");
         assert_eq!(kinds(&write), [EventKind::Conflict]);
@@ -319,7 +419,7 @@ mod tests {
             ))
         ));
 
-        let (write, decided) = transition(Some(op.clone()), fresh(), Decision::Replay, 7, NOW);
+        let (write, decided) = run(Some(op.clone()), Decision::Replay, 7);
         let write = write.expect("the replay is noted");
         assert_eq!(write.op, op);
         assert_eq!(kinds(&write), [EventKind::Replayed]);
@@ -334,18 +434,12 @@ mod tests {
             Decision::AwaitApproval,
             Decision::Reconcile,
         ] {
-            let (write, _) = transition(
-                Some(stored(State::Unknown)),
-                fresh(),
-                decision.clone(),
-                7,
-                NOW,
-            );
+            let (write, _) = run(Some(stored(State::Unknown)), decision.clone(), 7);
             assert!(write.is_none(), "{decision:?}");
         }
         let mut rejected = stored(State::Failed);
         rejected.error = Some("not this customer".into());
-        let (write, decided) = transition(Some(rejected), fresh(), Decision::Rejected, 7, NOW);
+        let (write, decided) = run(Some(rejected), Decision::Rejected, 7);
         assert!(write.is_none());
         let Decided::Step(Step::Refuse(Problem::OperationRejected { reason }, State::Failed)) =
             decided

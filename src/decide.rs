@@ -19,6 +19,8 @@ pub struct Rules {
     pub dedupe: Dedupe,
     pub approval: Approval,
     pub key_retention: Duration,
+    /// The provider's `timeout`: how long a re-send may take to reach it.
+    pub timeout: Duration,
     pub reconcile: bool,
 }
 
@@ -29,6 +31,7 @@ impl Rules {
             dedupe: provider.dedupe,
             approval: route.approval,
             key_retention: provider.key_retention,
+            timeout: provider.timeout,
             reconcile: route.reconcile.is_some(),
         }
     }
@@ -64,6 +67,13 @@ pub enum Decision {
     Reconcile,
     /// `unknown`, nothing may be sent: 202 `outcome-unknown`.
     Hold,
+}
+
+impl Decision {
+    /// Whether carrying this decision out claims an attempt (and so takes a fencing token).
+    pub fn claims(&self) -> bool {
+        matches!(self, Decision::Create | Decision::Resend(_))
+    }
 }
 
 /// Why an existing operation may be sent again.
@@ -110,9 +120,11 @@ fn decide_unknown(op: &Operation, rules: Rules, now: Timestamp) -> Decision {
     if rules.effect == Effect::Idempotent {
         return Decision::Resend(Resend::Idempotent);
     }
-    // The key was first visible to the provider when the first claim was committed.
+    // The key was first visible to the provider when the first claim was committed, and a
+    // re-send decided now may take up to `timeout` to reach it: it must land inside the window.
     let first_seen = op.first_dispatched_at.unwrap_or(op.created_at);
-    if rules.dedupe == Dedupe::Key && now < first_seen.plus(rules.key_retention) {
+    let lands_by = now.plus(rules.timeout);
+    if rules.dedupe == Dedupe::Key && lands_by < first_seen.plus(rules.key_retention) {
         return Decision::Resend(Resend::WithinKeyRetention);
     }
     if rules.reconcile {
@@ -135,6 +147,7 @@ mod tests {
             dedupe: Dedupe::Key,
             approval: Approval::None,
             key_retention: Duration::from_secs(3600),
+            timeout: Duration::from_secs(30),
             reconcile: false,
         }
     }
@@ -235,11 +248,12 @@ mod tests {
     }
 
     #[test]
-    fn unknown_resends_only_inside_key_retention() {
+    fn unknown_resends_only_if_it_lands_inside_key_retention() {
         let f = fields("100");
         let o = op(State::Unknown);
-        let inside = T0.plus(Duration::from_secs(3599));
-        let outside = T0.plus(Duration::from_secs(3600));
+        // Retention 3600 s, timeout 30 s: a re-send decided at 3569 s lands by 3599 s.
+        let inside = T0.plus(Duration::from_secs(3569));
+        let outside = T0.plus(Duration::from_secs(3570));
         assert_eq!(
             decide(Some(&o), same(&f), rules(), inside),
             Decision::Resend(Resend::WithinKeyRetention)

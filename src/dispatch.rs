@@ -14,7 +14,7 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, h
 
 use crate::app::App;
 use crate::clock::Timestamp;
-use crate::ledger::{Event, EventKind, State, StoredResponse, Write};
+use crate::ledger::{Event, EventKind, Operation, RequestChange, State, StoredResponse, Write};
 use crate::policy::{Outcome, Provider};
 use crate::problem::{Context, Problem};
 use crate::proxy::{ProxyBody, Unbuffered, collect_limited, full};
@@ -45,7 +45,11 @@ pub struct Exchange {
     pub id: String,
     pub fence: u64,
     pub attempt: u32,
-    pub outgoing: Outgoing,
+    /// The request to send; `Err` when it could not be built (nothing is sent, and the
+    /// attempt is recorded as never having reached the provider).
+    pub outgoing: Result<Outgoing, String>,
+    /// Who sent it, for the `provider.requested` event ("settler" for the proxy's own).
+    pub by_settler: bool,
 }
 
 /// What came back from the provider.
@@ -68,16 +72,23 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
     };
     let sent_at = Timestamp::now();
     let started = Instant::now();
-    let fetched = fetch(app, provider, &ex.outgoing).await;
-    app.metrics.upstream(&provider.name, started.elapsed());
+    let fetched = match &ex.outgoing {
+        Ok(outgoing) => {
+            let fetched = fetch(app, provider, outgoing).await;
+            app.metrics.upstream(&provider.name, started.elapsed());
+            fetched
+        }
+        Err(why) => Err(SendError::Connect(format!(
+            "the request could not be built: {why}"
+        ))),
+    };
     let record = Record::of(provider, &ex, sent_at, &fetched);
-    let state = record.state;
-    let recorded = persist(app, &ex, record).await;
+    let recorded = persist(app, provider, &ex, record).await;
     // Wake duplicates waiting on this operation; they re-read the ledger. No receiver: fine.
     let _ = app.completions.send(Arc::from(ex.id.as_str()));
-    match recorded {
-        Ok(true) => {}
-        Ok(false) => {
+    let state = match recorded {
+        Ok(Some(state)) => state,
+        Ok(None) => {
             tracing::warn!(operation = %ex.id, "a newer claim owns this operation; this attempt's result was not written");
             return crate::guard::refusal(Problem::OutcomeUnknown, &ctx);
         }
@@ -85,14 +96,15 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
             tracing::error!(operation = %ex.id, error = %e, "the provider answered but the ledger could not record it");
             return crate::guard::refusal(Problem::OutcomeUnknown, &ctx);
         }
-    }
+    };
     ctx.state = Some(state);
     if state == State::Unknown {
         app.escalate(&provider.name, &ex.route, &ex.id);
     }
     match fetched {
         Ok(answer) => first_answer(answer, &ctx),
-        Err(SendError::Connect(why)) => {
+        // Safe to retry only if no attempt of the operation may have taken effect.
+        Err(SendError::Connect(why)) if state == State::Failed => {
             crate::guard::refusal(Problem::UpstreamUnreachable(why), &ctx)
         }
         Err(_) => crate::guard::refusal(Problem::OutcomeUnknown, &ctx),
@@ -161,11 +173,7 @@ impl Record {
                     Outcome::Unknown => State::Unknown,
                 };
                 let mut events = vec![
-                    event(
-                        sent_at,
-                        EventKind::ProviderRequested,
-                        format!("attempt {} sent", ex.attempt),
-                    ),
+                    event(sent_at, EventKind::ProviderRequested, sent(ex)),
                     event(
                         now,
                         EventKind::ProviderResponded,
@@ -212,15 +220,19 @@ impl Record {
                 error: Some(e.to_string()),
                 request_id: None,
                 events: vec![
-                    event(
-                        sent_at,
-                        EventKind::ProviderRequested,
-                        format!("attempt {} sent", ex.attempt),
-                    ),
+                    event(sent_at, EventKind::ProviderRequested, sent(ex)),
                     event(now, EventKind::Unknown, e.to_string()),
                 ],
             },
         }
+    }
+}
+
+/// The `provider.requested` detail: which attempt, and who sent it.
+fn sent(ex: &Exchange) -> String {
+    match ex.by_settler {
+        true => format!("attempt {} sent by the settler", ex.attempt),
+        false => format!("attempt {} sent", ex.attempt),
     }
 }
 
@@ -254,38 +266,97 @@ fn request_id(provider: &Provider, headers: &HeaderMap) -> Option<String> {
     Some(value.chars().take(200).collect())
 }
 
-/// Writes the result, only if this attempt still owns the claim. `Ok(false)`: superseded.
+/// Writes the result, only if this attempt still owns the claim; returns the state written
+/// (`None`: superseded by a newer claim, nothing written).
 async fn persist(
     app: &App,
+    provider: &Provider,
     ex: &Exchange,
     record: Record,
-) -> Result<bool, crate::ledger::LedgerError> {
+) -> Result<Option<State>, crate::ledger::LedgerError> {
     let fence = ex.fence;
-    let now = Timestamp::now();
+    let timeout = provider.timeout;
     // Hashed here, not in the closure: that runs on the ledger's single writer thread.
     let meta = record.response.as_ref().map(StoredResponse::meta);
     app.ledger
         .update(&ex.id, move |existing| match existing {
             Some(op) if op.fence == fence && op.state == State::InFlight => {
-                let op = crate::ledger::Operation {
-                    state: record.state,
-                    updated_at: now,
-                    fence: 0,
-                    response: meta,
-                    error: record.error,
-                    provider_request_id: record.request_id.or(op.provider_request_id),
-                    ..op
-                };
-                let write = Write {
-                    op,
-                    events: record.events,
-                    response: record.response,
-                };
-                (Some(write), true)
+                let now = Timestamp::now();
+                let write = settle(op, record, meta, timeout, now);
+                let state = write.op.state;
+                (Some(write), Some(state))
             }
-            _ => (None, false),
+            _ => (None, None),
         })
         .await
+}
+
+/// The write of an attempt's result on the operation `op` that it claimed. Pure.
+///
+/// An attempt that ended unknown marks the operation as one whose effect may have happened,
+/// as late as it could have reached the provider. Once so marked, a later attempt's failure
+/// proves only that *that* attempt did nothing: the operation stays `unknown` (key retention
+/// still counted from the first dispatch) until reconciliation or an operator settles it.
+fn settle(
+    op: Operation,
+    mut record: Record,
+    meta: Option<crate::ledger::ResponseMeta>,
+    timeout: std::time::Duration,
+    now: Timestamp,
+) -> Write {
+    let dispatched = op.last_dispatched_at.unwrap_or(op.created_at);
+    let mut maybe_effect_at = op.maybe_effect_at;
+    let state = match record.state {
+        State::Unknown => {
+            maybe_effect_at = Some(now.max(dispatched.plus(timeout)));
+            State::Unknown
+        }
+        State::Failed if maybe_effect_at.is_some() => {
+            let why = record.error.take().unwrap_or_else(|| "it failed".into());
+            let detail = format!(
+                "attempt {} did nothing ({why}), but an earlier attempt may have taken effect: the operation stays unknown",
+                op.attempts
+            );
+            record
+                .events
+                .retain(|e| e.kind != EventKind::ResultPersisted);
+            record.events.push(Event {
+                at: now,
+                kind: EventKind::Unknown,
+                attempt: op.attempts,
+                detail: detail.clone(),
+            });
+            record.events.push(Event {
+                at: now,
+                kind: EventKind::ResultPersisted,
+                attempt: op.attempts,
+                detail: State::Unknown.as_str().into(),
+            });
+            record.error = Some(detail);
+            State::Unknown
+        }
+        state => state,
+    };
+    let request = match state {
+        State::Succeeded => RequestChange::Erase,
+        _ => RequestChange::Keep,
+    };
+    let op = Operation {
+        state,
+        updated_at: now,
+        fence: 0,
+        response: meta,
+        error: record.error,
+        maybe_effect_at,
+        provider_request_id: record.request_id.or(op.provider_request_id),
+        ..op
+    };
+    Write {
+        op,
+        events: record.events,
+        response: record.response,
+        request,
+    }
 }
 
 /// The provider's own answer, with the operation's headers.

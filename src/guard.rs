@@ -16,11 +16,12 @@ use hyper::body::Incoming;
 use tokio::sync::broadcast;
 
 use crate::app::App;
-use crate::body::{self, Body};
-use crate::claim::{Step, claim};
+use crate::body;
+use crate::claim::{Actor, Ask, Claimed, Step, claim};
 use crate::dispatch::{self, Outgoing};
 use crate::fingerprint::{self, Fingerprint};
 use crate::identity;
+use crate::kept::{KeptRequest, place_key};
 use crate::ledger::{Operation, State, StoredResponse};
 use crate::policy::{Captures, KeyPlacement, OnMissingId, Provider, Route};
 use crate::problem::{Context, Problem};
@@ -33,17 +34,23 @@ pub type Answer = (Response<ProxyBody>, &'static str);
 
 /// A guarded request whose body has been read: identified, or let through unguarded.
 enum Identity {
-    Op(Identified),
+    Op(Box<Identified>),
     /// No template applies and `on_missing_id = "pass"`.
-    Pass(Outgoing),
+    Pass(Box<Outgoing>),
 }
 
 /// A guarded request whose operation is identified.
 struct Identified {
     id: String,
+    /// The key a new operation gets, placed where today's policy says.
     key: String,
+    placement: KeyPlacement,
     fingerprint: Fingerprint,
-    outgoing: Outgoing,
+    /// The request as it came, cleaned, without a key: the base of a re-send whose first
+    /// request is no longer kept, and the source of the caller's headers for any re-send.
+    plain: Outgoing,
+    /// The request with the new key in place: what attempt 1 sends.
+    first: Outgoing,
 }
 
 /// Serves one request on `route`, a guarded route matched by `target`.
@@ -80,10 +87,10 @@ async fn run(
     let provider = target.provider;
     let (parts, bytes) = read_body(req, app.config.limits.max_request_body).await?;
     let op = match identify(provider, route, target, captures, parts, bytes)? {
-        Identity::Op(op) => op,
+        Identity::Op(op) => *op,
         Identity::Pass(outgoing) => {
             return Ok((
-                dispatch::unguarded(app, provider, outgoing).await,
+                dispatch::unguarded(app, provider, *outgoing).await,
                 "passthrough",
             ));
         }
@@ -94,7 +101,10 @@ async fn run(
         route: route.name.clone(),
         captures: captures.clone(),
     };
-    match detached(app, names, op).await? {
+    let sealed = KeptRequest::of(&op.first)
+        .seal(&app.secret, &op.id)
+        .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?;
+    match detached(app, names, op, sealed).await? {
         Next::Sent(resp) => Ok((resp, "forwarded")),
         Next::Replay(stored) => Ok((
             replay(stored, &ctx.with_state(State::Succeeded)),
@@ -145,11 +155,16 @@ enum Next {
 /// would leave the operation `in_flight` with nothing sent, refusing every replay as
 /// `in-flight` and, after a restart, holding it as `unknown`. So the claim and the attempt
 /// it allows (or the reconciliation it asks for) run together, to their end.
-async fn detached(app: &Arc<App>, names: Names, op: Identified) -> Result<Next, Problem> {
+async fn detached(
+    app: &Arc<App>,
+    names: Names,
+    op: Identified,
+    sealed: Vec<u8>,
+) -> Result<Next, Problem> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let task_app = app.clone();
     app.background.spawn(async move {
-        let _ = tx.send(claim_and_send(&task_app, &names, op).await);
+        let _ = tx.send(claim_and_send(&task_app, &names, op, sealed).await);
     });
     rx.await.unwrap_or_else(|_| {
         Err(Problem::LedgerUnavailable(
@@ -158,12 +173,23 @@ async fn detached(app: &Arc<App>, names: Names, op: Identified) -> Result<Next, 
     })
 }
 
-async fn claim_and_send(app: &Arc<App>, names: &Names, op: Identified) -> Result<Next, Problem> {
+async fn claim_and_send(
+    app: &Arc<App>,
+    names: &Names,
+    op: Identified,
+    sealed: Vec<u8>,
+) -> Result<Next, Problem> {
     let (provider, route) = names.lookup(app)?;
-    match claim(app, provider, route, &op.id, &op.key, &op.fingerprint).await? {
-        Step::Dispatch { fence, attempt } => Ok(Next::Sent(
-            send(app, provider, names, op, fence, attempt).await,
-        )),
+    let ask = Ask {
+        id: op.id.clone(),
+        key: op.key.clone(),
+        placement: op.placement.clone(),
+        fingerprint: op.fingerprint.clone(),
+        sealed,
+        actor: Actor::Agent,
+    };
+    match claim(app, provider, route, ask).await? {
+        Step::Dispatch(claimed) => Ok(Next::Sent(send(app, provider, names, op, claimed).await)),
         Step::Reconcile => reconcile(app, provider, route, names, op).await,
         Step::Replay(stored) => Ok(Next::Replay(stored)),
         Step::Wait => Ok(Next::Wait),
@@ -185,14 +211,13 @@ async fn reconcile(
         route,
         &names.captures,
         &op.id,
-        &op.key,
-        &op.outgoing.headers,
+        &op.plain.headers,
     )
     .await;
     Ok(match verdict {
         crate::reconcile::Verdict::Found(stored) => Next::Replay(stored),
-        crate::reconcile::Verdict::Resend { fence, attempt } => {
-            Next::Sent(send(app, provider, names, op, fence, attempt).await)
+        crate::reconcile::Verdict::Resend(claimed) => {
+            Next::Sent(send(app, provider, names, op, claimed).await)
         }
         crate::reconcile::Verdict::Unknown => Next::Refuse(Problem::OutcomeUnknown, State::Unknown),
     })
@@ -204,17 +229,50 @@ async fn send(
     provider: &Provider,
     names: &Names,
     op: Identified,
-    fence: u64,
-    attempt: u32,
+    claimed: Claimed,
 ) -> Response<ProxyBody> {
+    let id = op.id.clone();
+    let outgoing = match claimed.first {
+        true => Ok(op.first),
+        false => resend_request(app, provider, &id, op.plain, &claimed).await,
+    };
     let exchange = dispatch::Exchange {
         route: names.route.clone(),
-        id: op.id,
-        fence,
-        attempt,
-        outgoing: op.outgoing,
+        id,
+        fence: claimed.fence,
+        attempt: claimed.attempt,
+        outgoing,
+        by_settler: false,
     };
     dispatch::run(app, provider, exchange).await
+}
+
+/// A later attempt of operation `id`: its kept first request (method, path, query, body)
+/// with the caller's current `headers` and the operation's own key where it first went; if
+/// nothing is kept (an operation recorded before requests were kept), the current request
+/// with the operation's own key.
+pub async fn resend_request(
+    app: &App,
+    provider: &Provider,
+    id: &str,
+    plain: Outgoing,
+    claimed: &Claimed,
+) -> Result<Outgoing, String> {
+    let placement = claimed.placement.as_ref().unwrap_or(&provider.key);
+    let sealed = app
+        .ledger
+        .kept_request(id)
+        .await
+        .map_err(|e| e.to_string())?;
+    match sealed {
+        Some(sealed) => match KeptRequest::open(&app.secret, id, &sealed) {
+            Some(kept) => kept.resend(provider, plain.headers, &claimed.key, Some(placement)),
+            None => Err(
+                "the kept first request cannot be opened with this installation's secret".into(),
+            ),
+        },
+        None => place_key(plain, &claimed.key, placement),
+    }
 }
 
 /// Step 1: the body, buffered up to `max_request_body`.
@@ -271,7 +329,8 @@ fn identify(
         Err(invalid) => return Err(Problem::InvalidBody(invalid.0)),
         Ok(Ok(rendered)) => rendered,
         Ok(Err(_)) if route.on_missing_id == OnMissingId::Pass => {
-            return outgoing(provider, target, parts, &parsed, bytes, None).map(Identity::Pass);
+            let plain = outgoing(provider, target, parts, bytes)?;
+            return Ok(Identity::Pass(Box::new(plain)));
         }
         Ok(Err(missing)) => return Err(Problem::MissingOperationId { missing }),
     };
@@ -281,53 +340,33 @@ fn identify(
         }
     })?;
     let key = identity::key(&id, provider.key_format);
-    let outgoing = outgoing(provider, target, parts, &parsed, bytes, Some(&key))?;
-    Ok(Identity::Op(Identified {
+    let plain = outgoing(provider, target, parts, bytes)?;
+    let first = place_key(plain.clone(), &key, &provider.key).map_err(Problem::InvalidBody)?;
+    Ok(Identity::Op(Box::new(Identified {
         id,
         key,
+        placement: provider.key.clone(),
         fingerprint,
-        outgoing,
-    }))
+        plain,
+        first,
+    })))
 }
 
-/// Step 3 prepared in advance: control and hop-by-hop headers removed, the key injected.
+/// Step 3 prepared in advance: the provider's URL, control and hop-by-hop headers removed.
 fn outgoing(
     provider: &Provider,
     target: &Target<'_>,
     mut parts: Parts,
-    parsed: &Body,
     bytes: Bytes,
-    key: Option<&str>,
 ) -> Result<Outgoing, Problem> {
     let uri = upstream::target_uri(provider, &target.rel_path, parts.uri.query())
         .map_err(|e| Problem::InvalidBody(format!("the request path is not valid: {e}")))?;
     upstream::outbound_headers(&mut parts.headers, provider);
-    let body = match (&provider.key, key) {
-        (_, None) => bytes,
-        (KeyPlacement::Header(name), Some(key)) => {
-            let value = HeaderValue::from_str(key).map_err(|_| {
-                Problem::InvalidBody("the idempotency key is not a valid header value".into())
-            })?;
-            parts.headers.insert(name.clone(), value);
-            bytes
-        }
-        (KeyPlacement::JsonField(pointer), Some(key)) => {
-            let Body::Json(value) = parsed else {
-                return Err(Problem::InvalidBody(format!(
-                    "the provider takes its idempotency key in the JSON body at {pointer}, but the body is not JSON"
-                )));
-            };
-            let injected = identity::inject_json_key(value, pointer, key)
-                .map_err(|e| Problem::InvalidBody(e.0))?;
-            parts.headers.remove(header::CONTENT_LENGTH);
-            injected
-        }
-    };
     Ok(Outgoing {
         method: parts.method,
         uri,
         headers: parts.headers,
-        body,
+        body: bytes,
     })
 }
 

@@ -30,7 +30,7 @@ use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
 use sha2::{Digest, Sha256};
 
 use crate::clock::Timestamp;
-use crate::policy::Effect;
+use crate::policy::{Effect, KeyPlacement};
 use store::{Fault, PruneBatch, Tables};
 use writer::{Job, PruneJob, Reply, UpdateJob, Writer};
 
@@ -102,12 +102,22 @@ pub struct Operation {
     /// Field path -> short hash of its value, to name differing fields in a conflict.
     pub fields: BTreeMap<String, String>,
     pub idempotency_key: String,
+    /// Where the key travels, as the first attempt sent it (header or JSON body field);
+    /// every re-send and lookup uses this, whatever the policy says today. `None` only for
+    /// operations written before it was recorded.
+    pub key_placement: Option<KeyPlacement>,
     pub attempts: u32,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     /// When the first claim was committed: the earliest moment the provider could see the key.
     pub first_dispatched_at: Option<Timestamp>,
     pub last_dispatched_at: Option<Timestamp>,
+    /// Set once an attempt may have taken effect (it ended unknown, or its process died): the
+    /// latest moment that attempt could have reached the provider (the later of the recorded
+    /// unknown and its dispatch plus the provider's `timeout`; for an orphan, the orphaning).
+    /// While set, a later attempt's failure proves nothing about the earlier one: the
+    /// operation stays `unknown`. Cleared only when reconciliation proves absence.
+    pub maybe_effect_at: Option<Timestamp>,
     pub provider_request_id: Option<String>,
     pub response: Option<ResponseMeta>,
     pub error: Option<String>,
@@ -131,11 +141,13 @@ impl Operation {
             fingerprint: "f00d".to_owned(),
             fields: BTreeMap::new(),
             idempotency_key: "k".to_owned(),
+            key_placement: None,
             attempts: 1,
             created_at: at,
             updated_at: at,
             first_dispatched_at: Some(at),
             last_dispatched_at: Some(at),
+            maybe_effect_at: None,
             provider_request_id: None,
             response: None,
             error: None,
@@ -250,6 +262,34 @@ pub struct Write {
     pub events: Vec<Event>,
     /// Replaces the stored response when `Some`.
     pub response: Option<StoredResponse>,
+    /// What happens to the kept first request (sealed; see `RequestChange`).
+    pub request: RequestChange,
+}
+
+impl Write {
+    /// A write of `op` and `events` that leaves the stored response and kept request as they are.
+    pub fn of(op: Operation, events: Vec<Event>) -> Write {
+        Write {
+            op,
+            events,
+            response: None,
+            request: RequestChange::Keep,
+        }
+    }
+}
+
+/// The kept first request of an operation: sealed bytes (method, URI, content type, body of
+/// attempt 1, encrypted with the installation secret; never credentials), kept while the
+/// operation may be sent again so that every re-send is byte-identical (SPEC section 8).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum RequestChange {
+    /// Leave it as it is.
+    #[default]
+    Keep,
+    /// Keep these sealed bytes (the first claim or preparation).
+    Store(Vec<u8>),
+    /// Erase it: the operation became final (succeeded, rejected, resolved).
+    Erase,
 }
 
 /// Filters of `GET /ops`; `None` matches all.
@@ -320,9 +360,34 @@ pub struct Ledger {
 struct Inner {
     db: Arc<Database>,
     writer: Writer,
-    epoch: u64,
-    next_fence: AtomicU64,
+    fences: Fences,
     fail_writes: bool,
+}
+
+/// Issues fencing tokens; a cheap `Clone`, so an `update` closure can take a token only when
+/// it writes a claim.
+#[derive(Clone)]
+pub struct Fences {
+    inner: Arc<(u64, AtomicU64)>,
+}
+
+impl Fences {
+    /// A source whose first token is `first` (epoch 0), for unit tests.
+    #[cfg(test)]
+    pub(crate) fn starting_at(first: u64) -> Fences {
+        Fences {
+            inner: Arc::new((0, AtomicU64::new(first))),
+        }
+    }
+
+    /// A fresh, non-zero fencing token, unique across restarts: the boot epoch (persisted and
+    /// bumped at every open) in the high 32 bits, an in-process counter in the low 32 bits.
+    /// Unique for the first 2^32 tokens of a process; only written claims take one.
+    pub fn next(&self) -> u64 {
+        let (epoch, counter) = &*self.inner;
+        let n = counter.fetch_add(1, Ordering::Relaxed);
+        (epoch << 32) | (n & 0xFFFF_FFFF)
+    }
 }
 
 /// The error and event detail of an operation found `in_flight` at start.
@@ -352,8 +417,9 @@ impl Ledger {
         let inner = Inner {
             db,
             writer,
-            epoch,
-            next_fence: AtomicU64::new(1),
+            fences: Fences {
+                inner: Arc::new((epoch, AtomicU64::new(1))),
+            },
             fail_writes: opts.fail_writes || fault_injected(),
         };
         let ledger = Ledger {
@@ -362,12 +428,14 @@ impl Ledger {
         Ok((ledger, orphaned))
     }
 
-    /// A fresh, non-zero fencing token, unique across restarts: the boot epoch (persisted and
-    /// bumped at every open) in the high 32 bits, an in-process counter in the low 32 bits.
-    /// Unique for the first 2^32 tokens of a process.
+    /// A fresh fencing token (see `Fences::next`).
     pub fn fence(&self) -> u64 {
-        let n = self.inner.next_fence.fetch_add(1, Ordering::Relaxed);
-        (self.inner.epoch << 32) | (n & 0xFFFF_FFFF)
+        self.inner.fences.next()
+    }
+
+    /// The token source, for an `update` closure that takes a token only if it claims.
+    pub fn fences(&self) -> Fences {
+        self.inner.fences.clone()
     }
 
     /// Reads the operation `id`, calls `f` with it and applies the `Write` it returns, in one
@@ -399,6 +467,12 @@ impl Ledger {
     pub async fn events(&self, id: &str) -> Result<Vec<Event>, LedgerError> {
         let id = id.to_owned();
         self.read(move |txn| store::events(txn, &id)).await
+    }
+
+    /// The sealed first request kept for `id` (see `RequestChange`), if any.
+    pub async fn kept_request(&self, id: &str) -> Result<Option<Vec<u8>>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| store::kept_request(txn, &id)).await
     }
 
     /// The response stored for `id`, exactly as it will be replayed.

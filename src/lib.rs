@@ -8,6 +8,7 @@
 //! - `body`: a buffered request body, parsed once by content type (JSON, form, bytes).
 //! - `fingerprint`: the canonical parameter hash and the per-field hashes behind a 409.
 //! - `identity`: operation IDs, idempotency keys and their injection into a request.
+//! - `kept`: the sealed first request that makes every re-send byte-identical.
 //! - `ledger`: the durable redb ledger behind a small domain API.
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
 //! - `decide`: the pure state machine of a guarded request (SPEC section 5).
@@ -38,6 +39,7 @@ pub mod dispatch;
 pub mod fingerprint;
 pub mod guard;
 pub mod identity;
+pub mod kept;
 pub mod ledger;
 pub mod metrics;
 pub mod ops;

@@ -18,9 +18,11 @@ use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
 use crate::app::App;
 use crate::body::Body;
-use crate::claim::claimed;
+use crate::claim::{Claimed, claimed};
 use crate::clock::Timestamp;
-use crate::ledger::{Event, EventKind, Operation, ResponseMeta, State, StoredResponse, Write};
+use crate::ledger::{
+    Event, EventKind, Fences, Operation, RequestChange, ResponseMeta, State, StoredResponse, Write,
+};
 use crate::policy::{Captures, Provider, Reconcile, Route};
 use crate::proxy::{collect_limited, full};
 use crate::template::{Escape, Inputs, Rendered};
@@ -32,7 +34,7 @@ pub enum Verdict {
     /// The effect exists; its body is now the stored response.
     Found(StoredResponse),
     /// Proven absent: the operation was claimed again for this attempt.
-    Resend { fence: u64, attempt: u32 },
+    Resend(Claimed),
     /// Nothing proven.
     Unknown,
 }
@@ -65,6 +67,8 @@ pub enum LookupError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Seen {
     fingerprint: String,
+    /// The operation's own key, as every attempt sent it (whatever the policy says today).
+    key: String,
     attempts: u32,
     last_dispatched_at: Option<Timestamp>,
 }
@@ -87,7 +91,6 @@ pub async fn run(
     route: &Route,
     captures: &Captures,
     id: &str,
-    key: &str,
     headers: &HeaderMap,
 ) -> Verdict {
     let Some(rule) = &route.reconcile else {
@@ -105,7 +108,7 @@ pub async fn run(
         provider: &provider.name,
         route: &route.name,
         id,
-        key,
+        key: &seen.key,
         fingerprint: &seen.fingerprint,
     };
     let answer = match lookup_uri(provider, rule, captures, &names) {
@@ -131,6 +134,7 @@ async fn start(app: &App, id: &str) -> Result<Option<Seen>, crate::ledger::Ledge
             Some(op) if op.state == State::Unknown => {
                 let seen = Seen {
                     fingerprint: op.fingerprint.clone(),
+                    key: op.idempotency_key.clone(),
                     attempts: op.attempts,
                     last_dispatched_at: op.last_dispatched_at,
                 };
@@ -148,8 +152,8 @@ async fn start(app: &App, id: &str) -> Result<Option<Seen>, crate::ledger::Ledge
 }
 
 /// Writes the verdict of `answer` in one update that re-checks the operation.
+/// The clock is read inside the transaction, so finality is judged at the moment of the write.
 async fn conclude(app: &App, id: &str, seen: Seen, rule: &Reconcile, answer: Answer) -> Verdict {
-    let now = Timestamp::now();
     let final_after = rule.not_found_final_after;
     let written = match answer {
         Answer::Found(value) => {
@@ -157,13 +161,17 @@ async fn conclude(app: &App, id: &str, seen: Seen, rule: &Reconcile, answer: Ans
             // Hashed here, not in the closure: that runs on the ledger's single writer thread.
             let meta = stored.meta();
             app.ledger
-                .update(id, move |op| found(op, &seen, stored, meta, now))
+                .update(id, move |op| {
+                    found(op, &seen, stored, meta, Timestamp::now())
+                })
                 .await
         }
         Answer::NotFound => {
-            let fence = app.ledger.fence();
+            let fences = app.ledger.fences();
             app.ledger
-                .update(id, move |op| not_found(op, &seen, final_after, fence, now))
+                .update(id, move |op| {
+                    not_found(op, &seen, final_after, &fences, Timestamp::now())
+                })
                 .await
         }
     };
@@ -358,27 +366,32 @@ fn found(
         op,
         events,
         response: Some(stored.clone()),
+        request: RequestChange::Erase,
     };
     (Some(write), Some(Verdict::Found(stored)))
 }
 
 /// The write of a not-found answer: a claim for a re-send once it is final, else only the
-/// event. Pure. Finality is judged on the record read inside the transaction.
+/// event. Finality is judged on the record read inside the transaction, counted from the
+/// latest moment an earlier attempt could have reached the provider (`maybe_effect_at`), not
+/// from its dispatch: a lookup right after a timeout must not miss an attempt still running.
+/// A fencing token is taken only for the claim. Pure but for that token.
 fn not_found(
     existing: Option<Operation>,
     seen: &Seen,
     final_after: std::time::Duration,
-    fence: u64,
+    fences: &Fences,
     now: Timestamp,
 ) -> (Option<Write>, Option<Verdict>) {
     let Some(op) = existing.filter(|op| still_unknown(op, seen) && same_attempt(op, seen)) else {
         return (None, None);
     };
-    let last = op.last_dispatched_at.unwrap_or(op.created_at);
-    let waited = now.since(last);
+    let dispatched = op.last_dispatched_at.unwrap_or(op.created_at);
+    let reach = op.maybe_effect_at.unwrap_or(dispatched).max(dispatched);
+    let waited = now.since(reach);
     if waited < final_after {
         let detail = format!(
-            "not final yet: {}ms since the last dispatch, final after {}ms",
+            "not final yet: {}ms since the last attempt could have reached the provider, final after {}ms",
             waited.as_millis(),
             final_after.as_millis()
         );
@@ -392,7 +405,7 @@ fn not_found(
             EventKind::ReconcileNotFound,
             op.attempts,
             format!(
-                "final: not found {}ms after the last dispatch",
+                "final: not found {}ms after the last attempt could have reached the provider",
                 waited.as_millis()
             ),
         ),
@@ -403,12 +416,20 @@ fn not_found(
             format!("attempt {attempt}: reconciliation proved the effect did not happen"),
         ),
     ];
-    let write = Write {
-        op: claimed(op, fence, now),
-        events,
-        response: None,
+    let fence = fences.next();
+    // Absence is proven for every earlier attempt: the next one starts with a clean slate.
+    let op = Operation {
+        maybe_effect_at: None,
+        ..claimed(op, fence, now)
     };
-    (Some(write), Some(Verdict::Resend { fence, attempt }))
+    let claimed = Claimed {
+        fence,
+        attempt,
+        first: false,
+        key: op.idempotency_key.clone(),
+        placement: op.key_placement.clone(),
+    };
+    (Some(Write::of(op, events)), Some(Verdict::Resend(claimed)))
 }
 
 fn still_unknown(op: &Operation, seen: &Seen) -> bool {
@@ -421,11 +442,7 @@ fn same_attempt(op: &Operation, seen: &Seen) -> bool {
 }
 
 fn only_events(op: Operation, events: Vec<Event>) -> Write {
-    Write {
-        op,
-        events,
-        response: None,
-    }
+    Write::of(op, events)
 }
 
 fn event(at: Timestamp, kind: EventKind, attempt: u32, detail: String) -> Event {
@@ -488,6 +505,7 @@ mod tests {
     fn seen(op: &Operation) -> Seen {
         Seen {
             fingerprint: op.fingerprint.clone(),
+            key: op.idempotency_key.clone(),
             attempts: op.attempts,
             last_dispatched_at: op.last_dispatched_at,
         }
@@ -632,7 +650,7 @@ mod tests {
             Some(op.clone()),
             &seen(&op),
             Duration::from_secs(60),
-            9,
+            &Fences::starting_at(9),
             now,
         );
         let write = write.expect("a write");
@@ -650,17 +668,15 @@ mod tests {
             Some(op.clone()),
             &seen(&op),
             Duration::from_secs(60),
-            9,
+            &Fences::starting_at(9),
             now,
         );
         let write = write.expect("a write");
-        assert_eq!(
-            verdict,
-            Some(Verdict::Resend {
-                fence: 9,
-                attempt: 2
-            })
-        );
+        let Some(Verdict::Resend(claimed)) = verdict else {
+            panic!("a final not-found claims a re-send: {verdict:?}");
+        };
+        assert_eq!((claimed.fence, claimed.attempt), (9, 2));
+        assert_eq!(claimed.key, "k3y", "the operation's own key");
         assert_eq!(kinds(&write), ["reconcile.not_found", "operation.claimed"]);
         assert!(write.events[0].detail.starts_with("final"));
         assert_eq!(write.events[1].attempt, 2);
@@ -668,6 +684,28 @@ mod tests {
         assert_eq!((write.op.fence, write.op.attempts), (9, 2));
         assert_eq!(write.op.first_dispatched_at, Some(T0));
         assert_eq!(write.op.last_dispatched_at, Some(now));
+        assert_eq!(write.op.maybe_effect_at, None, "absence proven");
+    }
+
+    #[test]
+    fn finality_counts_from_when_the_attempt_could_last_have_reached_the_provider() {
+        // Dispatched at T0 with a 30 s timeout: it could have reached the provider until T0+30.
+        let op = Operation {
+            maybe_effect_at: Some(T0.plus(Duration::from_secs(30))),
+            ..unknown_op()
+        };
+        let early = T0.plus(Duration::from_secs(89));
+        let final_after = Duration::from_secs(60);
+        let fences = Fences::starting_at(9);
+        let (_, verdict) = not_found(Some(op.clone()), &seen(&op), final_after, &fences, early);
+        assert_eq!(
+            verdict,
+            Some(Verdict::Unknown),
+            "60 s after dispatch is not enough"
+        );
+        let late = T0.plus(Duration::from_secs(90));
+        let (_, verdict) = not_found(Some(op.clone()), &seen(&op), final_after, &fences, late);
+        assert!(matches!(verdict, Some(Verdict::Resend(_))), "{verdict:?}");
     }
 
     #[test]
@@ -679,7 +717,13 @@ mod tests {
             last_dispatched_at: Some(T0.plus(Duration::from_secs(1))),
             ..op.clone()
         };
-        let (write, verdict) = not_found(Some(resent), &seen(&op), Duration::from_secs(60), 9, now);
+        let (write, verdict) = not_found(
+            Some(resent),
+            &seen(&op),
+            Duration::from_secs(60),
+            &Fences::starting_at(9),
+            now,
+        );
         assert!(write.is_none());
         assert_eq!(verdict, None);
         let claimed_by_another = Operation {
@@ -690,7 +734,7 @@ mod tests {
             Some(claimed_by_another),
             &seen(&op),
             Duration::from_secs(60),
-            9,
+            &Fences::starting_at(9),
             now,
         );
         assert!(write.is_none());

@@ -105,6 +105,7 @@ mod tests {
             op,
             events,
             response,
+            request: Default::default(),
         };
         ledger
             .update(&id, move |_| (Some(write), ()))

@@ -17,6 +17,16 @@ use sha2::{Digest, Sha256};
 
 const OP: &str = "pay/create_refund/wf-1:refund";
 
+/// The provider's `timeout`: a lost attempt could still reach the provider this long after
+/// its dispatch, so "not found" counts only from then.
+const TIMEOUT_MS: u64 = 200;
+
+/// Waits until a 100 ms `not_found_final_after` has passed since the first attempt could
+/// last have reached the provider.
+async fn wait_until_final() {
+    tokio::time::sleep(Duration::from_millis(TIMEOUT_MS + 150)).await;
+}
+
 /// A refund route of a provider without dedupe, reconciled by a lookup on the key.
 fn policy(provider: &FakeProvider, final_after: &str) -> String {
     let route = route(
@@ -30,7 +40,10 @@ fn policy(provider: &FakeProvider, final_after: &str) -> String {
          found = \"/data/0\"\n\
          not_found_final_after = \"{final_after}\"\n"
     );
-    provider.policy("pay", &format!("{route}{reconcile}"))
+    provider.policy(
+        "pay",
+        &format!("timeout = \"{TIMEOUT_MS}ms\"\n{route}{reconcile}"),
+    )
 }
 
 /// The agent's refund request (the same every time it is replayed).
@@ -163,8 +176,8 @@ async fn final_not_found_sends_again_once() {
     let (provider, mut proxy) = unknown_refund("100ms").await;
     // The echo's JSON has no `/data/0`: a 200 that proves absence once final.
     provider.set_behavior(Behavior::echo());
-    // The rule is about elapsed time since the last dispatch, so wait it out.
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The rule is about elapsed time since the attempt could last have arrived: wait it out.
+    wait_until_final().await;
 
     let resent = refund(&proxy).await;
     assert_eq!(resent.status, StatusCode::OK, "{}", resent.text());
@@ -206,7 +219,7 @@ async fn final_not_found_sends_again_once() {
 async fn a_failing_lookup_leaves_the_operation_unknown() {
     let (provider, mut proxy) = unknown_refund("100ms").await;
     provider.set_behavior(Behavior::fixed(500, "lookup broke"));
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    wait_until_final().await;
 
     assert_outcome_unknown(&refund(&proxy).await);
     assert_eq!(methods(&provider), [Method::POST, Method::GET]);
@@ -220,7 +233,7 @@ async fn a_failing_lookup_leaves_the_operation_unknown() {
 async fn concurrent_replays_resend_at_most_once() {
     let (provider, mut proxy) = unknown_refund("100ms").await;
     provider.set_behavior(Behavior::echo().hold());
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    wait_until_final().await;
 
     let (a, b) = tokio::join!(
         async {

@@ -15,7 +15,9 @@ use super::error::AdminError;
 use super::view;
 use crate::app::App;
 use crate::clock::Timestamp;
-use crate::ledger::{Approval, Event, EventKind, Operation, State, StoredResponse, Write};
+use crate::ledger::{
+    Approval, Event, EventKind, Operation, RequestChange, State, StoredResponse, Write,
+};
 use crate::proxy::ProxyBody;
 
 /// The longest operator reason, in bytes; it becomes an event detail and maybe `error`.
@@ -204,10 +206,16 @@ fn commit(
         attempt: op.attempts,
         detail,
     };
+    // Resolved or rejected, the operation is never sent again from its kept request.
+    let request = match op.state {
+        State::Succeeded | State::Failed => RequestChange::Erase,
+        _ => RequestChange::Keep,
+    };
     let write = Write {
         op: op.clone(),
         events: vec![event],
         response,
+        request,
     };
     (Some(write), Ok(op))
 }

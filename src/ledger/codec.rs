@@ -12,11 +12,14 @@ use serde::{Deserialize, Serialize};
 use super::store::Fault;
 use super::{Approval, Event, EventKind, Operation, ResponseMeta, State, StoredResponse};
 use crate::clock::Timestamp;
-use crate::policy::Effect;
+use crate::policy::{Effect, KeyPlacement};
 
 /// An operation as stored: enums as their names, so a reordered enum never changes meaning.
 #[derive(Serialize, Deserialize)]
 struct OpRecord {
+    /// The record layout: absent (1) before `key_at` and `maybe_effect_at` existed.
+    #[serde(default = "layout_1")]
+    v: u8,
     id: String,
     provider: String,
     route: String,
@@ -26,11 +29,16 @@ struct OpRecord {
     #[serde(default)]
     fields: BTreeMap<String, String>,
     idempotency_key: String,
+    /// `header:NAME` or `json:/pointer`; absent in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key_at: Option<String>,
     attempts: u32,
     created_at: i64,
     updated_at: i64,
     first_dispatched_at: Option<i64>,
     last_dispatched_at: Option<i64>,
+    #[serde(default)]
+    maybe_effect_at: Option<i64>,
     provider_request_id: Option<String>,
     response: Option<MetaRecord>,
     error: Option<String>,
@@ -53,8 +61,16 @@ struct EventRecord {
     detail: String,
 }
 
+/// The layout `encode_op` writes.
+const LAYOUT: u8 = 2;
+
+fn layout_1() -> u8 {
+    1
+}
+
 pub(super) fn encode_op(op: &Operation) -> Result<Vec<u8>, Fault> {
     let record = OpRecord {
+        v: LAYOUT,
         id: op.id.clone(),
         provider: op.provider.clone(),
         route: op.route.clone(),
@@ -63,11 +79,13 @@ pub(super) fn encode_op(op: &Operation) -> Result<Vec<u8>, Fault> {
         fingerprint: op.fingerprint.clone(),
         fields: op.fields.clone(),
         idempotency_key: op.idempotency_key.clone(),
+        key_at: op.key_placement.as_ref().map(key_at_str),
         attempts: op.attempts,
         created_at: op.created_at.0,
         updated_at: op.updated_at.0,
         first_dispatched_at: op.first_dispatched_at.map(|t| t.0),
         last_dispatched_at: op.last_dispatched_at.map(|t| t.0),
+        maybe_effect_at: op.maybe_effect_at.map(|t| t.0),
         provider_request_id: op.provider_request_id.clone(),
         response: op.response.as_ref().map(|m| MetaRecord {
             status: m.status,
@@ -88,6 +106,16 @@ pub(super) fn decode_op(bytes: &[u8]) -> Result<Operation, Fault> {
     let effect = parse_effect(&r.effect).ok_or_else(|| corrupt("effect"))?;
     let state = State::parse(&r.state).ok_or_else(|| corrupt("state"))?;
     let approval = parse_approval(&r.approval).ok_or_else(|| corrupt("approval"))?;
+    let key_placement = match &r.key_at {
+        Some(at) => Some(parse_key_at(at).ok_or_else(|| corrupt("key placement"))?),
+        None => None,
+    };
+    // Records written before `maybe_effect_at` existed: an unknown one may have taken effect
+    // as late as it became unknown.
+    let maybe_effect_at = match (r.maybe_effect_at, state) {
+        (None, State::Unknown) if r.v < LAYOUT => Some(Timestamp(r.updated_at)),
+        (at, _) => at.map(Timestamp),
+    };
     Ok(Operation {
         id: r.id,
         provider: r.provider,
@@ -97,11 +125,13 @@ pub(super) fn decode_op(bytes: &[u8]) -> Result<Operation, Fault> {
         fingerprint: r.fingerprint,
         fields: r.fields,
         idempotency_key: r.idempotency_key,
+        key_placement,
         attempts: r.attempts,
         created_at: Timestamp(r.created_at),
         updated_at: Timestamp(r.updated_at),
         first_dispatched_at: r.first_dispatched_at.map(Timestamp),
         last_dispatched_at: r.last_dispatched_at.map(Timestamp),
+        maybe_effect_at,
         provider_request_id: r.provider_request_id,
         response: r.response.map(|m| ResponseMeta {
             status: m.status,
@@ -198,6 +228,23 @@ pub(super) fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
     let (created, id) = raw.split_first_chunk::<8>()?;
     let id = String::from_utf8(id.to_vec()).ok()?;
     Some((i64::from_be_bytes(*created), id))
+}
+
+fn key_at_str(placement: &KeyPlacement) -> String {
+    match placement {
+        KeyPlacement::Header(name) => format!("header:{name}"),
+        KeyPlacement::JsonField(pointer) => format!("json:{pointer}"),
+    }
+}
+
+fn parse_key_at(s: &str) -> Option<KeyPlacement> {
+    if let Some(name) = s.strip_prefix("header:") {
+        return http::HeaderName::from_bytes(name.as_bytes())
+            .ok()
+            .map(KeyPlacement::Header);
+    }
+    s.strip_prefix("json:")
+        .map(|pointer| KeyPlacement::JsonField(pointer.to_owned()))
 }
 
 fn approval_str(approval: Approval) -> &'static str {

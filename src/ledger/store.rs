@@ -19,12 +19,13 @@ use redb::{
 
 use super::codec;
 use super::{Event, EventKind, Filter, LedgerError, Operation, Page, State, Stats, StoredResponse};
-use super::{Write, orphan_reason};
+use super::{RequestChange, Write, orphan_reason};
 use crate::clock::Timestamp;
 
 const OPS: TableDefinition<&str, &[u8]> = TableDefinition::new("ops");
 const EVENTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("events");
 const RESPONSES: TableDefinition<&str, &[u8]> = TableDefinition::new("responses");
+const REQUESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("requests");
 const INDEX: TableDefinition<(&str, i64, &str), ()> = TableDefinition::new("index");
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -122,6 +123,7 @@ pub(super) struct Tables<'t> {
     ops: Table<'t, &'static str, &'static [u8]>,
     events: Table<'t, (&'static str, u32), &'static [u8]>,
     responses: Table<'t, &'static str, &'static [u8]>,
+    requests: Table<'t, &'static str, &'static [u8]>,
     index: Table<'t, (&'static str, i64, &'static str), ()>,
     counters: Table<'t, &'static str, u64>,
 }
@@ -132,6 +134,7 @@ impl<'t> Tables<'t> {
             ops: txn.open_table(OPS)?,
             events: txn.open_table(EVENTS)?,
             responses: txn.open_table(RESPONSES)?,
+            requests: txn.open_table(REQUESTS)?,
             index: txn.open_table(INDEX)?,
             counters: txn.open_table(COUNTERS)?,
         })
@@ -165,7 +168,15 @@ impl<'t> Tables<'t> {
             let bytes = codec::encode_response(response);
             self.responses.insert(id, bytes.as_slice())?;
         }
-        Ok(op_changed || write.response.is_some())
+        let request_changed = match &write.request {
+            RequestChange::Keep => false,
+            RequestChange::Store(sealed) => {
+                self.requests.insert(id, sealed.as_slice())?;
+                true
+            }
+            RequestChange::Erase => self.requests.remove(id)?.is_some(),
+        };
+        Ok(op_changed || write.response.is_some() || request_changed)
     }
 
     /// Stores `new` and moves its index entries and counters from where `old` had them.
@@ -231,6 +242,7 @@ impl<'t> Tables<'t> {
         let id = op.id.as_str();
         self.ops.remove(id)?;
         self.responses.remove(id)?;
+        self.requests.remove(id)?;
         self.events
             .retain_in((id, 0)..=(id, u32::MAX), |_, _| false)?;
         for prefix in prefixes(op) {
@@ -253,6 +265,7 @@ impl<'t> Tables<'t> {
             op.state = State::Unknown;
             op.fence = 0;
             op.updated_at = now;
+            op.maybe_effect_at = Some(now);
             op.error = Some(orphan_reason().to_owned());
             let event = Event {
                 at: now,
@@ -342,6 +355,16 @@ pub(super) fn events(txn: &ReadTransaction, id: &str) -> Result<Vec<Event>, Faul
         out.push(codec::decode_event(value.value())?);
     }
     Ok(out)
+}
+
+pub(super) fn kept_request(txn: &ReadTransaction, id: &str) -> Result<Option<Vec<u8>>, Fault> {
+    // A ledger written before requests were kept has no such table yet.
+    let table = match txn.open_table(REQUESTS) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(table.get(id)?.map(|bytes| bytes.value().to_vec()))
 }
 
 pub(super) fn response(txn: &ReadTransaction, id: &str) -> Result<Option<StoredResponse>, Fault> {

@@ -60,6 +60,7 @@ async fn put(ledger: &Ledger, op: Operation, events: Vec<Event>, resp: Option<St
         op,
         events,
         response: resp,
+        request: Default::default(),
     };
     ledger
         .update(&id, move |_| (Some(write), ()))
@@ -92,6 +93,7 @@ async fn update_creates_and_reads_back() {
                 op: created.clone(),
                 events: events.clone(),
                 response: Some(response(b"{}")),
+                request: Default::default(),
             };
             move |existing| (Some(write), existing.is_none())
         })
@@ -469,6 +471,7 @@ async fn fail_writes_answers_unavailable_and_writes_nothing() {
         op: op("p/r/x", State::InFlight, T0),
         events: vec![event(EventKind::Claimed, T0)],
         response: None,
+        request: Default::default(),
     };
     let answer = ledger.update("p/r/x", move |_| (Some(write), ())).await;
     assert!(matches!(answer, Err(LedgerError::Unavailable(_))));
@@ -491,6 +494,7 @@ async fn a_write_for_another_id_is_refused() {
         op: op("p/r/other", State::InFlight, T0),
         events: vec![],
         response: None,
+        request: Default::default(),
     };
     let answer = ledger.update("p/r/x", move |_| (Some(write), ())).await;
     assert!(matches!(answer, Err(LedgerError::Unavailable(_))));
@@ -519,6 +523,7 @@ async fn concurrent_updates_are_serialized() {
                             op: next,
                             events: vec![],
                             response: None,
+                            request: Default::default(),
                         };
                         (Some(write), ())
                     })
@@ -598,6 +603,7 @@ async fn list_stays_fast_with_many_operations() {
                     op: o,
                     events: vec![],
                     response: None,
+                    request: Default::default(),
                 };
                 tables.apply(&write.op.id.clone(), None, &write).unwrap();
             }
@@ -643,6 +649,7 @@ async fn history_only_writes_are_kept_and_made_durable_by_the_next_commit() {
                 op: unchanged,
                 events: vec![event(EventKind::Replayed, T0 + 1)],
                 response: None,
+                request: Default::default(),
             };
             (Some(write), ())
         })

@@ -1,0 +1,209 @@
+//! The kept first request: what makes every re-send of an operation byte-identical to its
+//! first attempt (SPEC section 8).
+//!
+//! Providers that deduplicate on a key compare the parameters of a reused key (Stripe and
+//! Square answer a 400 when they differ), so a re-send must carry the first attempt's method,
+//! path, query and body, not the retry's (whose ignored fields, e.g. a trace id, may differ).
+//! This module turns the first attempt into sealed bytes for the ledger and back into the
+//! request of a later attempt. It holds no credentials: the content type is the only header
+//! it keeps; each re-send carries the current caller's headers. It never reads the ledger.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Uri, header};
+
+use crate::dispatch::Outgoing;
+use crate::identity;
+use crate::policy::{KeyPlacement, Provider};
+use crate::secret::{Secret, SecretError};
+
+/// Version tag of the layout below.
+const V1: u8 = 1;
+
+/// The parts of the first attempt that a re-send repeats exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptRequest {
+    pub method: Method,
+    /// Path and query as first sent (the upstream's base path included).
+    pub path_and_query: String,
+    pub content_type: Option<HeaderValue>,
+    /// The body as first sent, the key already in it when it travels in the body.
+    pub body: Bytes,
+}
+
+impl KeptRequest {
+    /// The first attempt as it is about to be sent.
+    pub fn of(first: &Outgoing) -> KeptRequest {
+        KeptRequest {
+            method: first.method.clone(),
+            path_and_query: first
+                .uri
+                .path_and_query()
+                .map_or_else(|| "/".to_owned(), |pq| pq.as_str().to_owned()),
+            content_type: first.headers.get(header::CONTENT_TYPE).cloned(),
+            body: first.body.clone(),
+        }
+    }
+
+    /// Encrypted for the ledger, bound to the operation ID.
+    pub fn seal(&self, secret: &Secret, operation_id: &str) -> Result<Vec<u8>, SecretError> {
+        secret.seal(operation_id.as_bytes(), &self.encode())
+    }
+
+    /// The request `seal` made for this operation; `None` if it was sealed under another
+    /// secret or for another operation, or is corrupt.
+    pub fn open(secret: &Secret, operation_id: &str, sealed: &[u8]) -> Option<KeptRequest> {
+        let plain = secret.open(operation_id.as_bytes(), sealed)?;
+        KeptRequest::decode(&plain)
+    }
+
+    /// The request of a later attempt: this method, path, query, content type and body, sent
+    /// to the provider's upstream with `headers` (the caller's, already cleaned of control and
+    /// hop-by-hop headers) and the operation's own key where it first travelled.
+    pub fn resend(
+        self,
+        provider: &Provider,
+        mut headers: HeaderMap,
+        key: &str,
+        placement: Option<&KeyPlacement>,
+    ) -> Result<Outgoing, String> {
+        let up = &provider.upstream;
+        let uri = format!(
+            "{}://{}{}",
+            up.scheme.as_str(),
+            up.authority(),
+            self.path_and_query
+        )
+        .parse::<Uri>()
+        .map_err(|e| e.to_string())?;
+        headers.remove(header::CONTENT_LENGTH);
+        match self.content_type {
+            Some(ct) => headers.insert(header::CONTENT_TYPE, ct),
+            None => headers.remove(header::CONTENT_TYPE),
+        };
+        // In the body, the key is already where the first attempt put it.
+        if let Some(KeyPlacement::Header(name)) = placement.or(Some(&provider.key)) {
+            let value = HeaderValue::from_str(key).map_err(|e| e.to_string())?;
+            headers.insert(name.clone(), value);
+        }
+        Ok(Outgoing {
+            method: self.method,
+            uri,
+            headers,
+            body: self.body,
+        })
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let ct = self
+            .content_type
+            .as_ref()
+            .map_or(&b""[..], |v| v.as_bytes());
+        let mut out =
+            Vec::with_capacity(13 + self.path_and_query.len() + ct.len() + self.body.len());
+        out.push(V1);
+        put(&mut out, self.method.as_str().as_bytes());
+        put(&mut out, self.path_and_query.as_bytes());
+        out.push(u8::from(self.content_type.is_some()));
+        put(&mut out, ct);
+        out.extend_from_slice(&self.body);
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<KeptRequest> {
+        let (&version, mut rest) = bytes.split_first()?;
+        if version != V1 {
+            return None;
+        }
+        let method = Method::from_bytes(take(&mut rest)?).ok()?;
+        let path_and_query = String::from_utf8(take(&mut rest)?.to_vec()).ok()?;
+        let (&has_ct, after) = rest.split_first()?;
+        rest = after;
+        let ct = take(&mut rest)?;
+        let content_type = match has_ct {
+            0 => None,
+            _ => Some(HeaderValue::from_bytes(ct).ok()?),
+        };
+        Some(KeptRequest {
+            method,
+            path_and_query,
+            content_type,
+            body: Bytes::copy_from_slice(rest),
+        })
+    }
+}
+
+/// The key placed on a request that has none yet (the first attempt, or a re-send of an
+/// operation whose first request is no longer kept): as a header, or into the JSON body.
+pub fn place_key(
+    mut plain: Outgoing,
+    key: &str,
+    placement: &KeyPlacement,
+) -> Result<Outgoing, String> {
+    match placement {
+        KeyPlacement::Header(name) => {
+            let value = HeaderValue::from_str(key)
+                .map_err(|_| "the idempotency key is not a valid header value".to_owned())?;
+            plain.headers.insert(name.clone(), value);
+        }
+        KeyPlacement::JsonField(pointer) => {
+            let value: serde_json::Value = serde_json::from_slice(&plain.body).map_err(|_| {
+                format!(
+                    "the provider takes its idempotency key in the JSON body at {pointer}, but the body is not JSON"
+                )
+            })?;
+            plain.body = identity::inject_json_key(&value, pointer, key).map_err(|e| e.0)?;
+            plain.headers.remove(header::CONTENT_LENGTH);
+        }
+    }
+    Ok(plain)
+}
+
+fn put(out: &mut Vec<u8>, chunk: &[u8]) {
+    let len = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(chunk);
+}
+
+fn take<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let (len, after) = rest.split_first_chunk::<4>()?;
+    let len = usize::try_from(u32::from_be_bytes(*len)).ok()?;
+    if after.len() < len {
+        return None;
+    }
+    let (chunk, after) = after.split_at(len);
+    *rest = after;
+    Some(chunk)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept(ct: Option<&'static str>) -> KeptRequest {
+        KeptRequest {
+            method: Method::POST,
+            path_and_query: "/base/v1/refunds?expand=charge".into(),
+            content_type: ct.map(HeaderValue::from_static),
+            body: Bytes::from_static(b"amount=500&metadata[trace_id]=t1"),
+        }
+    }
+
+    #[test]
+    fn round_trips_sealed_and_only_for_its_operation() {
+        let secret = Secret::from_bytes([7; 32]);
+        for request in [kept(Some("application/x-www-form-urlencoded")), kept(None)] {
+            let sealed = request.seal(&secret, "p/r/1").expect("sealed");
+            assert_eq!(KeptRequest::open(&secret, "p/r/1", &sealed), Some(request));
+            assert_eq!(KeptRequest::open(&secret, "p/r/2", &sealed), None);
+        }
+    }
+
+    #[test]
+    fn truncated_bytes_decode_to_nothing() {
+        let bytes = kept(Some("text/plain")).encode();
+        let body_starts = bytes.len() - kept(None).body.len();
+        for cut in 0..body_starts {
+            assert_eq!(KeptRequest::decode(&bytes[..cut]), None, "cut at {cut}");
+        }
+    }
+}
