@@ -34,6 +34,8 @@ pub struct App {
     pub admin_token: Option<crate::admin::Token>,
     /// The installation secret (keyed hashes, the kept request's encryption); never logged.
     pub secret: Secret,
+    /// The headers of each unknown operation's last request, for the settler; memory only.
+    pub credentials: crate::settle::Credentials,
 }
 
 impl App {
@@ -69,6 +71,7 @@ impl App {
             completions: broadcast::Sender::new(COMPLETIONS_BACKLOG),
             admin_token,
             secret,
+            credentials: Default::default(),
         };
         for op in &orphaned {
             app.escalate(&op.provider, &op.route, &op.id);

@@ -104,7 +104,14 @@ async fn run(
     let sealed = KeptRequest::of(&op.first)
         .seal(&app.secret, &op.id)
         .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?;
-    match detached(app, names, op, sealed).await? {
+    let caller = op.plain.headers.clone();
+    let next = detached(app, names, op, sealed).await?;
+    if next.is_unknown() {
+        // For the settler, which may re-send or look it up with these (memory only).
+        let id = ctx.operation_id.as_deref().unwrap_or_default();
+        app.credentials.remember(id, caller);
+    }
+    match next {
         Next::Sent(resp) => Ok((resp, "forwarded")),
         Next::Replay(stored) => Ok((
             replay(stored, &ctx.with_state(State::Succeeded)),
@@ -114,6 +121,20 @@ async fn run(
         Next::Refuse(problem, state) => {
             ctx.state = Some(state);
             Err(problem)
+        }
+    }
+}
+
+impl Next {
+    /// Whether the operation was left `unknown`.
+    fn is_unknown(&self) -> bool {
+        match self {
+            Next::Sent(resp) => resp
+                .headers()
+                .get("idem-state")
+                .is_some_and(|v| v.as_bytes() == State::Unknown.as_str().as_bytes()),
+            Next::Refuse(_, state) => *state == State::Unknown,
+            Next::Replay(_) | Next::Wait => false,
         }
     }
 }

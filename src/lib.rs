@@ -20,6 +20,7 @@
 //! - `dispatch`: one claimed attempt: send, classify, record, answer; outlives the agent.
 //! - `reconcile`: asking the provider whether an unknown effect happened.
 //! - `retention`: the background task that prunes finished operations past `[retention]`.
+//! - `settle`: the background settler of unknown operations (re-send or look up).
 //! - `upstream`: pooled TLS clients to providers and header hygiene.
 //! - `problem`: every refusal, and the one place it becomes problem+json.
 //! - `admin`: the admin API.
@@ -50,5 +51,6 @@ pub mod reconcile;
 pub mod retention;
 pub mod secret;
 pub mod server;
+pub mod settle;
 pub mod template;
 pub mod upstream;

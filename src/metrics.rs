@@ -33,6 +33,13 @@ struct RouteLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabels {
+    provider: String,
+    route: String,
+    action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: String,
 }
@@ -46,6 +53,7 @@ pub struct Metrics {
     upstream: Family<ProviderLabels, Histogram>,
     commit: Histogram,
     escalations: Family<RouteLabels, Counter>,
+    settler: Family<ActionLabels, Counter>,
     operations: Family<StateLabels, Gauge>,
     oldest_unknown: Seconds,
     oldest_in_flight: Seconds,
@@ -70,6 +78,7 @@ impl Metrics {
         );
         let commit = latency_buckets();
         let escalations = Family::<RouteLabels, Counter>::default();
+        let settler = Family::<ActionLabels, Counter>::default();
         let operations = Family::<StateLabels, Gauge>::default();
         let oldest_unknown = Seconds::default();
         let oldest_in_flight = Seconds::default();
@@ -94,6 +103,11 @@ impl Metrics {
             escalations.clone(),
         );
         registry.register(
+            "idemproxy_settler_actions",
+            "What the settler did with unknown operations (resent, reconciled)",
+            settler.clone(),
+        );
+        registry.register(
             "idemproxy_operations",
             "Operations in the ledger by state",
             operations.clone(),
@@ -114,6 +128,7 @@ impl Metrics {
             upstream,
             commit,
             escalations,
+            settler,
             operations,
             oldest_unknown,
             oldest_in_flight,
@@ -149,6 +164,16 @@ impl Metrics {
             route: route.into(),
         };
         self.escalations.get_or_create(&labels).inc();
+    }
+
+    /// Counts one settler action (`resent` or `reconciled`) on an unknown operation.
+    pub fn settler(&self, provider: &str, route: &str, action: &str) {
+        let labels = ActionLabels {
+            provider: provider.into(),
+            route: route.into(),
+            action: action.into(),
+        };
+        self.settler.get_or_create(&labels).inc();
     }
 
     /// Sets the operation gauges from the ledger's counters.

@@ -332,6 +332,81 @@ impl Route {
 }
 
 /// One provider policy file, validated.
+/// A header value with `${VAR}` references, expanded from the environment when used, so a
+/// credential it names lives only in the environment and in memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvTemplate {
+    parts: Vec<EnvPart>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum EnvPart {
+    Text(String),
+    Var(String),
+}
+
+impl EnvTemplate {
+    /// Parses `Bearer ${STRIPE_API_KEY}`: `${NAME}` with NAME of letters, digits and `_`
+    /// (not starting with a digit); `$$` is a literal `$`.
+    pub fn parse(text: &str) -> Result<EnvTemplate, String> {
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find('$') {
+            literal.push_str(&rest[..at]);
+            let after = &rest[at + 1..];
+            if let Some(tail) = after.strip_prefix('$') {
+                literal.push('$');
+                rest = tail;
+                continue;
+            }
+            let Some(inner) = after.strip_prefix('{') else {
+                return Err(format!(
+                    "\"{text}\": a `$` must start `${{VAR}}` (write `$$` for a literal `$`)"
+                ));
+            };
+            let Some(end) = inner.find('}') else {
+                return Err(format!("\"{text}\": `${{` is not closed by `}}`"));
+            };
+            let name = &inner[..end];
+            let valid = !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(format!(
+                    "\"{text}\": `${{{name}}}` is not an environment variable name (letters, digits, `_`)"
+                ));
+            }
+            if !literal.is_empty() {
+                parts.push(EnvPart::Text(std::mem::take(&mut literal)));
+            }
+            parts.push(EnvPart::Var(name.to_owned()));
+            rest = &inner[end + 1..];
+        }
+        literal.push_str(rest);
+        if !literal.is_empty() {
+            parts.push(EnvPart::Text(literal));
+        }
+        Ok(EnvTemplate { parts })
+    }
+
+    /// The value with every variable read from the environment; `Err(NAME)` names the first
+    /// variable that is unset or empty.
+    pub fn expand(&self) -> Result<String, String> {
+        let mut out = String::new();
+        for part in &self.parts {
+            match part {
+                EnvPart::Text(t) => out.push_str(t),
+                EnvPart::Var(name) => match std::env::var(name) {
+                    Ok(v) if !v.is_empty() => out.push_str(&v),
+                    _ => return Err(name.clone()),
+                },
+            }
+        }
+        Ok(out)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Provider {
     pub name: String,
@@ -347,6 +422,8 @@ pub struct Provider {
     pub request_id_header: Option<HeaderName>,
     pub control_headers: Vec<HeaderName>,
     pub redact_headers: Vec<HeaderName>,
+    /// Headers the settler sends when it has no caller's headers in memory (SPEC 8).
+    pub settle_headers: Vec<(HeaderName, EnvTemplate)>,
     pub unmatched: Unmatched,
     pub outcomes: Outcomes,
     pub routes: Vec<Route>,
@@ -377,6 +454,7 @@ impl Provider {
             request_id_header: None,
             control_headers: vec![],
             redact_headers: vec![],
+            settle_headers: vec![],
             unmatched: Unmatched::Pass,
             outcomes: Outcomes::default(),
             routes: vec![],

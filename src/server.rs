@@ -77,6 +77,8 @@ impl Server {
         // Pruning runs beside the listeners; dropping `stop_retention` ends it.
         let (stop_retention, retention_stopped) = tokio::sync::oneshot::channel::<()>();
         let retention = tokio::spawn(crate::retention::run(app.clone(), retention_stopped));
+        let (stop_settler, settler_stopped) = tokio::sync::oneshot::channel::<()>();
+        let settler = tokio::spawn(crate::settle::run(app.clone(), settler_stopped));
         loop {
             tokio::select! {
                 conn = proxy.accept() => if let Ok((stream, _)) = conn {
@@ -89,9 +91,9 @@ impl Server {
             }
         }
         drop((proxy, admin));
-        drop(stop_retention);
-        // Its clone of the app (and the ledger) is gone before `run` returns.
-        let _ = retention.await;
+        drop((stop_retention, stop_settler));
+        // Their clones of the app (and the ledger) are gone before `run` returns.
+        let _ = tokio::join!(retention, settler);
         let grace = app.config.limits.shutdown_grace;
         tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down");
         let drained = async {

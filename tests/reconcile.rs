@@ -270,3 +270,42 @@ async fn concurrent_replays_resend_at_most_once() {
     let (op, _) = stop_and_read(&mut proxy).await;
     assert_eq!((op.state.as_str(), op.attempts), ("succeeded", 2));
 }
+
+/// Item 2: the first attempt timed out while the provider was still working on it. A replay
+/// right after the timeout looks the refund up and finds nothing yet; that must not count as
+/// final, however long ago the operation was claimed, or the refund would be sent twice.
+#[tokio::test]
+async fn a_lookup_right_after_a_timeout_does_not_resend_while_the_first_may_run() {
+    // `not_found_final_after` (100 ms) is shorter than the timeout (200 ms): counted from the
+    // claim, it would already be final when the timeout fires.
+    let provider = FakeProvider::start(Behavior::echo().hold()).await;
+    let proxy = Proxy::builder()
+        .policy("pay", &policy(&provider, "100ms"))
+        .start()
+        .await;
+    let first = tokio::spawn({
+        let url = proxy.url("/pay/v1/refunds");
+        async move {
+            let headers = [
+                ("x-workflow-id", "wf-1"),
+                ("authorization", "Bearer sk_test_1"),
+                ("content-type", "application/x-www-form-urlencoded"),
+            ];
+            send(Method::POST, &url, &headers, "charge=ch_1&amount=500").await
+        }
+    });
+    provider.wait_for_requests(1).await;
+    let timed_out = first.await.expect("task").expect("the proxy answers");
+    assert_outcome_unknown(&timed_out);
+
+    // Still processing attempt 1 (held); the lookup itself is answered at once: not found.
+    provider.set_behavior(Behavior::fixed(404, "no such refund"));
+    let replay = refund(&proxy).await;
+    assert_outcome_unknown(&replay);
+    assert_eq!(
+        methods(&provider),
+        [Method::POST, Method::GET],
+        "looked up, not re-sent"
+    );
+    provider.release();
+}

@@ -13,8 +13,8 @@ use super::route::routes;
 use super::values::{ca_file, header, json_pointer, mount, name, upstream};
 use super::{Claim, ConfigError, MIN_WAIT, Scope, read_toml};
 use crate::policy::{
-    Approval, Dedupe, Effect, KeyFormat, KeyPlacement, OnMissingId, Outcomes, Provider, Route,
-    StatusRule, Unmatched,
+    Approval, Dedupe, Effect, EnvTemplate, KeyFormat, KeyPlacement, OnMissingId, Outcomes,
+    Provider, Route, StatusRule, Unmatched,
 };
 
 pub(super) fn load_policy(file: &Path, errors: &mut Vec<ConfigError>) -> (Claim, Option<Provider>) {
@@ -75,6 +75,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
     };
     let control = headers(s, "control_headers", raw.control_headers, CONTROL_HEADERS);
     let redact = headers(s, "redact_headers", raw.redact_headers, &[]);
+    let settle = settle_headers(s, raw.settle_headers.unwrap_or_default());
     let unmatched = s.choice("unmatched", raw.unmatched, Unmatched::Pass, UNMATCHED);
     let outcomes = outcomes(s, raw.outcomes.unwrap_or_default());
     let rest = (|| {
@@ -91,6 +92,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
             request_id_header: request_id?,
             control_headers: control?,
             redact_headers: redact?,
+            settle_headers: settle?,
             unmatched: unmatched?,
             outcomes: outcomes?,
             routes: Vec::new(),
@@ -219,6 +221,24 @@ pub(super) fn headers(
         .map(|(i, h)| s.check(&format!("{key}[{i}]"), header(h)))
         .collect();
     names.into_iter().collect()
+}
+
+/// `settle_headers`: header name -> value with `${VAR}` references to the environment, read
+/// only when the settler sends (so the values are never in a file the proxy writes).
+fn settle_headers(
+    s: &mut Scope,
+    raw: std::collections::BTreeMap<String, String>,
+) -> Option<Vec<(HeaderName, EnvTemplate)>> {
+    let checked: Vec<Option<(HeaderName, EnvTemplate)>> = raw
+        .into_iter()
+        .map(|(name, value)| {
+            let key = format!("settle_headers.{name}");
+            let name = s.check(&key, header(&name))?;
+            let value = s.check(&key, EnvTemplate::parse(&value))?;
+            Some((name, value))
+        })
+        .collect();
+    checked.into_iter().collect()
 }
 
 /// A key that must be present, then checked.

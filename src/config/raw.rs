@@ -66,6 +66,7 @@ pub(super) struct RawProvider {
     pub request_id_header: Option<String>,
     pub control_headers: Option<Vec<String>>,
     pub redact_headers: Option<Vec<String>>,
+    pub settle_headers: Option<std::collections::BTreeMap<String, String>>,
     pub unmatched: Option<String>,
     pub outcomes: Option<RawOutcomes>,
 }

@@ -137,6 +137,7 @@ fn provider(up: &Upstreamed) -> Result<Provider, DemoError> {
         request_id_header: Some(header("request-id")),
         control_headers: vec![header("x-operation-id"), header("x-workflow-id")],
         redact_headers: vec![],
+        settle_headers: vec![],
         unmatched: Unmatched::Pass,
         outcomes: Outcomes::default(),
         routes: vec![refund_route()?],
