@@ -1,18 +1,20 @@
 //! The admin API (SPEC section 7) on `admin_listen`: health, operations, operator decisions
 //! (resolve, approve, reject) and metrics.
 //!
-//! This module owns the admin routes, the bearer-token check and the refusal to expose the
-//! API beyond loopback without a token. It reaches the ledger only through its domain API and
+//! This module owns the admin routes, the bearer-token check, the refusal to expose the
+//! API beyond loopback without a token, and (with `browser`) the refusal of web pages. It reaches the ledger only through its domain API and
 //! never sends anything to a provider: an approval or a `failed` resolution only lets the
 //! agent's next request through. It never logs or echoes the token.
 //!
 //! # Layout
 //! - `error`: the admin refusals and their problem+json answers.
+//! - `browser`: `Origin`, `Host` and `Content-Type` checks, so a web page cannot drive it.
 //! - `view`: operations and events as JSON.
 //! - `query`: the read-only calls (`/ops`, `/ops/{id}`, `/ops/{id}/response`, `/metrics`).
 //! - `action`: the operator's writes (`resolve`, `approve`, `reject`).
 
 mod action;
+mod browser;
 mod error;
 mod query;
 #[cfg(test)]
@@ -102,13 +104,18 @@ pub fn check_exposure(config: &Config, token: Option<&Token>) -> Result<(), Stri
     ))
 }
 
-/// Serves one admin request. Every call but `/healthz` needs the token when one is set.
+/// Serves one admin request. Every call but `/healthz` must pass the browser checks (own
+/// `Origin`; without a token, a loopback `Host`) and needs the token when one is set.
 pub async fn handle<B>(app: Arc<App>, req: Request<B>) -> Response<ProxyBody>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<crate::proxy::BoxError>,
 {
     let is_health = req.uri().path() == "/healthz";
+    let tokened = app.admin_token.is_some();
+    if !is_health && let Err(e) = browser::check(req.headers(), req.uri(), tokened) {
+        return e.into_response();
+    }
     if let Some(token) = &app.admin_token
         && !is_health
         && !token.admits(req.headers())
@@ -211,12 +218,14 @@ where
     }
 }
 
-/// The whole request body, up to `max_stored_response` plus some slack for the JSON around it.
+/// The whole request body of a POST declared `application/json`, up to `max_stored_response`
+/// plus some slack for the JSON around it.
 async fn read_body<B>(app: &App, req: Request<B>) -> Result<Bytes, AdminError>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<crate::proxy::BoxError>,
 {
+    browser::json_body(req.headers())?;
     let limit = app
         .config
         .limits

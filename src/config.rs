@@ -12,8 +12,11 @@
 //! - `provider`: one policy file into a `Provider` (the `[provider]` table).
 //! - `route`: `[[route]]` tables: matchers, templates, reconcile.
 //! - `values`: checks of single values (names, URLs, mounts, headers, units).
+//! - `hazards`: settings that parse but would weaken a guard (credentials in IDs, framing
+//!   key headers, lookups reading the request, approvals `on_missing_id = "pass"` skips).
 //! - `table`: the routes table of `idemproxy check`.
 
+mod hazards;
 mod provider;
 mod raw;
 mod route;
@@ -31,6 +34,7 @@ use provider::load_policy;
 use raw::{RawLimits, RawProxy};
 use values::{duration, size, socket};
 
+pub use hazards::{CREDENTIAL_HEADERS, FRAMING_HEADERS};
 pub use raw::{MAX_DURATION, parse_duration, parse_size};
 
 /// Everything the proxy runs on, validated.

@@ -38,12 +38,16 @@ fn seg(id: &str) -> String {
     id.replace('/', "%2F")
 }
 
+/// An admin call; a POST says its body is JSON, as the admin API requires.
 async fn call(proxy: &Proxy, method: Method, path: &str, body: &str, token: Option<&str>) -> Resp {
     let bearer = token.map(|t| format!("Bearer {t}"));
-    let headers: Vec<(&str, &str)> = bearer
+    let mut headers: Vec<(&str, &str)> = bearer
         .iter()
         .map(|b| ("authorization", b.as_str()))
         .collect();
+    if method == Method::POST {
+        headers.push(("content-type", "application/json"));
+    }
     send(method, &proxy.admin_url(path), &headers, body.to_string())
         .await
         .expect("admin answers")

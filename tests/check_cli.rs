@@ -119,3 +119,69 @@ async fn serve_on_a_port_in_use_exits_non_zero_naming_the_key() {
     assert!(!status.success(), "{status:?}");
     assert_line(&stderr, &[&addr.to_string(), "listen"]);
 }
+
+/// `check` (the real binary) refuses the settings that would quietly weaken a guard: each
+/// fixture's error line names the file, the key and the fix.
+#[tokio::test]
+async fn check_refuses_settings_that_weaken_a_guard() {
+    let dir = Proxy::builder().write();
+    let cases: [(&str, &[&str]); 6] = [
+        (
+            "approval_skipped",
+            &[
+                "policies/shop.toml",
+                "route \"refund\": on_missing_id",
+                "on_missing_id = \"reject\"",
+            ],
+        ),
+        (
+            "credential_in_identity",
+            &[
+                "policies/shop.toml",
+                "operation_id[1]",
+                "{header:authorization}",
+                "credential",
+            ],
+        ),
+        (
+            "credential_in_identity",
+            &[
+                "policies/shop.toml",
+                "fingerprint_headers[1]",
+                "proxy-authorization",
+            ],
+        ),
+        (
+            "key_header_framing",
+            &[
+                "policies/a_shop.toml",
+                "provider.key_header",
+                "content-length",
+                "Idempotency-Key",
+            ],
+        ),
+        (
+            "lookup_request_part",
+            &[
+                "policies/shop.toml",
+                "route \"refund\": reconcile.lookup",
+                "{header:x-workflow-id}",
+                "{key}",
+            ],
+        ),
+        (
+            "zero_final_after",
+            &[
+                "policies/shop.toml",
+                "reconcile.not_found_final_after",
+                "at least 1ms",
+            ],
+        ),
+    ];
+    for (fixture, parts) in cases {
+        let config = broken(fixture);
+        let (status, stdout, stderr) = dir.run_cli(&["check", "-c", &config]).await;
+        assert!(!status.success(), "{fixture}: {status:?}\n{stdout}");
+        assert_line(&stderr, parts);
+    }
+}

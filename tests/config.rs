@@ -200,7 +200,11 @@ fn every_key_set_is_taken() {
 
     let transfer = &p.routes[0];
     assert_eq!(transfer.effect, Effect::Compensable);
-    assert_eq!(transfer.on_missing_id, OnMissingId::Pass);
+    assert_eq!(
+        transfer.on_missing_id,
+        OnMissingId::Reject,
+        "approval needs an ID"
+    );
     assert_eq!(transfer.approval, Approval::Required);
     assert_eq!(transfer.fingerprint_headers, ["x-tenant"]);
     assert_eq!(
@@ -214,11 +218,12 @@ fn every_key_set_is_taken() {
     );
     let reconcile = transfer.reconcile.as_ref().unwrap();
     assert_eq!(reconcile.found, "");
-    assert_eq!(reconcile.not_found_final_after, Duration::ZERO);
+    assert_eq!(reconcile.not_found_final_after, Duration::from_millis(1));
     assert!(
         p.routes[1].matcher.segments.is_empty(),
         "GET / is the root pattern"
     );
+    assert_eq!(p.routes[1].on_missing_id, OnMissingId::Pass);
 }
 
 #[test]
@@ -559,4 +564,90 @@ fn unknown_template_source() {
         "hedaer",
     ];
     assert_error(&errors, "policies/stripe.toml", &parts);
+}
+
+#[test]
+fn approval_cannot_be_skipped_by_on_missing_id_pass() {
+    let errors = load_broken("approval_skipped");
+    let parts = [
+        "route \"refund\": on_missing_id",
+        "skip the approval",
+        "on_missing_id = \"reject\"",
+    ];
+    assert_error(&errors, "policies/shop.toml", &parts);
+}
+
+#[test]
+fn credentials_are_never_part_of_an_identity_or_a_fingerprint() {
+    let errors = load_broken("credential_in_identity");
+    let file = "policies/shop.toml";
+    let refund = [
+        "route \"refund\": operation_id[1]",
+        "{header:authorization}",
+        "credential",
+    ];
+    assert_error(&errors, file, &refund);
+    let cookie = [
+        "route \"charge\": operation_id",
+        "{header:cookie}",
+        "credential",
+    ];
+    assert_error(&errors, file, &cookie);
+    let redacted = [
+        "route \"payout\": operation_id",
+        "{header:x-api-secret}",
+        "redact_headers",
+    ];
+    assert_error(&errors, file, &redacted);
+    let fingerprint = [
+        "route \"transfer\": fingerprint_headers[1]",
+        "\"proxy-authorization\"",
+        "credential",
+    ];
+    assert_error(&errors, file, &fingerprint);
+    assert_eq!(errors.0.len(), 4, "{errors}");
+}
+
+#[test]
+fn key_header_is_neither_framing_nor_a_credential() {
+    let errors = load_broken("key_header_framing");
+    let framing = [
+        "provider.key_header",
+        "\"content-length\"",
+        "Idempotency-Key",
+    ];
+    assert_error(&errors, "policies/a_shop.toml", &framing);
+    let credential = ["provider.key_header", "\"authorization\"", "credential"];
+    assert_error(&errors, "policies/b_bank.toml", &credential);
+}
+
+#[test]
+fn lookup_templates_use_only_what_exists_at_lookup_time() {
+    let errors = load_broken("lookup_request_part");
+    let file = "policies/shop.toml";
+    for (route, part) in [
+        ("refund", "{header:x-workflow-id}"),
+        ("charge", "{json:/order_id}"),
+        ("payout", "{query:ref}"),
+        ("transfer", "{form:destination}"),
+    ] {
+        let key = format!("route \"{route}\": reconcile.lookup");
+        assert_error(&errors, file, &[&key, part, "never present", "{key}"]);
+    }
+    let cancel = [
+        "route \"cancel\": reconcile.lookup",
+        "{path:order}",
+        "it has id",
+    ];
+    assert_error(&errors, file, &cancel);
+}
+
+#[test]
+fn not_found_final_after_of_zero_is_refused() {
+    let errors = load_broken("zero_final_after");
+    let parts = [
+        "route \"refund\": reconcile.not_found_final_after",
+        "at least 1ms",
+    ];
+    assert_error(&errors, "policies/shop.toml", &parts);
 }

@@ -25,6 +25,12 @@ pub enum AdminError {
     NoPath(String),
     #[error("method not allowed")]
     Method(&'static str),
+    #[error("a request from a web page of another origin")]
+    ForeignOrigin,
+    #[error("a request addressed to a host name")]
+    ForeignHost,
+    #[error("a POST that is not application/json")]
+    NotJson,
 
     // The operation's state says no.
     #[error("no operation {0}")]
@@ -53,6 +59,9 @@ impl AdminError {
                 StatusCode::NOT_FOUND
             }
             AdminError::Method(_) => StatusCode::METHOD_NOT_ALLOWED,
+            AdminError::ForeignOrigin => StatusCode::FORBIDDEN,
+            AdminError::ForeignHost => StatusCode::MISDIRECTED_REQUEST,
+            AdminError::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             AdminError::Conflict { .. } => StatusCode::CONFLICT,
             AdminError::Ledger(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -68,6 +77,9 @@ impl AdminError {
                 ("not-found", "Not found")
             }
             AdminError::Method(_) => ("method-not-allowed", "Method not allowed"),
+            AdminError::ForeignOrigin => ("foreign-origin", "Foreign origin"),
+            AdminError::ForeignHost => ("misdirected", "Misdirected request"),
+            AdminError::NotJson => ("unsupported-media-type", "Unsupported media type"),
             AdminError::Conflict { .. } => ("conflict", "Conflict"),
             AdminError::Ledger(_) => ("ledger-unavailable", "Ledger unavailable"),
         }
@@ -87,6 +99,19 @@ impl AdminError {
                  its `/` as %2F: /ops/stripe%2Fcreate_refund%2Fwf-81."
             ),
             AdminError::Method(allow) => format!("This endpoint only answers {allow}."),
+            AdminError::ForeignOrigin => "The admin API does not answer web pages of other \
+                origins: a request with an `Origin` header must come from the admin listener's \
+                own origin (http:// and the address it was sent to). Use `idemproxy ops` or a \
+                client that sends no `Origin`."
+                .into(),
+            AdminError::ForeignHost => "Without IDEMPROXY_ADMIN_TOKEN the admin API only \
+                answers requests addressed to an IP address or `localhost` (a host name could \
+                be a DNS-rebinding web page). Use http://127.0.0.1:PORT, or set \
+                IDEMPROXY_ADMIN_TOKEN to reach it by name."
+                .into(),
+            AdminError::NotJson => "An admin POST needs `Content-Type: application/json` (a \
+                web page cannot send that to another origin without the browser asking first)."
+                .into(),
             AdminError::NotFound(id) => format!("There is no operation {id}."),
             AdminError::NoResponse(id) => format!("Operation {id} has no stored response."),
             AdminError::Conflict { detail, .. } => detail.clone(),

@@ -34,7 +34,7 @@ pub(super) fn load_policy(file: &Path, errors: &mut Vec<ConfigError>) -> (Claim,
     };
     let folder = file.parent().unwrap_or(Path::new(""));
     let head = self::provider(&mut scope.nested("provider."), provider, folder);
-    let routes = routes(&mut scope, raw.route);
+    let routes = routes(&mut scope, raw.route, &head.redact);
     claim.name = head.name.clone();
     claim.mount = head.mount.clone();
     let provider = routes.and_then(|routes| head.build(file, routes));
@@ -45,6 +45,8 @@ pub(super) fn load_policy(file: &Path, errors: &mut Vec<ConfigError>) -> (Claim,
 pub(super) struct ProviderHead {
     name: Option<String>,
     mount: Option<String>,
+    /// `redact_headers` as far as they parsed, for the routes' checks.
+    redact: Vec<HeaderName>,
     rest: Option<Provider>,
 }
 
@@ -91,7 +93,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
             ca_file: ca_file?,
             request_id_header: request_id?,
             control_headers: control?,
-            redact_headers: redact?,
+            redact_headers: redact.clone()?,
             settle_headers: settle?,
             unmatched: unmatched?,
             outcomes: outcomes?,
@@ -99,7 +101,12 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
             file: PathBuf::new(),
         })
     })();
-    ProviderHead { name, mount, rest }
+    ProviderHead {
+        name,
+        mount,
+        redact: redact.unwrap_or_default(),
+        rest,
+    }
 }
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -134,7 +141,10 @@ pub(super) fn key_placement(
     json: Option<String>,
 ) -> Option<KeyPlacement> {
     let header_name = header_raw.as_deref().unwrap_or("Idempotency-Key");
-    let header = s.check("key_header", header(header_name));
+    let header = s.check(
+        "key_header",
+        header(header_name).and_then(super::hazards::key_header),
+    );
     match json {
         Some(pointer) => s
             .check("key_json_field", json_pointer(&pointer, false))

@@ -4,18 +4,23 @@
 
 use std::time::Duration;
 
-use http::Method;
+use http::{HeaderName, Method};
 use toml::Value;
 
-use super::Scope;
 use super::provider::{APPROVALS, EFFECTS, ON_MISSING_ID, headers, required};
 use super::raw::{RawReconcile, RawRoute};
-use super::values::{json_pointer, name};
+use super::values::{duration, json_pointer, name};
+use super::{Scope, hazards};
 use crate::policy::{Approval, Effect, Matcher, OnMissingId, Reconcile, Route, Segment};
 use crate::template::{Part, Template};
 
-/// Every `[[route]]`, then the checks between routes of one provider.
-pub(super) fn routes(s: &mut Scope, raw: Vec<RawRoute>) -> Option<Vec<Route>> {
+/// Every `[[route]]`, then the checks between routes of one provider. `redact` is the
+/// provider's `redact_headers` (kept out of identities and fingerprints like credentials).
+pub(super) fn routes(
+    s: &mut Scope,
+    raw: Vec<RawRoute>,
+    redact: &[HeaderName],
+) -> Option<Vec<Route>> {
     let mut routes = Vec::new();
     let mut ok = true;
     for (i, raw) in raw.into_iter().enumerate() {
@@ -23,7 +28,7 @@ pub(super) fn routes(s: &mut Scope, raw: Vec<RawRoute>) -> Option<Vec<Route>> {
             Some(n) if !n.is_empty() => format!("route \"{n}\": "),
             _ => format!("route[{i}]: "),
         };
-        match route(&mut s.nested(&label), raw) {
+        match route(&mut s.nested(&label), raw, redact) {
             Some(route) => routes.push(route),
             None => ok = false,
         }
@@ -50,7 +55,7 @@ pub(super) fn routes(s: &mut Scope, raw: Vec<RawRoute>) -> Option<Vec<Route>> {
     ok.then_some(routes)
 }
 
-pub(super) fn route(s: &mut Scope, raw: RawRoute) -> Option<Route> {
+pub(super) fn route(s: &mut Scope, raw: RawRoute, redact: &[HeaderName]) -> Option<Route> {
     let name = required(s, "name", raw.name, |v| self::name(v, "route", false));
     let pattern = raw.pattern.clone();
     let matcher = required(s, "match", raw.pattern, |v| matcher(&v));
@@ -60,7 +65,7 @@ pub(super) fn route(s: &mut Scope, raw: RawRoute) -> Option<Route> {
         .map(|m| m.capture_names().map(String::from).collect());
     let captures = captures.as_deref().unwrap_or_default();
     let guarded = effect.is_some_and(|e| e != Effect::ReadOnly);
-    let operation_id = operation_ids(s, raw.operation_id.as_ref(), guarded, captures);
+    let operation_id = operation_ids(s, raw.operation_id.as_ref(), guarded, captures, redact);
     let on_missing_id = s.choice(
         "on_missing_id",
         raw.on_missing_id,
@@ -68,6 +73,7 @@ pub(super) fn route(s: &mut Scope, raw: RawRoute) -> Option<Route> {
         ON_MISSING_ID,
     );
     let approval = s.choice("approval", raw.approval, Approval::None, APPROVALS);
+    hazards::approval_skipped(s, approval, on_missing_id);
     let ignore = raw.fingerprint_ignore.unwrap_or_default();
     if ignore.iter().any(String::is_empty) {
         s.push(
@@ -76,6 +82,7 @@ pub(super) fn route(s: &mut Scope, raw: RawRoute) -> Option<Route> {
         );
     }
     let fp_headers = headers(s, "fingerprint_headers", raw.fingerprint_headers, &[]);
+    hazards::fingerprint_headers(s, fp_headers.as_deref().unwrap_or_default(), redact);
     let reconcile = raw
         .reconcile
         .map(|r| reconcile(&mut s.nested("reconcile."), r, captures));
@@ -119,6 +126,7 @@ pub(super) fn operation_ids(
     raw: Option<&Value>,
     guarded: bool,
     captures: &[String],
+    redact: &[HeaderName],
 ) -> Option<Vec<Template>> {
     let sources: Vec<(String, &Value)> = match raw {
         None if guarded => {
@@ -147,7 +155,8 @@ pub(super) fn operation_ids(
             let text = v
                 .as_str()
                 .ok_or_else(|| format!("{v} is not a string (write templates as strings)"));
-            s.check(&key, text.and_then(|t| template(t, captures, false)))
+            let checked = text.and_then(|t| template(t, captures, false));
+            s.check(&key, checked.and_then(|t| hazards::identity(t, redact)))
         })
         .collect();
     templates.into_iter().collect()
@@ -174,6 +183,7 @@ pub(super) fn template(text: &str, captures: &[String], lookup: bool) -> Result<
             Part::Key | Part::OperationId if !lookup => {
                 return Err("{key} and {operation_id} exist only in reconcile.lookup (build the operation ID from the request: header, json, form, query, path, fingerprint)".into());
             }
+            _ if lookup => hazards::lookup_part(part)?,
             _ => {}
         }
     }
@@ -188,8 +198,7 @@ pub(super) fn reconcile(
     let lookup = required(s, "lookup", raw.lookup, |v| lookup(&v, captures));
     let found = required(s, "found", raw.found, |v| json_pointer(&v, true));
     let raw_after = raw.not_found_final_after.as_ref();
-    let minute = Duration::from_secs(60);
-    let after = s.duration("not_found_final_after", raw_after, minute, Duration::ZERO);
+    let after = s.check("not_found_final_after", final_after(raw_after));
     let (method, lookup) = lookup?;
     Some(Reconcile {
         method,
@@ -197,6 +206,20 @@ pub(super) fn reconcile(
         found: found?,
         not_found_final_after: after?,
     })
+}
+
+/// `not_found_final_after`: at least 1ms. Zero would let a lookup sent right after the
+/// dispatch, before the provider can show the effect, prove "no effect" and re-send it.
+fn final_after(raw: Option<&Value>) -> Result<Duration, String> {
+    match duration(raw, Duration::from_secs(60), Duration::ZERO)? {
+        Duration::ZERO => Err(
+            "must be at least 1ms: with 0s a not-found read right after a \
+             dispatch, before the provider can show the effect, would count as \"no effect\" \
+             and re-send it (give the provider's delay, e.g. \"60s\")"
+                .into(),
+        ),
+        after => Ok(after),
+    }
 }
 
 /// `"METHOD /path?query"`: a method and a template for the path and query.
