@@ -13,7 +13,9 @@
 //! - `route`: `[[route]]` tables: matchers, templates, reconcile.
 //! - `values`: checks of single values (names, URLs, mounts, headers, units).
 //! - `table`: the routes table of `idemproxy check`.
+//! - `forward`: providers a forward-proxy request could not tell apart.
 
+mod forward;
 mod provider;
 mod raw;
 mod route;
@@ -284,6 +286,7 @@ fn load_policies(proxy: &Path, folder: &Path, errors: &mut Vec<ConfigError>) -> 
         providers.extend(provider);
     }
     check_claims(&claims, errors);
+    forward::check_forward(&providers, errors);
     providers.sort_by(|a, b| a.name.cmp(&b.name));
     providers
 }

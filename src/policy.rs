@@ -199,6 +199,18 @@ impl Matcher {
         if method != self.method {
             return None;
         }
+        self.match_path(path, |literal, segment| literal == segment)
+    }
+
+    /// Whether the request would match were letter case ignored, in the method and in the
+    /// literal segments: what a case-insensitive server would take for this route.
+    pub fn matches_ignoring_case(&self, method: &Method, path: &str) -> bool {
+        let same = |literal: &str, segment: &str| literal.eq_ignore_ascii_case(segment);
+        same(self.method.as_str(), method.as_str()) && self.match_path(path, same).is_some()
+    }
+
+    /// The captures of `path` against the segments, literals compared by `same`.
+    fn match_path(&self, path: &str, same: impl Fn(&str, &str) -> bool) -> Option<Captures> {
         let mut rest = path.strip_prefix('/')?;
         let mut captures = Vec::new();
         for (i, segment) in self.segments.iter().enumerate() {
@@ -211,7 +223,7 @@ impl Matcher {
                 None => (rest, None),
             };
             match segment {
-                Segment::Literal(lit) if lit == head => {}
+                Segment::Literal(lit) if same(lit, head) => {}
                 Segment::Capture(name) if !head.is_empty() => {
                     captures.push((name.clone(), head.to_string()))
                 }
@@ -246,55 +258,6 @@ impl Matcher {
             Segment::Literal(_) => None,
         })
     }
-}
-
-/// The form of a path that route matching sees: percent-encoded unreserved characters
-/// decoded (RFC 3986 6.2.2.2), empty and `.` segments dropped, `..` resolved, no trailing
-/// slash. Two spellings of one resource must meet the same route, or a guarded route could
-/// be bypassed by writing its path differently.
-pub fn normalize_path(path: &str) -> std::borrow::Cow<'_, str> {
-    let plain =
-        !path.contains(['%', '.']) && !path.contains("//") && (path == "/" || !path.ends_with('/'));
-    if plain {
-        return std::borrow::Cow::Borrowed(path);
-    }
-    let mut segments: Vec<String> = Vec::new();
-    for raw in path.split('/') {
-        let segment = decode_unreserved(raw);
-        match segment.as_str() {
-            "" | "." => {}
-            ".." => {
-                segments.pop();
-            }
-            _ => segments.push(segment),
-        }
-    }
-    std::borrow::Cow::Owned(format!("/{}", segments.join("/")))
-}
-
-/// Decodes `%XX` only where XX is an unreserved character; other escapes stay (uppercased).
-fn decode_unreserved(segment: &str) -> String {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = (bytes[i] == b'%' && i + 2 < bytes.len())
-            .then(|| std::str::from_utf8(&bytes[i + 1..i + 3]).ok())
-            .flatten()
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match escaped {
-            Some(c) if c.is_ascii_alphanumeric() || b"-._~".contains(&c) => out.push(c),
-            Some(_) => out.extend(bytes[i..i + 3].to_ascii_uppercase()),
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-                continue;
-            }
-        }
-        i += 3;
-    }
-    // URIs are ASCII; anything else was already in the input and is kept as is.
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `[route.reconcile]`: how to ask the provider whether an effect happened.
@@ -391,6 +354,21 @@ impl Provider {
             .find_map(|r| r.matcher.matches(method, path).map(|c| (r, c)))
     }
 
+    /// Whether any route goes through the ledger; such a provider refuses ambiguous
+    /// spellings of paths and methods (see `path`), since one could reach a guarded route.
+    pub fn guards_routes(&self) -> bool {
+        self.routes.iter().any(Route::is_guarded)
+    }
+
+    /// A guarded route this request meets when letter case is ignored. A request that
+    /// matches no guarded route exactly but one of these is a case-insensitive server's
+    /// spelling of a guarded route.
+    pub fn guarded_ignoring_case(&self, method: &Method, path: &str) -> Option<&Route> {
+        self.routes
+            .iter()
+            .find(|r| r.is_guarded() && r.matcher.matches_ignoring_case(method, path))
+    }
+
     /// The route-relative path of a request path under this mount, if it is under it.
     pub fn strip_mount<'a>(&self, path: &'a str) -> Option<&'a str> {
         let rest = path.strip_prefix(self.mount.as_str())?;
@@ -455,28 +433,17 @@ mod tests {
     }
 
     #[test]
-    fn normalized_spellings_meet_the_same_route() {
-        for raw in [
-            "/v1/refunds/",
-            "/v1//refunds",
-            "/v1/x/../refunds",
-            "/v1/%72efunds",
-            "/./v1/refunds",
-            "/v1/refunds/.",
-        ] {
-            assert_eq!(normalize_path(raw), "/v1/refunds", "{raw}");
-        }
-        assert_eq!(normalize_path("/v1/refunds"), "/v1/refunds");
-        assert!(matches!(
-            normalize_path("/v1/refunds"),
-            std::borrow::Cow::Borrowed(_)
-        ));
-        // Reserved escapes stay escaped: %2F is data, not a separator.
-        assert_eq!(normalize_path("/v1/a%2fb"), "/v1/a%2Fb");
-        assert_eq!(normalize_path("/../.."), "/");
-        assert_eq!(normalize_path("/"), "/");
-        assert_eq!(normalize_path("/v1/%"), "/v1/%");
-        assert_eq!(normalize_path("/v1/%e2%82"), "/v1/%E2%82");
+    fn matching_ignoring_case_compares_method_and_literals_only() {
+        let m = matcher(
+            Method::POST,
+            &[lit("v1"), lit("refunds"), Segment::Capture("id".into())],
+        );
+        assert!(m.matches_ignoring_case(&Method::POST, "/V1/Refunds/re_1"));
+        let lower = Method::from_bytes(b"post").unwrap();
+        assert!(m.matches_ignoring_case(&lower, "/v1/refunds/RE_1"));
+        assert!(!m.matches_ignoring_case(&Method::GET, "/v1/refunds/re_1"));
+        assert!(!m.matches_ignoring_case(&Method::POST, "/v1/refund/re_1"));
+        assert_eq!(m.matches(&Method::POST, "/V1/refunds/re_1"), None);
     }
 
     #[test]
