@@ -65,6 +65,16 @@ pub enum Unmatched {
     Reject,
 }
 
+/// Whether the provider reads its paths' letter case (`path_case`). Under `insensitive`,
+/// routes match whatever the case of their literal segments, and a matched request is sent
+/// in the route's own spelling; under `sensitive` (the default), a request that differs
+/// from a guarded route only in case is refused, since the provider might take it for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathCase {
+    Sensitive,
+    Insensitive,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnMissingId {
     Reject,
@@ -202,11 +212,35 @@ impl Matcher {
         self.match_path(path, |literal, segment| literal == segment)
     }
 
-    /// Whether the request would match were letter case ignored, in the method and in the
-    /// literal segments: what a case-insensitive server would take for this route.
-    pub fn matches_ignoring_case(&self, method: &Method, path: &str) -> bool {
+    /// `matches` with letter case ignored, in the method and in the literal segments: what
+    /// a case-insensitive server would take for this route.
+    pub fn matches_ignoring_case(&self, method: &Method, path: &str) -> Option<Captures> {
         let same = |literal: &str, segment: &str| literal.eq_ignore_ascii_case(segment);
-        same(self.method.as_str(), method.as_str()) && self.match_path(path, same).is_some()
+        if !same(self.method.as_str(), method.as_str()) {
+            return None;
+        }
+        self.match_path(path, same)
+    }
+
+    /// The path this pattern spells with these captures (as `matches` returned them): the
+    /// literals as the route writes them, the captured segments as the request wrote them.
+    pub fn spell(&self, captures: &Captures) -> String {
+        let mut values = captures.iter().map(|(_, v)| v.as_str());
+        let mut out = String::new();
+        for segment in &self.segments {
+            let part = match segment {
+                Segment::Literal(lit) => lit.as_str(),
+                Segment::Capture(_) | Segment::Rest(_) => values.next().unwrap_or(""),
+            };
+            if !(part.is_empty() && matches!(segment, Segment::Rest(_))) {
+                out.push('/');
+                out.push_str(part);
+            }
+        }
+        if out.is_empty() {
+            out.push('/');
+        }
+        out
     }
 
     /// The captures of `path` against the segments, literals compared by `same`.
@@ -311,6 +345,7 @@ pub struct Provider {
     pub control_headers: Vec<HeaderName>,
     pub redact_headers: Vec<HeaderName>,
     pub unmatched: Unmatched,
+    pub path_case: PathCase,
     pub outcomes: Outcomes,
     pub routes: Vec<Route>,
     /// The policy file this came from, for messages.
@@ -341,17 +376,23 @@ impl Provider {
             control_headers: vec![],
             redact_headers: vec![],
             unmatched: Unmatched::Pass,
+            path_case: PathCase::Sensitive,
             outcomes: Outcomes::default(),
             routes: vec![],
             file: PathBuf::new(),
         }
     }
 
-    /// The first route whose `match` accepts this request, with its captures.
+    /// The first route whose `match` accepts this request (letter case ignored under
+    /// `path_case = "insensitive"`), with its captures.
     pub fn route_for(&self, method: &Method, path: &str) -> Option<(&Route, Captures)> {
-        self.routes
-            .iter()
-            .find_map(|r| r.matcher.matches(method, path).map(|c| (r, c)))
+        self.routes.iter().find_map(|r| {
+            match self.path_case {
+                PathCase::Sensitive => r.matcher.matches(method, path),
+                PathCase::Insensitive => r.matcher.matches_ignoring_case(method, path),
+            }
+            .map(|c| (r, c))
+        })
     }
 
     /// Whether any route goes through the ledger; such a provider refuses ambiguous
@@ -366,7 +407,7 @@ impl Provider {
     pub fn guarded_ignoring_case(&self, method: &Method, path: &str) -> Option<&Route> {
         self.routes
             .iter()
-            .find(|r| r.is_guarded() && r.matcher.matches_ignoring_case(method, path))
+            .find(|r| r.is_guarded() && r.matcher.matches_ignoring_case(method, path).is_some())
     }
 
     /// The route-relative path of a request path under this mount, if it is under it.
@@ -438,12 +479,31 @@ mod tests {
             Method::POST,
             &[lit("v1"), lit("refunds"), Segment::Capture("id".into())],
         );
-        assert!(m.matches_ignoring_case(&Method::POST, "/V1/Refunds/re_1"));
+        let captures = m.matches_ignoring_case(&Method::POST, "/V1/Refunds/Re_1");
+        assert_eq!(captures, Some(vec![("id".into(), "Re_1".into())]));
+        assert_eq!(m.spell(&captures.unwrap()), "/v1/refunds/Re_1");
         let lower = Method::from_bytes(b"post").unwrap();
-        assert!(m.matches_ignoring_case(&lower, "/v1/refunds/RE_1"));
-        assert!(!m.matches_ignoring_case(&Method::GET, "/v1/refunds/re_1"));
-        assert!(!m.matches_ignoring_case(&Method::POST, "/v1/refund/re_1"));
+        assert!(
+            m.matches_ignoring_case(&lower, "/v1/refunds/RE_1")
+                .is_some()
+        );
+        assert!(
+            m.matches_ignoring_case(&Method::GET, "/v1/refunds/re_1")
+                .is_none()
+        );
+        assert!(
+            m.matches_ignoring_case(&Method::POST, "/v1/refund/re_1")
+                .is_none()
+        );
         assert_eq!(m.matches(&Method::POST, "/V1/refunds/re_1"), None);
+    }
+
+    #[test]
+    fn spelling_a_match_gives_the_routes_literals_and_the_captures() {
+        let m = matcher(Method::GET, &[lit("files"), Segment::Rest("p".into())]);
+        assert_eq!(m.spell(&vec![("p".into(), "A/b".into())]), "/files/A/b");
+        assert_eq!(m.spell(&vec![("p".into(), "".into())]), "/files");
+        assert_eq!(matcher(Method::GET, &[]).spell(&vec![]), "/");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use hyper::body::Incoming;
 
 use crate::app::{App, Forward};
 use crate::path;
-use crate::policy::{Captures, Provider, Route, Unmatched};
+use crate::policy::{Captures, PathCase, Provider, Route, Unmatched};
 use crate::problem::{Context, Problem};
 use crate::upstream::{self, SendError};
 
@@ -134,6 +134,10 @@ fn resolve<'a>(app: &'a App, req: &Request<Incoming>) -> Result<Target<'a>, Refu
         screen(req, raw).map_err(refused)?;
     }
     let route = provider.route_for(req.method(), &rel_path);
+    let rel_path = match (&route, provider.path_case) {
+        (Some((r, captures)), PathCase::Insensitive) => r.matcher.spell(captures),
+        _ => rel_path,
+    };
     if !route.as_ref().is_some_and(|(r, _)| r.is_guarded())
         && let Some(guarded) = provider.guarded_ignoring_case(req.method(), &rel_path)
     {

@@ -154,3 +154,34 @@ async fn unguarded_requests_go_out_in_their_normalized_form() {
         assert_eq!(got.path_and_query, expected, "{sent}");
     }
 }
+
+#[tokio::test]
+async fn under_path_case_insensitive_other_cases_are_guarded_and_sent_as_the_route_spells_them() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "from provider")).await;
+    let refund = route(
+        "create_refund",
+        "POST /v1/refunds/{id*}",
+        &["{header:x-operation-id}"],
+    );
+    let pay = provider.policy("pay", &format!("path_case = \"insensitive\"\n{refund}"));
+    let proxy = Proxy::builder().policy("pay", &pay).start().await;
+    for path in ["/pay/V1/Refunds/Re_1", "/pay/v1/refunds/Re_1"] {
+        let resp = send(Method::POST, &proxy.url(path), &[OP], "a=1")
+            .await
+            .expect("answer");
+        assert_eq!(resp.status, StatusCode::OK, "{path}: {}", resp.text());
+        assert_eq!(resp.header("idem-state"), Some("succeeded"), "{path}");
+    }
+    // One operation, sent once, in the route's spelling; the capture keeps its case.
+    let paths: Vec<String> = provider
+        .requests()
+        .into_iter()
+        .map(|r| r.path_and_query)
+        .collect();
+    assert_eq!(paths, ["/v1/refunds/Re_1"]);
+    // The other refusals still apply.
+    let resp = send(Method::POST, &proxy.url("/pay/V1/refunds;x"), &[OP], "")
+        .await
+        .expect("answer");
+    problem(&resp, StatusCode::BAD_REQUEST, "invalid-path");
+}

@@ -13,8 +13,8 @@ use super::route::routes;
 use super::values::{ca_file, header, json_pointer, mount, name, upstream};
 use super::{Claim, ConfigError, MIN_WAIT, Scope, read_toml};
 use crate::policy::{
-    Approval, Dedupe, Effect, KeyFormat, KeyPlacement, OnMissingId, Outcomes, Provider, Route,
-    StatusRule, Unmatched,
+    Approval, Dedupe, Effect, KeyFormat, KeyPlacement, OnMissingId, Outcomes, PathCase, Provider,
+    Route, StatusRule, Unmatched,
 };
 
 pub(super) fn load_policy(file: &Path, errors: &mut Vec<ConfigError>) -> (Claim, Option<Provider>) {
@@ -76,6 +76,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
     let control = headers(s, "control_headers", raw.control_headers, CONTROL_HEADERS);
     let redact = headers(s, "redact_headers", raw.redact_headers, &[]);
     let unmatched = s.choice("unmatched", raw.unmatched, Unmatched::Pass, UNMATCHED);
+    let path_case = s.choice("path_case", raw.path_case, PathCase::Sensitive, PATH_CASES);
     let outcomes = outcomes(s, raw.outcomes.unwrap_or_default());
     let rest = (|| {
         Some(Provider {
@@ -92,6 +93,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
             control_headers: control?,
             redact_headers: redact?,
             unmatched: unmatched?,
+            path_case: path_case?,
             outcomes: outcomes?,
             routes: Vec::new(),
             file: PathBuf::new(),
@@ -109,6 +111,11 @@ pub(super) const KEY_FORMATS: &[(&str, KeyFormat)] =
 
 pub(super) const UNMATCHED: &[(&str, Unmatched)] =
     &[("pass", Unmatched::Pass), ("reject", Unmatched::Reject)];
+
+pub(super) const PATH_CASES: &[(&str, PathCase)] = &[
+    ("sensitive", PathCase::Sensitive),
+    ("insensitive", PathCase::Insensitive),
+];
 
 pub(super) const CONTROL_HEADERS: &[&str] = &["x-operation-id", "x-workflow-id"];
 

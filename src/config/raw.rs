@@ -67,6 +67,7 @@ pub(super) struct RawProvider {
     pub control_headers: Option<Vec<String>>,
     pub redact_headers: Option<Vec<String>>,
     pub unmatched: Option<String>,
+    pub path_case: Option<String>,
     pub outcomes: Option<RawOutcomes>,
 }
 

@@ -138,6 +138,7 @@ fn provider(up: &Upstreamed) -> Result<Provider, DemoError> {
         control_headers: vec![header("x-operation-id"), header("x-workflow-id")],
         redact_headers: vec![],
         unmatched: Unmatched::Pass,
+        path_case: crate::policy::PathCase::Sensitive,
         outcomes: Outcomes::default(),
         routes: vec![refund_route()?],
         file: PathBuf::from(format!("(demo policy {})", up.name)),
