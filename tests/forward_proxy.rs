@@ -1,6 +1,8 @@
 //! Forward-proxy mode (`HTTP_PROXY`): an absolute-form request reaches the provider whose
-//! upstream host (and port, when named) matches; any other host is refused, so the proxy is
-//! never an open proxy; `CONNECT` is refused with a problem instead of being tunnelled.
+//! upstream host (and port, when named) matches and whose base path is the longest one that
+//! holds the request's path; any other URL is refused, so the proxy is never an open proxy;
+//! `check` refuses two providers on one host, port and base path; `CONNECT` is refused with
+//! a problem instead of being tunnelled.
 //!
 //! Requests are written by hand on a TCP stream: that is the only way to be sure of the
 //! exact request line (absolute-form, CONNECT's authority-form) the proxy receives.
@@ -266,4 +268,33 @@ async fn check_refuses_two_providers_on_the_same_host_port_and_base_path() {
         .unwrap_or_else(|| panic!("no error for two.toml's upstream:\n{stderr}"));
     assert!(line.contains("one.toml"), "{line}");
     assert!(line.contains("base path"), "names the fix: {line}");
+}
+
+#[tokio::test]
+async fn a_request_naming_no_port_where_providers_differ_only_by_port_is_refused() {
+    let one = FakeProvider::start(Behavior::fixed(200, "one")).await;
+    let two = FakeProvider::start(Behavior::fixed(200, "two")).await;
+    let upstream = |p: &FakeProvider| format!("http://localhost:{}", p.addr().port());
+    let proxy = Proxy::builder()
+        .policy("one", &policy("one", &upstream(&one), ""))
+        .policy("two", &policy("two", &upstream(&two), ""))
+        .start()
+        .await;
+    let resp = raw(
+        proxy.proxy_addr(),
+        "GET http://localhost/v1/x HTTP/1.1\r\nHost: localhost\r\n",
+        "",
+    )
+    .await;
+    assert_eq!(resp.status, 403, "{}", resp.body);
+    let problem = resp.json();
+    assert_eq!(problem["type"], "urn:idemproxy:no-route");
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("port"), "{detail}");
+    // Naming the port settles it.
+    let port = two.addr().port();
+    let head = format!("GET http://localhost:{port}/v1/x HTTP/1.1\r\nHost: localhost:{port}\r\n");
+    let resp = raw(proxy.proxy_addr(), &head, "").await;
+    assert_eq!((resp.status, resp.body.as_str()), (200, "two"));
+    assert_eq!(one.request_count(), 0);
 }
