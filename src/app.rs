@@ -15,7 +15,7 @@ use crate::ledger::{Ledger, LedgerOptions};
 use crate::metrics::Metrics;
 use crate::policy::{Dedupe, Effect, Provider};
 use crate::secret::Secret;
-use crate::upstream::Upstreams;
+use crate::upstream::{Upstreams, Via};
 
 /// Completions a slow waiter may fall behind by before it must re-read the ledger anyway.
 const COMPLETIONS_BACKLOG: usize = 1024;
@@ -36,6 +36,8 @@ pub struct App {
     pub secret: Secret,
     /// The headers of each unknown operation's last request, for the settler; memory only.
     pub credentials: crate::settle::Credentials,
+    /// This proxy's `Via` entry, derived from the secret.
+    pub via: Via,
 }
 
 impl App {
@@ -70,6 +72,7 @@ impl App {
             background: TaskTracker::new(),
             completions: broadcast::Sender::new(COMPLETIONS_BACKLOG),
             admin_token,
+            via: Via::of(&secret),
             secret,
             credentials: Default::default(),
         };
@@ -111,12 +114,49 @@ impl App {
             .find_map(|p| p.strip_mount(path).map(|rest| (p, rest.to_string())))
     }
 
-    /// The provider whose upstream is this host (and port, when the request names one).
-    pub fn provider_for_host(&self, host: &str, port: Option<u16>) -> Option<&Provider> {
+    /// The provider of an absolute-form request, with the route-relative rest of its
+    /// (normalized) `path`: among the providers whose upstream is this host (and port, when
+    /// the request names one) and whose base path holds `path`, the longest base path wins.
+    /// `check` refuses two providers on one host, port and base path; what is left is a
+    /// request naming no port where providers differ only by port: the one whose upstream
+    /// names no port wins, if there is exactly one.
+    pub fn provider_for_host(&self, host: &str, port: Option<u16>, path: &str) -> Forward<'_> {
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        self.config.providers.iter().find(|p| {
-            p.upstream.host.eq_ignore_ascii_case(host)
-                && port.is_none_or(|port| port == p.upstream.port)
-        })
+        let mut best: Vec<(&Provider, &str)> = Vec::new();
+        for p in &self.config.providers {
+            let up = &p.upstream;
+            if !up.host.eq_ignore_ascii_case(host) || port.is_some_and(|port| port != up.port) {
+                continue;
+            }
+            let Some(rest) = crate::path::below(path, &up.base_path) else {
+                continue;
+            };
+            match best.first() {
+                Some((b, _)) if b.upstream.base_path.len() > up.base_path.len() => continue,
+                Some((b, _)) if b.upstream.base_path.len() < up.base_path.len() => best.clear(),
+                _ => {}
+            }
+            best.push((p, rest));
+        }
+        if best.len() > 1 {
+            best.retain(|(p, _)| !p.upstream.explicit_port);
+            if best.len() != 1 {
+                return Forward::Ambiguous;
+            }
+        }
+        match best.first() {
+            Some((p, rest)) => Forward::To(p, rest.to_string()),
+            None => Forward::Unknown,
+        }
     }
+}
+
+/// Where an absolute-form request goes (see `App::provider_for_host`).
+pub enum Forward<'a> {
+    /// This provider, with the route-relative path.
+    To(&'a Provider, String),
+    /// No provider's upstream holds this URL.
+    Unknown,
+    /// Several do, differing only by a port the request does not name.
+    Ambiguous,
 }

@@ -15,8 +15,10 @@
 //! - `hazards`: settings that parse but would weaken a guard (credentials in IDs, framing
 //!   key headers, lookups reading the request, approvals `on_missing_id = "pass"` skips).
 //! - `table`: the routes table of `idemproxy check`.
+//! - `forward`: providers a forward-proxy request could not tell apart.
 
 mod hazards;
+mod forward;
 mod provider;
 mod raw;
 mod route;
@@ -288,6 +290,7 @@ fn load_policies(proxy: &Path, folder: &Path, errors: &mut Vec<ConfigError>) -> 
         providers.extend(provider);
     }
     check_claims(&claims, errors);
+    forward::check_forward(&providers, errors);
     providers.sort_by(|a, b| a.name.cmp(&b.name));
     providers
 }

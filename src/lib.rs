@@ -4,6 +4,7 @@
 //! - `clock`: timestamps, read in one place so pure code takes time as an argument.
 //! - `config`: reads `proxy.toml` and the policy files, validates them into domain types.
 //! - `policy`: the validated provider and route types, route matching, outcome classes.
+//! - `path`: the one normalized spelling of a request path, and the ambiguous ones refused.
 //! - `template`: the `{source:argument}` template language (SPEC section 3).
 //! - `body`: a buffered request body, parsed once by content type (JSON, form, bytes).
 //! - `fingerprint`: the canonical parameter hash and the per-field hashes behind a 409.
@@ -44,6 +45,7 @@ pub mod kept;
 pub mod ledger;
 pub mod metrics;
 pub mod ops;
+pub mod path;
 pub mod policy;
 pub mod problem;
 pub mod proxy;

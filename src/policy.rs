@@ -65,6 +65,16 @@ pub enum Unmatched {
     Reject,
 }
 
+/// Whether the provider reads its paths' letter case (`path_case`). Under `insensitive`,
+/// routes match whatever the case of their literal segments, and a matched request is sent
+/// in the route's own spelling; under `sensitive` (the default), a request that differs
+/// from a guarded route only in case is refused, since the provider might take it for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathCase {
+    Sensitive,
+    Insensitive,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnMissingId {
     Reject,
@@ -199,6 +209,42 @@ impl Matcher {
         if method != self.method {
             return None;
         }
+        self.match_path(path, |literal, segment| literal == segment)
+    }
+
+    /// `matches` with letter case ignored, in the method and in the literal segments: what
+    /// a case-insensitive server would take for this route.
+    pub fn matches_ignoring_case(&self, method: &Method, path: &str) -> Option<Captures> {
+        let same = |literal: &str, segment: &str| literal.eq_ignore_ascii_case(segment);
+        if !same(self.method.as_str(), method.as_str()) {
+            return None;
+        }
+        self.match_path(path, same)
+    }
+
+    /// The path this pattern spells with these captures (as `matches` returned them): the
+    /// literals as the route writes them, the captured segments as the request wrote them.
+    pub fn spell(&self, captures: &Captures) -> String {
+        let mut values = captures.iter().map(|(_, v)| v.as_str());
+        let mut out = String::new();
+        for segment in &self.segments {
+            let part = match segment {
+                Segment::Literal(lit) => lit.as_str(),
+                Segment::Capture(_) | Segment::Rest(_) => values.next().unwrap_or(""),
+            };
+            if !(part.is_empty() && matches!(segment, Segment::Rest(_))) {
+                out.push('/');
+                out.push_str(part);
+            }
+        }
+        if out.is_empty() {
+            out.push('/');
+        }
+        out
+    }
+
+    /// The captures of `path` against the segments, literals compared by `same`.
+    fn match_path(&self, path: &str, same: impl Fn(&str, &str) -> bool) -> Option<Captures> {
         let mut rest = path.strip_prefix('/')?;
         let mut captures = Vec::new();
         for (i, segment) in self.segments.iter().enumerate() {
@@ -211,7 +257,7 @@ impl Matcher {
                 None => (rest, None),
             };
             match segment {
-                Segment::Literal(lit) if lit == head => {}
+                Segment::Literal(lit) if same(lit, head) => {}
                 Segment::Capture(name) if !head.is_empty() => {
                     captures.push((name.clone(), head.to_string()))
                 }
@@ -246,55 +292,6 @@ impl Matcher {
             Segment::Literal(_) => None,
         })
     }
-}
-
-/// The form of a path that route matching sees: percent-encoded unreserved characters
-/// decoded (RFC 3986 6.2.2.2), empty and `.` segments dropped, `..` resolved, no trailing
-/// slash. Two spellings of one resource must meet the same route, or a guarded route could
-/// be bypassed by writing its path differently.
-pub fn normalize_path(path: &str) -> std::borrow::Cow<'_, str> {
-    let plain =
-        !path.contains(['%', '.']) && !path.contains("//") && (path == "/" || !path.ends_with('/'));
-    if plain {
-        return std::borrow::Cow::Borrowed(path);
-    }
-    let mut segments: Vec<String> = Vec::new();
-    for raw in path.split('/') {
-        let segment = decode_unreserved(raw);
-        match segment.as_str() {
-            "" | "." => {}
-            ".." => {
-                segments.pop();
-            }
-            _ => segments.push(segment),
-        }
-    }
-    std::borrow::Cow::Owned(format!("/{}", segments.join("/")))
-}
-
-/// Decodes `%XX` only where XX is an unreserved character; other escapes stay (uppercased).
-fn decode_unreserved(segment: &str) -> String {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = (bytes[i] == b'%' && i + 2 < bytes.len())
-            .then(|| std::str::from_utf8(&bytes[i + 1..i + 3]).ok())
-            .flatten()
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match escaped {
-            Some(c) if c.is_ascii_alphanumeric() || b"-._~".contains(&c) => out.push(c),
-            Some(_) => out.extend(bytes[i..i + 3].to_ascii_uppercase()),
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-                continue;
-            }
-        }
-        i += 3;
-    }
-    // URIs are ASCII; anything else was already in the input and is kept as is.
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `[route.reconcile]`: how to ask the provider whether an effect happened.
@@ -425,6 +422,7 @@ pub struct Provider {
     /// Headers the settler sends when it has no caller's headers in memory (SPEC 8).
     pub settle_headers: Vec<(HeaderName, EnvTemplate)>,
     pub unmatched: Unmatched,
+    pub path_case: PathCase,
     pub outcomes: Outcomes,
     pub routes: Vec<Route>,
     /// The policy file this came from, for messages.
@@ -456,17 +454,38 @@ impl Provider {
             redact_headers: vec![],
             settle_headers: vec![],
             unmatched: Unmatched::Pass,
+            path_case: PathCase::Sensitive,
             outcomes: Outcomes::default(),
             routes: vec![],
             file: PathBuf::new(),
         }
     }
 
-    /// The first route whose `match` accepts this request, with its captures.
+    /// The first route whose `match` accepts this request (letter case ignored under
+    /// `path_case = "insensitive"`), with its captures.
     pub fn route_for(&self, method: &Method, path: &str) -> Option<(&Route, Captures)> {
+        self.routes.iter().find_map(|r| {
+            match self.path_case {
+                PathCase::Sensitive => r.matcher.matches(method, path),
+                PathCase::Insensitive => r.matcher.matches_ignoring_case(method, path),
+            }
+            .map(|c| (r, c))
+        })
+    }
+
+    /// Whether any route goes through the ledger; such a provider refuses ambiguous
+    /// spellings of paths and methods (see `path`), since one could reach a guarded route.
+    pub fn guards_routes(&self) -> bool {
+        self.routes.iter().any(Route::is_guarded)
+    }
+
+    /// A guarded route this request meets when letter case is ignored. A request that
+    /// matches no guarded route exactly but one of these is a case-insensitive server's
+    /// spelling of a guarded route.
+    pub fn guarded_ignoring_case(&self, method: &Method, path: &str) -> Option<&Route> {
         self.routes
             .iter()
-            .find_map(|r| r.matcher.matches(method, path).map(|c| (r, c)))
+            .find(|r| r.is_guarded() && r.matcher.matches_ignoring_case(method, path).is_some())
     }
 
     /// The route-relative path of a request path under this mount, if it is under it.
@@ -533,28 +552,36 @@ mod tests {
     }
 
     #[test]
-    fn normalized_spellings_meet_the_same_route() {
-        for raw in [
-            "/v1/refunds/",
-            "/v1//refunds",
-            "/v1/x/../refunds",
-            "/v1/%72efunds",
-            "/./v1/refunds",
-            "/v1/refunds/.",
-        ] {
-            assert_eq!(normalize_path(raw), "/v1/refunds", "{raw}");
-        }
-        assert_eq!(normalize_path("/v1/refunds"), "/v1/refunds");
-        assert!(matches!(
-            normalize_path("/v1/refunds"),
-            std::borrow::Cow::Borrowed(_)
-        ));
-        // Reserved escapes stay escaped: %2F is data, not a separator.
-        assert_eq!(normalize_path("/v1/a%2fb"), "/v1/a%2Fb");
-        assert_eq!(normalize_path("/../.."), "/");
-        assert_eq!(normalize_path("/"), "/");
-        assert_eq!(normalize_path("/v1/%"), "/v1/%");
-        assert_eq!(normalize_path("/v1/%e2%82"), "/v1/%E2%82");
+    fn matching_ignoring_case_compares_method_and_literals_only() {
+        let m = matcher(
+            Method::POST,
+            &[lit("v1"), lit("refunds"), Segment::Capture("id".into())],
+        );
+        let captures = m.matches_ignoring_case(&Method::POST, "/V1/Refunds/Re_1");
+        assert_eq!(captures, Some(vec![("id".into(), "Re_1".into())]));
+        assert_eq!(m.spell(&captures.unwrap()), "/v1/refunds/Re_1");
+        let lower = Method::from_bytes(b"post").unwrap();
+        assert!(
+            m.matches_ignoring_case(&lower, "/v1/refunds/RE_1")
+                .is_some()
+        );
+        assert!(
+            m.matches_ignoring_case(&Method::GET, "/v1/refunds/re_1")
+                .is_none()
+        );
+        assert!(
+            m.matches_ignoring_case(&Method::POST, "/v1/refund/re_1")
+                .is_none()
+        );
+        assert_eq!(m.matches(&Method::POST, "/V1/refunds/re_1"), None);
+    }
+
+    #[test]
+    fn spelling_a_match_gives_the_routes_literals_and_the_captures() {
+        let m = matcher(Method::GET, &[lit("files"), Segment::Rest("p".into())]);
+        assert_eq!(m.spell(&vec![("p".into(), "A/b".into())]), "/files/A/b");
+        assert_eq!(m.spell(&vec![("p".into(), "".into())]), "/files");
+        assert_eq!(matcher(Method::GET, &[]).spell(&vec![]), "/");
     }
 
     #[test]

@@ -54,6 +54,16 @@ pub enum Problem {
     UpstreamBroken(String),
     #[error("the ledger cannot record: {0}")]
     LedgerUnavailable(String),
+
+    // Request spellings and forwarding refused before anything is sent (issue 7).
+    #[error("the request path {0}")]
+    InvalidPath(String),
+    #[error("the request method {0}")]
+    InvalidMethod(String),
+    #[error("the request already passed through this proxy")]
+    LoopDetected,
+    #[error("several providers' upstreams are {0}")]
+    AmbiguousHost(String),
 }
 
 /// What is known about the operation a problem concerns.
@@ -97,6 +107,9 @@ impl Problem {
             }
             Problem::UpstreamUnreachable(_) | Problem::UpstreamBroken(_) => StatusCode::BAD_GATEWAY,
             Problem::LedgerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Problem::InvalidPath(_) | Problem::InvalidMethod(_) => StatusCode::BAD_REQUEST,
+            Problem::LoopDetected => StatusCode::LOOP_DETECTED,
+            Problem::AmbiguousHost(_) => StatusCode::FORBIDDEN,
         }
     }
 
@@ -118,6 +131,10 @@ impl Problem {
             Problem::UpstreamUnreachable(_) => "upstream-unreachable",
             Problem::UpstreamBroken(_) => "upstream-error",
             Problem::LedgerUnavailable(_) => "ledger-unavailable",
+            Problem::InvalidPath(_) => "invalid-path",
+            Problem::InvalidMethod(_) => "invalid-method",
+            Problem::LoopDetected => "loop-detected",
+            Problem::AmbiguousHost(_) => "no-route",
         }
     }
 
@@ -138,6 +155,10 @@ impl Problem {
             Problem::UpstreamUnreachable(_) => "Upstream unreachable",
             Problem::UpstreamBroken(_) => "Upstream error",
             Problem::LedgerUnavailable(_) => "Ledger unavailable",
+            Problem::InvalidPath(_) => "Invalid path",
+            Problem::InvalidMethod(_) => "Invalid method",
+            Problem::LoopDetected => "Loop detected",
+            Problem::AmbiguousHost(_) => "No route",
         }
     }
 
@@ -202,6 +223,25 @@ impl Problem {
             Problem::LedgerUnavailable(_) => "The proxy cannot record operations right now, so \
                 nothing was sent. Retry later."
                 .into(),
+            Problem::InvalidPath(why) => format!(
+                "The request path {why}. Servers read such a path in different ways, so under a \
+                 provider with guarded routes it could reach a guarded route unguarded. Send \
+                 the plain spelling of the path (as the route's `match` writes it). Nothing \
+                 was sent."
+            ),
+            Problem::InvalidMethod(why) => format!(
+                "The request method {why}. Under a provider with guarded routes the method must \
+                 be the one the provider acts on, in upper case. Send it as the request's own \
+                 method. Nothing was sent."
+            ),
+            Problem::LoopDetected => "This request already carries this proxy's `Via` entry: \
+                it came back to the proxy, so a provider's `upstream` leads back to it. Point \
+                the upstream at the provider itself. Nothing was sent."
+                .into(),
+            Problem::AmbiguousHost(host) => format!(
+                "More than one provider's upstream is {host} on different ports, and the \
+                 request names no port. Name the port in the request's URL. Nothing was sent."
+            ),
         }
     }
 

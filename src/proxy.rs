@@ -3,6 +3,9 @@
 //! `handle` reads top to bottom: resolve the provider and route, then either stream the
 //! request through unguarded (`passthrough`) or hand it to `guard` for the ledger protocol.
 //! Unguarded traffic is never buffered. This module never writes the ledger itself.
+//! Before either, it refuses what must not be forwarded at all: a request that looped back
+//! to this proxy, and under a provider with guarded routes, spellings of a path or method
+//! that a server could take for a guarded route (`path`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,8 +16,9 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 
-use crate::app::App;
-use crate::policy::{Captures, Provider, Route, Unmatched, normalize_path};
+use crate::app::{App, Forward};
+use crate::path;
+use crate::policy::{Captures, PathCase, Provider, Route, Unmatched};
 use crate::problem::{Context, Problem};
 use crate::upstream::{self, SendError};
 
@@ -61,18 +65,25 @@ pub struct Target<'a> {
 }
 
 /// Serves one agent request.
-pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<ProxyBody> {
+pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Response<ProxyBody> {
     let started = Instant::now();
     let method = req.method().clone();
     let target = match resolve(&app, &req) {
         Ok(target) => target,
-        Err(problem) => {
+        Err((problem, provider)) => {
             tracing::info!(%method, status = problem.status().as_u16(), outcome = problem.kind(), "refused");
-            return problem.into_response(&Context::default());
+            let ctx = Context {
+                provider,
+                ..Context::default()
+            };
+            return problem.into_response(&ctx);
         }
     };
     let provider = target.provider.name.as_str();
     let route_name = target.route.as_ref().map(|(r, _)| r.name.as_str());
+    let guarded = target.route.as_ref().is_some_and(|(r, _)| r.is_guarded());
+    let version = req.version();
+    upstream::forwarding_headers(req.headers_mut(), &app.via, version, guarded);
     let (resp, outcome) = match &target.route {
         None if target.provider.unmatched == Unmatched::Reject => {
             let ctx = Context {
@@ -100,46 +111,99 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<ProxyBody
     resp
 }
 
-/// Finds the provider (by mount, or by host for absolute-form requests) and the route.
-fn resolve<'a>(app: &'a App, req: &Request<Incoming>) -> Result<Target<'a>, Problem> {
+/// A refusal before the request is routed, with the provider's name once it is known.
+type Refused = (Problem, Option<String>);
+
+/// Finds the provider and the route: refuses loops, then spellings that could reach a
+/// guarded route unguarded (see `path`).
+///
+/// Every request is routed and sent in its normalized form (`path::normalize`), computed on
+/// the whole path before the mount or base path is taken off, so `/mount/../x` is not under
+/// the mount and no request leaves outside the upstream's base path.
+fn resolve<'a>(app: &'a App, req: &Request<Incoming>) -> Result<Target<'a>, Refused> {
     if req.method() == Method::CONNECT {
-        return Err(Problem::ConnectNotSupported);
+        return Err((Problem::ConnectNotSupported, None));
     }
-    let uri = req.uri();
-    let path = uri.path();
-    // h2 requests always carry an authority; only HTTP/1 absolute-form means forward proxying.
-    let forward = req.version() < Version::HTTP_2 && uri.authority().is_some();
-    let (provider, rel_path) = if forward {
-        let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
-        let provider = uri
-            .host()
-            .and_then(|host| app.provider_for_host(host, uri.port_u16()))
-            .ok_or_else(|| Problem::NoHost(authority.to_string()))?;
-        let base = provider.upstream.base_path.as_str();
-        let rel = match path.strip_prefix(base) {
-            Some(rest) if rest.starts_with('/') => rest,
-            Some("") => "/",
-            _ => path,
-        };
-        (provider, rel.to_string())
-    } else {
-        app.provider_for_path(path).ok_or(Problem::NoMount)?
+    if app.via.seen_in(req.headers()) {
+        return Err((Problem::LoopDetected, None));
+    }
+    let raw = req.uri().path();
+    let (provider, rel_path) = locate(app, req, &path::normalize(raw)).map_err(|p| (p, None))?;
+    let refused = |problem| (problem, Some(provider.name.clone()));
+    if provider.guards_routes() {
+        screen(req, raw).map_err(refused)?;
+    }
+    let route = provider.route_for(req.method(), &rel_path);
+    let rel_path = match (&route, provider.path_case) {
+        (Some((r, captures)), PathCase::Insensitive) => r.matcher.spell(captures),
+        _ => rel_path,
     };
-    // Match on the normalized path so `/v1//refunds/`, `/v1/x/../refunds` or `/v1/%72efunds`
-    // cannot slip past a guarded route; a matched request is sent in that normalized form, so
-    // the provider acts on exactly what was recorded. Unmatched requests go out as sent.
-    let normalized = normalize_path(&rel_path);
-    let route = provider.route_for(req.method(), &normalized);
-    let rel_path = if route.is_some() {
-        normalized.into_owned()
-    } else {
-        rel_path
-    };
+    if !route.as_ref().is_some_and(|(r, _)| r.is_guarded())
+        && let Some(guarded) = provider.guarded_ignoring_case(req.method(), &rel_path)
+    {
+        let why = format!(
+            "differs only in letter case from the guarded route `{}`",
+            guarded.pattern
+        );
+        return Err(refused(Problem::InvalidPath(why)));
+    }
     Ok(Target {
         provider,
         rel_path,
         route,
     })
+}
+
+/// The provider of a request (by mount, or by host, port and base path for absolute-form
+/// requests) and the route-relative rest of its normalized `path`.
+fn locate<'a>(
+    app: &'a App,
+    req: &Request<Incoming>,
+    path: &str,
+) -> Result<(&'a Provider, String), Problem> {
+    let uri = req.uri();
+    // h2 requests always carry an authority; only HTTP/1 absolute-form means forward proxying.
+    let forward = req.version() < Version::HTTP_2 && uri.authority().is_some();
+    if !forward {
+        return app.provider_for_path(path).ok_or(Problem::NoMount);
+    }
+    let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
+    let host = uri.host().unwrap_or_default();
+    match app.provider_for_host(host, uri.port_u16(), path) {
+        Forward::To(provider, rel_path) => Ok((provider, rel_path)),
+        Forward::Unknown => Err(Problem::NoHost(authority.to_string())),
+        Forward::Ambiguous => Err(Problem::AmbiguousHost(host.to_string())),
+    }
+}
+
+/// Headers that ask a server to act as another method than the request line's.
+const METHOD_OVERRIDES: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// Under a provider with guarded routes: a raw path another server could read as another
+/// path, a method not in upper case (a server may fold it), or a method override header.
+fn screen(req: &Request<Incoming>, raw: &str) -> Result<(), Problem> {
+    if let Some(why) = path::ambiguity(raw) {
+        return Err(Problem::InvalidPath(why.to_string()));
+    }
+    let method = req.method().as_str();
+    if method.bytes().any(|b| b.is_ascii_lowercase()) {
+        return Err(Problem::InvalidMethod(format!(
+            "`{method}` is not in upper case"
+        )));
+    }
+    match METHOD_OVERRIDES
+        .iter()
+        .find(|h| req.headers().contains_key(**h))
+    {
+        Some(name) => Err(Problem::InvalidMethod(format!(
+            "is overridden by the `{name}` header"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Streams a request to the provider and its answer back, buffering neither body.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{self, HeaderName};
-use http::{HeaderMap, Request, Response, Uri};
+use http::{HeaderMap, HeaderValue, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -168,6 +168,71 @@ pub fn outbound_headers(headers: &mut HeaderMap, provider: &Provider) {
     }
 }
 
+/// The request headers that change with what the proxy is, set before a request is handed
+/// to `guard` or streamed: `Expect` goes (the proxy answers `100 Continue` itself when it
+/// reads the body, and the upstream hop never waits for one), this proxy's `Via` entry is
+/// appended, and a guarded request asks for `identity`, since its answer is stored and
+/// replayed to agents that may not have asked for the encoding this one did.
+pub fn forwarding_headers(headers: &mut HeaderMap, via: &Via, version: Version, guarded: bool) {
+    headers.remove(header::EXPECT);
+    via.append(headers, version);
+    if guarded {
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    }
+}
+
+/// This proxy's entry in `Via` (RFC 9110 7.6.3): `idemproxy-` and a keyed hash of a constant
+/// under the installation secret, so it is the same for every process (and replica) of one
+/// installation, differs between installations (two chained proxies are not a loop), and
+/// reveals nothing about the host.
+#[derive(Debug, Clone)]
+pub struct Via {
+    pseudonym: String,
+}
+
+impl Via {
+    pub fn of(secret: &crate::secret::Secret) -> Via {
+        let tag = secret.mac_hex("via", b"idemproxy via pseudonym");
+        Via {
+            pseudonym: format!("idemproxy-{}", &tag[..8]),
+        }
+    }
+
+    /// Whether a request's `Via` already lists this proxy: it came back round a loop.
+    pub fn seen_in(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get_all(header::VIA)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|entry| entry.split_whitespace().nth(1))
+            .any(|received_by| received_by.eq_ignore_ascii_case(&self.pseudonym))
+    }
+
+    /// Appends `PROTOCOL idemproxy-XXXXXXXX` to the request's `Via`, as one header line.
+    fn append(&self, headers: &mut HeaderMap, version: Version) {
+        let protocol = match version {
+            Version::HTTP_09 => "0.9",
+            Version::HTTP_10 => "1.0",
+            Version::HTTP_2 => "2",
+            Version::HTTP_3 => "3",
+            _ => "1.1",
+        };
+        let mut value = Vec::new();
+        for earlier in headers.get_all(header::VIA) {
+            value.extend_from_slice(earlier.as_bytes());
+            value.extend_from_slice(b", ");
+        }
+        value.extend_from_slice(format!("{protocol} {}", self.pseudonym).as_bytes());
+        if let Ok(value) = HeaderValue::from_bytes(&value) {
+            headers.insert(header::VIA, value);
+        }
+    }
+}
+
 /// The provider URL for a route-relative path and query.
 pub fn target_uri(provider: &Provider, rel_path: &str, query: Option<&str>) -> Result<Uri, String> {
     let up = &provider.upstream;
@@ -188,7 +253,6 @@ pub fn target_uri(provider: &Provider, rel_path: &str, query: Option<&str>) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
 
     #[test]
     fn strips_hop_by_hop_and_connection_named_headers() {
@@ -210,6 +274,25 @@ mod tests {
         let mut left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         left.sort();
         assert_eq!(left, vec!["authorization", "content-type"]);
+    }
+
+    #[test]
+    fn via_is_appended_and_recognised_when_it_comes_back() {
+        let via = Via::of(&crate::secret::Secret::from_bytes([7; 32]));
+        let mut h = HeaderMap::new();
+        h.insert(header::VIA, HeaderValue::from_static("1.0 fred"));
+        h.append(
+            header::VIA,
+            HeaderValue::from_static("1.1 p.example.net (Apache)"),
+        );
+        assert!(!via.seen_in(&h));
+        via.append(&mut h, Version::HTTP_2);
+        let value = h.get(header::VIA).unwrap().to_str().unwrap().to_string();
+        assert!(value.starts_with("1.0 fred, 1.1 p.example.net (Apache), 2 idemproxy-"));
+        assert_eq!(h.get_all(header::VIA).iter().count(), 1);
+        assert!(via.seen_in(&h));
+        let other = Via::of(&crate::secret::Secret::from_bytes([8; 32]));
+        assert!(!other.seen_in(&h), "another installation is not a loop");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Forward-proxy mode (`HTTP_PROXY`): an absolute-form request reaches the provider whose
-//! upstream host (and port, when named) matches; any other host is refused, so the proxy is
-//! never an open proxy; `CONNECT` is refused with a problem instead of being tunnelled.
+//! upstream host (and port, when named) matches and whose base path is the longest one that
+//! holds the request's path; any other URL is refused, so the proxy is never an open proxy;
+//! `check` refuses two providers on one host, port and base path; `CONNECT` is refused with
+//! a problem instead of being tunnelled.
 //!
 //! Requests are written by hand on a TCP stream: that is the only way to be sure of the
 //! exact request line (absolute-form, CONNECT's authority-form) the proxy receives.
@@ -175,4 +177,124 @@ async fn absolute_form_goes_over_the_upstreams_own_scheme_and_base_path() {
     let got = &provider.requests()[0];
     assert_eq!(got.path_and_query, "/base/v1/x");
     assert_eq!(got.version, http::Version::HTTP_2);
+}
+
+/// `alpha` at `http://localhost:P` (no routes) and `beta` at `http://localhost:P/base` (a
+/// guarded refund route): two providers on one upstream host and port. `alpha` sorts first,
+/// so a choice by host alone picks it.
+async fn start_two_on_one_host() -> (FakeProvider, Proxy) {
+    let provider = FakeProvider::start(Behavior::fixed(200, "forwarded")).await;
+    let root = format!("http://localhost:{}", provider.addr().port());
+    let refund = common::route(
+        "create_refund",
+        "POST /v1/refunds",
+        &["{header:x-operation-id}"],
+    );
+    let proxy = Proxy::builder()
+        .policy("alpha", &policy("alpha", &root, ""))
+        .policy("beta", &policy("beta", &format!("{root}/base"), &refund))
+        .start()
+        .await;
+    (provider, proxy)
+}
+
+#[tokio::test]
+async fn the_provider_with_the_longest_matching_base_path_wins() {
+    let (provider, proxy) = start_two_on_one_host().await;
+    let port = provider.addr().port();
+    let head = format!(
+        "POST http://localhost:{port}/base/v1/refunds HTTP/1.1\r\nHost: localhost:{port}\r\n\
+         X-Operation-Id: op-1\r\nContent-Length: 3\r\n"
+    );
+    let resp = raw(proxy.proxy_addr(), &head, "a=1").await;
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert_eq!(
+        resp.header("idem-state"),
+        Some("succeeded"),
+        "went unguarded"
+    );
+    assert_eq!(
+        resp.header("idem-operation-id"),
+        Some("beta/create_refund/op-1")
+    );
+    // A path under no longer base path is the root provider's.
+    let head = format!(
+        "POST http://localhost:{port}/basement/v1/refunds HTTP/1.1\r\nHost: localhost:{port}\r\n\
+         Content-Length: 3\r\n"
+    );
+    let resp = raw(proxy.proxy_addr(), &head, "a=1").await;
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert_eq!(resp.header("idem-state"), None);
+    let paths: Vec<String> = provider
+        .requests()
+        .into_iter()
+        .map(|r| r.path_and_query)
+        .collect();
+    assert_eq!(paths, ["/base/v1/refunds", "/basement/v1/refunds"]);
+}
+
+#[tokio::test]
+async fn a_path_under_no_providers_base_path_is_403_no_route() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "forwarded")).await;
+    let port = provider.addr().port();
+    let upstream = format!("http://localhost:{port}/base");
+    let proxy = Proxy::builder()
+        .policy("based", &policy("based", &upstream, ""))
+        .start()
+        .await;
+    for path in ["/v1/x", "/basement", "/base/../v1/x"] {
+        let head =
+            format!("GET http://localhost:{port}{path} HTTP/1.1\r\nHost: localhost:{port}\r\n");
+        let resp = raw(proxy.proxy_addr(), &head, "").await;
+        assert_eq!(resp.status, 403, "{path}: {}", resp.body);
+        assert_eq!(resp.json()["type"], "urn:idemproxy:no-route", "{path}");
+    }
+    assert_eq!(provider.request_count(), 0);
+}
+
+#[tokio::test]
+async fn check_refuses_two_providers_on_the_same_host_port_and_base_path() {
+    let upstream = "http://api.example.com:8080/v1";
+    let dir = Proxy::builder()
+        .policy("one", &policy("one", upstream, ""))
+        .policy("two", &policy("two", "http://API.example.com:8080/v1/", ""))
+        .write();
+    let config = dir.config_path().to_string_lossy().into_owned();
+    let (status, stdout, stderr) = dir.run_cli(&["check", "-c", &config]).await;
+    assert!(!status.success(), "{status:?}\n{stdout}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("policies/two.toml") && l.contains("provider.upstream"))
+        .unwrap_or_else(|| panic!("no error for two.toml's upstream:\n{stderr}"));
+    assert!(line.contains("one.toml"), "{line}");
+    assert!(line.contains("base path"), "names the fix: {line}");
+}
+
+#[tokio::test]
+async fn a_request_naming_no_port_where_providers_differ_only_by_port_is_refused() {
+    let one = FakeProvider::start(Behavior::fixed(200, "one")).await;
+    let two = FakeProvider::start(Behavior::fixed(200, "two")).await;
+    let upstream = |p: &FakeProvider| format!("http://localhost:{}", p.addr().port());
+    let proxy = Proxy::builder()
+        .policy("one", &policy("one", &upstream(&one), ""))
+        .policy("two", &policy("two", &upstream(&two), ""))
+        .start()
+        .await;
+    let resp = raw(
+        proxy.proxy_addr(),
+        "GET http://localhost/v1/x HTTP/1.1\r\nHost: localhost\r\n",
+        "",
+    )
+    .await;
+    assert_eq!(resp.status, 403, "{}", resp.body);
+    let problem = resp.json();
+    assert_eq!(problem["type"], "urn:idemproxy:no-route");
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("port"), "{detail}");
+    // Naming the port settles it.
+    let port = two.addr().port();
+    let head = format!("GET http://localhost:{port}/v1/x HTTP/1.1\r\nHost: localhost:{port}\r\n");
+    let resp = raw(proxy.proxy_addr(), &head, "").await;
+    assert_eq!((resp.status, resp.body.as_str()), (200, "two"));
+    assert_eq!(one.request_count(), 0);
 }

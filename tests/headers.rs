@@ -1,7 +1,8 @@
 //! Header hygiene of a forwarded request, both directions: hop-by-hop headers (RFC 9110
 //! 7.6.1) and the headers `Connection` names are dropped, control headers never leave,
-//! `Host` is the upstream's, nothing is added (no `Via`, no `X-Forwarded-*`), and every
-//! end-to-end header (`Authorization` included) passes unchanged.
+//! `Host` is the upstream's, nothing is added but this proxy's `Via` on requests (no
+//! `X-Forwarded-*`; `tests/hygiene.rs` covers `Via`), and every end-to-end header
+//! (`Authorization` included) passes unchanged.
 
 mod common;
 
@@ -54,8 +55,12 @@ async fn request_headers_lose_hop_by_hop_and_control_headers_and_gain_nothing() 
     }
     let host = provider.addr().to_string();
     assert_eq!(got.header("host"), Some(host.as_str()));
+    let via = got.header("via").unwrap_or_default();
+    assert!(
+        via.starts_with("1.1 idemproxy-"),
+        "only Via names the proxy: {via}"
+    );
     for added in [
-        "via",
         "forwarded",
         "x-forwarded-for",
         "x-forwarded-host",

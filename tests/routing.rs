@@ -88,13 +88,13 @@ async fn unmatched_pass_forwards_unguarded() {
     assert_eq!(&got.body[..], b"amount=5");
 }
 
+// Dot segments under a provider with guarded routes are refused instead (tests/path_spellings.rs).
 #[tokio::test]
 async fn other_spellings_of_a_guarded_path_are_guarded_and_sent_normalized() {
     let (provider, proxy) = start("pass").await;
     let spellings = [
         "/acme/v1/refunds/",
         "/acme/v1//refunds",
-        "/acme/v1/x/../refunds",
         "/acme/v1/%72efunds",
     ];
     for (i, path) in spellings.iter().enumerate() {

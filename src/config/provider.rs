@@ -14,7 +14,7 @@ use super::values::{ca_file, header, json_pointer, mount, name, upstream};
 use super::{Claim, ConfigError, MIN_WAIT, Scope, read_toml};
 use crate::policy::{
     Approval, Dedupe, Effect, EnvTemplate, KeyFormat, KeyPlacement, OnMissingId, Outcomes,
-    Provider, Route, StatusRule, Unmatched,
+    PathCase, Provider, Route, StatusRule, Unmatched,
 };
 
 pub(super) fn load_policy(file: &Path, errors: &mut Vec<ConfigError>) -> (Claim, Option<Provider>) {
@@ -79,6 +79,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
     let redact = headers(s, "redact_headers", raw.redact_headers, &[]);
     let settle = settle_headers(s, raw.settle_headers.unwrap_or_default());
     let unmatched = s.choice("unmatched", raw.unmatched, Unmatched::Pass, UNMATCHED);
+    let path_case = s.choice("path_case", raw.path_case, PathCase::Sensitive, PATH_CASES);
     let outcomes = outcomes(s, raw.outcomes.unwrap_or_default());
     let rest = (|| {
         Some(Provider {
@@ -96,6 +97,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
             redact_headers: redact.clone()?,
             settle_headers: settle?,
             unmatched: unmatched?,
+            path_case: path_case?,
             outcomes: outcomes?,
             routes: Vec::new(),
             file: PathBuf::new(),
@@ -118,6 +120,11 @@ pub(super) const KEY_FORMATS: &[(&str, KeyFormat)] =
 
 pub(super) const UNMATCHED: &[(&str, Unmatched)] =
     &[("pass", Unmatched::Pass), ("reject", Unmatched::Reject)];
+
+pub(super) const PATH_CASES: &[(&str, PathCase)] = &[
+    ("sensitive", PathCase::Sensitive),
+    ("insensitive", PathCase::Insensitive),
+];
 
 pub(super) const CONTROL_HEADERS: &[&str] = &["x-operation-id", "x-workflow-id"];
 

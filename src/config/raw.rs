@@ -68,6 +68,7 @@ pub(super) struct RawProvider {
     pub redact_headers: Option<Vec<String>>,
     pub settle_headers: Option<std::collections::BTreeMap<String, String>>,
     pub unmatched: Option<String>,
+    pub path_case: Option<String>,
     pub outcomes: Option<RawOutcomes>,
 }
 

@@ -139,6 +139,7 @@ fn provider(up: &Upstreamed) -> Result<Provider, DemoError> {
         redact_headers: vec![],
         settle_headers: vec![],
         unmatched: Unmatched::Pass,
+        path_case: crate::policy::PathCase::Sensitive,
         outcomes: Outcomes::default(),
         routes: vec![refund_route()?],
         file: PathBuf::from(format!("(demo policy {})", up.name)),

@@ -1,0 +1,185 @@
+//! The request path's one spelling, and the spellings refused where routes are guarded.
+//!
+//! Servers read a path differently (case-insensitive routers, `;` parameters stripped, `%2F`
+//! decoded, `..` resolved), so a guarded route could be reached under a spelling the proxy
+//! does not recognise. This module owns two answers to that: `normalize`, the form every
+//! request is matched in and sent in (so nothing leaves outside the upstream's base path),
+//! and `ambiguity`, what makes a path too ambiguous to forward under a provider that guards
+//! routes. It never decides which route matches; `policy` does.
+
+use std::borrow::Cow;
+
+/// The form of a path that route matching sees and the provider receives: `%XX` escapes of
+/// unreserved characters decoded (RFC 3986 6.2.2.2), other escapes uppercased, empty and `.`
+/// segments dropped, `..` resolved (never above the root), no trailing slash.
+pub fn normalize(path: &str) -> Cow<'_, str> {
+    let plain =
+        !path.contains(['%', '.']) && !path.contains("//") && (path == "/" || !path.ends_with('/'));
+    if plain && path.starts_with('/') {
+        return Cow::Borrowed(path);
+    }
+    let mut segments: Vec<String> = Vec::new();
+    for raw in path.split('/') {
+        let segment = decode_unreserved(raw);
+        match segment.as_str() {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            _ => segments.push(segment),
+        }
+    }
+    Cow::Owned(format!("/{}", segments.join("/")))
+}
+
+/// Decodes `%XX` only where XX is an unreserved character; other escapes stay (uppercased).
+fn decode_unreserved(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match escaped(bytes, i) {
+            Some(c) if c.is_ascii_alphanumeric() || b"-._~".contains(&c) => out.push(c),
+            Some(_) => out.extend(bytes[i..i + 3].to_ascii_uppercase()),
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+                continue;
+            }
+        }
+        i += 3;
+    }
+    // URIs are ASCII; anything else was already in the input and is kept as is.
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The byte a `%XX` escape at `i` stands for, if there is one.
+fn escaped(bytes: &[u8], i: usize) -> Option<u8> {
+    if bytes[i] != b'%' || i + 3 > bytes.len() {
+        return None;
+    }
+    let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?;
+    u8::from_str_radix(hex, 16).ok()
+}
+
+/// Every byte of a segment with each `%XX` escape decoded.
+fn decode_all(segment: &str) -> Vec<u8> {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match escaped(bytes, i) {
+            Some(c) => {
+                out.push(c);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Why a raw path (as the agent sent it, without the query) could mean another path to the
+/// provider than to the proxy: an encoded `/` or `\`, a `;` parameter, a control character
+/// or a dot segment, once decoded. `None`: its normalized form is the only reading.
+pub fn ambiguity(raw: &str) -> Option<&'static str> {
+    for segment in raw.split('/') {
+        let decoded = decode_all(segment);
+        if decoded == b"." || decoded == b".." {
+            return Some("has a dot segment (`.` or `..`)");
+        }
+        for byte in decoded {
+            match byte {
+                b'/' | b'\\' => return Some("has an encoded `/` or a `\\`"),
+                b';' => return Some("has a `;` parameter"),
+                0..0x20 | 0x7f => return Some("has a control character"),
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
+/// Whether `path` is `base` or lies below it, segment-wise (`/base` holds `/base/x`, not
+/// `/basement`); the rest, relative to `base`, with a leading `/`.
+pub fn below<'a>(path: &'a str, base: &str) -> Option<&'a str> {
+    match path.strip_prefix(base)? {
+        "" => Some("/"),
+        rest if rest.starts_with('/') => Some(rest),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalized_spellings_meet_the_same_route() {
+        for raw in [
+            "/v1/refunds/",
+            "/v1//refunds",
+            "/v1/x/../refunds",
+            "/v1/%72efunds",
+            "/./v1/refunds",
+            "/v1/refunds/.",
+        ] {
+            assert_eq!(normalize(raw), "/v1/refunds", "{raw}");
+        }
+        assert_eq!(normalize("/v1/refunds"), "/v1/refunds");
+        assert!(matches!(normalize("/v1/refunds"), Cow::Borrowed(_)));
+        // Reserved escapes stay escaped: %2F is data, not a separator.
+        assert_eq!(normalize("/v1/a%2fb"), "/v1/a%2Fb");
+        assert_eq!(normalize("/../.."), "/");
+        assert_eq!(normalize("/a/%2e%2e/%2E%2E/../b"), "/b");
+        assert_eq!(normalize("/"), "/");
+        assert_eq!(normalize(""), "/");
+        assert_eq!(normalize("/v1/%"), "/v1/%");
+        assert_eq!(normalize("/v1/%4"), "/v1/%4");
+        assert_eq!(normalize("/v1/%e2%82"), "/v1/%E2%82");
+    }
+
+    #[test]
+    fn ambiguous_spellings_are_named() {
+        for (raw, why) in [
+            ("/v1%2Frefunds", "`/`"),
+            ("/v1%2frefunds", "`/`"),
+            ("/v1/x/..%2Frefunds", "`/`"),
+            ("/v1%5Crefunds", "`\\`"),
+            ("/v1\\refunds", "`\\`"),
+            ("/v1/refunds;jsessionid=1", "`;`"),
+            ("/v1/refunds%3B", "`;`"),
+            ("/v1/x/../refunds", "dot"),
+            ("/v1/./refunds", "dot"),
+            ("/v1/%2E%2e/refunds", "dot"),
+            ("/v1/%2e", "dot"),
+            ("/v1/refunds%00", "control"),
+            ("/v1/refunds%7F", "control"),
+            ("/v1/ref\tunds", "control"),
+        ] {
+            let got = ambiguity(raw).unwrap_or_else(|| panic!("{raw} passed"));
+            assert!(got.contains(why), "{raw}: {got}");
+        }
+        for raw in [
+            "/v1/refunds",
+            "/v1//refunds/",
+            "/v1/%72efunds",
+            "/v1/a..b",
+            "/%",
+        ] {
+            assert_eq!(ambiguity(raw), None, "{raw}");
+        }
+    }
+
+    #[test]
+    fn below_respects_segment_boundaries() {
+        assert_eq!(below("/base/v1", "/base"), Some("/v1"));
+        assert_eq!(below("/base", "/base"), Some("/"));
+        assert_eq!(below("/basement", "/base"), None);
+        assert_eq!(below("/v1", ""), Some("/v1"));
+        assert_eq!(below("/", ""), Some("/"));
+    }
+}

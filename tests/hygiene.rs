@@ -1,0 +1,98 @@
+//! HTTP hygiene of forwarded requests (issue 7 item 15): `Expect` is never forwarded (the
+//! proxy answers `100 Continue` itself), guarded requests ask the provider for an identity
+//! encoding (their answer is stored and replayed to agents that never asked for gzip),
+//! every forwarded request carries this proxy's `Via`, and a request that already carries
+//! it is a loop: refused with 508, nothing sent.
+
+mod common;
+mod guarded;
+
+use common::{Behavior, FakeProvider, Proxy, problem, send};
+use guarded::{FORM, OP_HEADER, PATH, refund_with};
+use http::{Method, StatusCode};
+
+/// `pay` with the guarded `create_refund` route and unguarded everything else.
+async fn start() -> (FakeProvider, Proxy) {
+    let provider = FakeProvider::start(Behavior::fixed(200, "from provider")).await;
+    let proxy = guarded::start(&provider, "").await;
+    (provider, proxy)
+}
+
+const AGENT: [(&str, &str); 2] = [("expect", "100-continue"), ("accept-encoding", "gzip, br")];
+
+#[tokio::test]
+async fn a_guarded_request_loses_expect_and_asks_for_identity() {
+    let (provider, proxy) = start().await;
+    let headers = [AGENT[0], AGENT[1], (OP_HEADER, "op-1"), FORM];
+    let resp = refund_with(&proxy, &headers, "a=1").await;
+    assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
+    assert_eq!(resp.header("idem-state"), Some("succeeded"));
+    let got = &provider.requests()[0];
+    assert_eq!(got.header("expect"), None);
+    assert_eq!(got.header("accept-encoding"), Some("identity"));
+    let via = got.header("via").expect("a Via header");
+    assert!(via.starts_with("1.1 idemproxy-"), "{via}");
+}
+
+#[tokio::test]
+async fn an_unguarded_request_loses_expect_and_keeps_its_accept_encoding() {
+    let (provider, proxy) = start().await;
+    let resp = send(Method::POST, &proxy.url("/pay/v1/charges"), &AGENT, "a=1")
+        .await
+        .expect("answer");
+    assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
+    let got = &provider.requests()[0];
+    assert_eq!(got.header("expect"), None);
+    assert_eq!(got.header("accept-encoding"), Some("gzip, br"));
+    assert!(
+        got.header("via").is_some(),
+        "unguarded requests carry Via too"
+    );
+}
+
+#[tokio::test]
+async fn another_proxys_via_is_kept_and_ours_appended() {
+    let (provider, proxy) = start().await;
+    let resp = send(
+        Method::GET,
+        &proxy.url("/pay/v1/charges"),
+        &[("via", "1.0 fred, 1.1 p.example.net")],
+        "",
+    )
+    .await
+    .expect("answer");
+    assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
+    let via = provider.requests()[0]
+        .header("via")
+        .unwrap_or("")
+        .to_string();
+    let (theirs, ours) = via.rsplit_once(", ").expect("two entries");
+    assert_eq!(theirs, "1.0 fred, 1.1 p.example.net");
+    assert!(ours.starts_with("1.1 idemproxy-"), "{via}");
+}
+
+#[tokio::test]
+async fn a_request_that_already_passed_this_proxy_is_a_loop_508_and_nothing_is_sent() {
+    let (provider, proxy) = start().await;
+    send(Method::GET, &proxy.url("/pay/v1/charges"), &[], "")
+        .await
+        .expect("answer");
+    let ours = provider.requests()[0]
+        .header("via")
+        .expect("a Via header")
+        .to_string();
+    // As the request would arrive again had the provider's upstream led back to the proxy.
+    let looped = format!("1.1 agent-gw, {ours}");
+    for (method, path) in [(Method::GET, "/pay/v1/charges"), (Method::POST, PATH)] {
+        let headers = [("via", looped.as_str()), (OP_HEADER, "op-loop"), FORM];
+        let resp = send(method, &proxy.url(path), &headers, "a=1")
+            .await
+            .expect("answer");
+        problem(&resp, StatusCode::LOOP_DETECTED, "loop-detected");
+    }
+    assert_eq!(
+        provider.request_count(),
+        1,
+        "the looped requests were not sent"
+    );
+}

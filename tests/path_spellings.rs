@@ -1,0 +1,187 @@
+//! Path spellings (issue 7 item 5): every request leaves in its normalized form and never
+//! outside the upstream's base path; under a provider with guarded routes, spellings that
+//! servers read differently (encoded `/` or `\`, `;` parameters, control characters, dot
+//! segments, another letter case of a guarded route, lowercase methods, method overrides)
+//! are refused with 400 before anything is sent.
+
+mod common;
+
+use common::{Behavior, FakeProvider, Proxy, problem, route, send};
+use http::{Method, StatusCode};
+
+/// `pay` (upstream base `/base`, a guarded `POST /v1/refunds{/rest*}`, `unmatched = "pass"`)
+/// and `plain` (upstream base `/other`, no route at all) on one fake provider.
+async fn start() -> (FakeProvider, Proxy) {
+    let provider = FakeProvider::start(Behavior::fixed(200, "from provider")).await;
+    let upstream = format!("{}/base", provider.url());
+    let other = format!("{}/other", provider.url());
+    let refund = route(
+        "create_refund",
+        "POST /v1/refunds/{id*}",
+        &["{header:x-operation-id}"],
+    );
+    let pay = common::policy("pay", &upstream, &format!("unmatched = \"pass\"\n{refund}"));
+    let proxy = Proxy::builder()
+        .policy("pay", &pay)
+        .policy("plain", &common::policy("plain", &other, ""))
+        .start()
+        .await;
+    (provider, proxy)
+}
+
+const OP: (&str, &str) = ("x-operation-id", "op-1");
+
+#[tokio::test]
+async fn spellings_servers_read_as_a_guarded_path_are_refused_400_invalid_path() {
+    let (provider, proxy) = start().await;
+    let spellings = [
+        "/pay/v1%2Frefunds",
+        "/pay/v1%2frefunds",
+        "/pay/V1/refunds",
+        "/pay/v1/REFUNDS/re_1",
+        "/pay/v1/refunds;jsessionid=1",
+        "/pay/v1/refunds%3Bx=1",
+        "/pay/refunds%2F",
+        "/pay/v1/x/..%2Frefunds",
+        "/pay/v1/x/../refunds",
+        "/pay/v1/x/%2e%2e/refunds",
+        "/pay/v1/./refunds",
+        "/pay/v1%5Crefunds",
+        "/pay/v1/refunds%00",
+        "/pay/v1/refunds%0A",
+        "/pay/v1/other%2Fthing",
+    ];
+    for path in spellings {
+        let resp = send(Method::POST, &proxy.url(path), &[OP], "a=1")
+            .await
+            .expect("answer");
+        let body = problem(&resp, StatusCode::BAD_REQUEST, "invalid-path");
+        assert_eq!(body["provider"], "pay", "{path}: {body}");
+        assert_eq!(resp.header("idem-state"), None, "{path}");
+    }
+    assert_eq!(provider.request_count(), 0, "nothing was sent");
+}
+
+#[tokio::test]
+async fn lowercase_methods_and_method_overrides_are_refused_400() {
+    let (provider, proxy) = start().await;
+    let lower = Method::from_bytes(b"post").expect("an extension method");
+    let resp = send(lower, &proxy.url("/pay/v1/refunds"), &[OP], "a=1")
+        .await
+        .expect("answer");
+    problem(&resp, StatusCode::BAD_REQUEST, "invalid-method");
+    for header in [
+        "x-http-method-override",
+        "x-http-method",
+        "x-method-override",
+    ] {
+        let resp = send(
+            Method::GET,
+            &proxy.url("/pay/v1/refunds"),
+            &[OP, (header, "POST")],
+            "a=1",
+        )
+        .await
+        .expect("answer");
+        let body = problem(&resp, StatusCode::BAD_REQUEST, "invalid-method");
+        let detail = body["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains(header), "{detail}");
+    }
+    assert_eq!(provider.request_count(), 0, "nothing was sent");
+}
+
+#[tokio::test]
+async fn the_plain_spelling_is_still_guarded_and_sent_under_the_base_path() {
+    let (provider, proxy) = start().await;
+    for path in ["/pay/v1/refunds", "/pay/v1//refunds/", "/pay/v1/%72efunds"] {
+        let resp = send(Method::POST, &proxy.url(path), &[OP], "a=1")
+            .await
+            .expect("answer");
+        assert_eq!(resp.status, StatusCode::OK, "{path}: {}", resp.text());
+        assert_eq!(resp.header("idem-state"), Some("succeeded"), "{path}");
+    }
+    // The first was sent; the other two are replays of the same operation.
+    let paths: Vec<String> = provider
+        .requests()
+        .into_iter()
+        .map(|r| r.path_and_query)
+        .collect();
+    assert_eq!(paths, ["/base/v1/refunds"]);
+}
+
+#[tokio::test]
+async fn no_path_escapes_the_upstreams_base_path() {
+    let (provider, proxy) = start().await;
+    // Out of the mount: no provider, nothing sent.
+    for path in [
+        "/pay/../v1/refunds",
+        "/plain/../v1/refunds",
+        "/plain/a/../../x",
+        "/plain/%2e%2e/x",
+    ] {
+        let resp = send(Method::POST, &proxy.url(path), &[], "a=1")
+            .await
+            .expect("answer");
+        problem(&resp, StatusCode::NOT_FOUND, "no-route");
+    }
+    assert_eq!(provider.request_count(), 0, "nothing was sent");
+    // Inside the mount of a provider without guarded routes: resolved, under the base path.
+    let resp = send(Method::GET, &proxy.url("/plain/a/../b/./c"), &[], "")
+        .await
+        .expect("answer");
+    assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
+    assert_eq!(provider.requests()[0].path_and_query, "/other/b/c");
+}
+
+#[tokio::test]
+async fn unguarded_requests_go_out_in_their_normalized_form() {
+    let (provider, proxy) = start().await;
+    let cases = [
+        ("/plain/v1//things/?x=1", "/other/v1/things?x=1"),
+        ("/plain/v1/%74hings", "/other/v1/things"),
+        // Not refused where nothing is guarded, but still one spelling: escapes uppercased.
+        ("/plain/v1/a%2fb", "/other/v1/a%2Fb"),
+        ("/plain/v1/a;b=1", "/other/v1/a;b=1"),
+        ("/pay/v1/charges/", "/base/v1/charges"),
+    ];
+    for (sent, expected) in cases {
+        let resp = send(Method::GET, &proxy.url(sent), &[], "")
+            .await
+            .expect("answer");
+        assert_eq!(resp.status, StatusCode::OK, "{sent}: {}", resp.text());
+        assert_eq!(resp.header("idem-state"), None, "{sent} is unguarded");
+        let got = provider.requests().pop().expect("a request");
+        assert_eq!(got.path_and_query, expected, "{sent}");
+    }
+}
+
+#[tokio::test]
+async fn under_path_case_insensitive_other_cases_are_guarded_and_sent_as_the_route_spells_them() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "from provider")).await;
+    let refund = route(
+        "create_refund",
+        "POST /v1/refunds/{id*}",
+        &["{header:x-operation-id}"],
+    );
+    let pay = provider.policy("pay", &format!("path_case = \"insensitive\"\n{refund}"));
+    let proxy = Proxy::builder().policy("pay", &pay).start().await;
+    for path in ["/pay/V1/Refunds/Re_1", "/pay/v1/refunds/Re_1"] {
+        let resp = send(Method::POST, &proxy.url(path), &[OP], "a=1")
+            .await
+            .expect("answer");
+        assert_eq!(resp.status, StatusCode::OK, "{path}: {}", resp.text());
+        assert_eq!(resp.header("idem-state"), Some("succeeded"), "{path}");
+    }
+    // One operation, sent once, in the route's spelling; the capture keeps its case.
+    let paths: Vec<String> = provider
+        .requests()
+        .into_iter()
+        .map(|r| r.path_and_query)
+        .collect();
+    assert_eq!(paths, ["/v1/refunds/Re_1"]);
+    // The other refusals still apply.
+    let resp = send(Method::POST, &proxy.url("/pay/V1/refunds;x"), &[OP], "")
+        .await
+        .expect("answer");
+    problem(&resp, StatusCode::BAD_REQUEST, "invalid-path");
+}
