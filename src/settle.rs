@@ -211,6 +211,8 @@ fn headers_for(app: &App, provider: &Provider, id: &str) -> Option<HeaderMap> {
         };
         headers.insert(name.clone(), http::HeaderValue::from_str(&value).ok()?);
     }
+    // The same hygiene an agent's guarded request gets (Via, identity encoding).
+    crate::upstream::forwarding_headers(&mut headers, &app.via, http::Version::HTTP_11, true);
     Some(headers)
 }
 
