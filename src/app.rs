@@ -34,6 +34,8 @@ pub struct App {
     pub admin_token: Option<crate::admin::Token>,
     /// The installation secret (keyed hashes, the kept request's encryption); never logged.
     pub secret: Secret,
+    /// The request-body bytes all guarded requests together may buffer (`max_buffered`).
+    pub budget: Arc<crate::budget::Budget>,
 }
 
 impl App {
@@ -60,7 +62,9 @@ impl App {
                 "operations left in flight by the previous process are now unknown"
             );
         }
+        let budget = crate::budget::Budget::new(config.limits.inbound.max_buffered);
         let app = App {
+            budget,
             config,
             upstreams,
             ledger,

@@ -14,6 +14,7 @@
 //! - `values`: checks of single values (names, URLs, mounts, headers, units).
 //! - `table`: the routes table of `idemproxy check`.
 
+mod inbound;
 mod provider;
 mod raw;
 mod route;
@@ -31,6 +32,7 @@ use provider::load_policy;
 use raw::{RawLimits, RawProxy};
 use values::{duration, size, socket};
 
+pub use inbound::Inbound;
 pub use raw::{MAX_DURATION, parse_duration, parse_size};
 
 /// Everything the proxy runs on, validated.
@@ -59,6 +61,8 @@ pub struct Limits {
     /// How long a duplicate waits for the request in flight (at least 1ms).
     pub in_flight_wait: Duration,
     pub shutdown_grace: Duration,
+    /// `header_timeout`, `body_timeout`, `max_connections`, `max_buffered`.
+    pub inbound: Inbound,
 }
 
 impl Default for Limits {
@@ -68,6 +72,7 @@ impl Default for Limits {
             max_stored_response: 8 << 20,
             in_flight_wait: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
+            inbound: Inbound::defaults(1 << 20),
         }
     }
 }
@@ -242,11 +247,13 @@ fn limits(s: &mut Scope, raw: RawLimits) -> Option<Limits> {
         Duration::ZERO,
     );
     let grace = s.check("shutdown_grace", grace);
+    let inbound = inbound::check(s, &raw, body);
     Some(Limits {
         max_request_body: body?,
         max_stored_response: stored?,
         in_flight_wait: wait?,
         shutdown_grace: grace?,
+        inbound: inbound?,
     })
 }
 

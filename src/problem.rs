@@ -54,6 +54,12 @@ pub enum Problem {
     UpstreamBroken(String),
     #[error("the ledger cannot record: {0}")]
     LedgerUnavailable(String),
+
+    // Inbound limits: the client's pace, or everyone's load.
+    #[error("the request body was not complete within {after:?}")]
+    BodyTimeout { after: Duration },
+    #[error("too many request bodies are being buffered")]
+    Overloaded,
 }
 
 /// What is known about the operation a problem concerns.
@@ -78,6 +84,9 @@ impl Context {
 /// How long a client is told to wait before replaying a pending operation.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 
+/// How long a client is told to wait after a 503 `overloaded` (buffers free up quickly).
+pub const OVERLOADED_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 impl Problem {
     pub fn status(&self) -> StatusCode {
         match self {
@@ -97,6 +106,8 @@ impl Problem {
             }
             Problem::UpstreamUnreachable(_) | Problem::UpstreamBroken(_) => StatusCode::BAD_GATEWAY,
             Problem::LedgerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Problem::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            Problem::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -118,6 +129,8 @@ impl Problem {
             Problem::UpstreamUnreachable(_) => "upstream-unreachable",
             Problem::UpstreamBroken(_) => "upstream-error",
             Problem::LedgerUnavailable(_) => "ledger-unavailable",
+            Problem::BodyTimeout { .. } => "body-timeout",
+            Problem::Overloaded => "overloaded",
         }
     }
 
@@ -138,6 +151,8 @@ impl Problem {
             Problem::UpstreamUnreachable(_) => "Upstream unreachable",
             Problem::UpstreamBroken(_) => "Upstream error",
             Problem::LedgerUnavailable(_) => "Ledger unavailable",
+            Problem::BodyTimeout { .. } => "Body timeout",
+            Problem::Overloaded => "Overloaded",
         }
     }
 
@@ -202,6 +217,14 @@ impl Problem {
             Problem::LedgerUnavailable(_) => "The proxy cannot record operations right now, so \
                 nothing was sent. Retry later."
                 .into(),
+            Problem::BodyTimeout { after } => format!(
+                "The request body did not arrive in full within {}, the proxy's `body_timeout` \
+                 for guarded routes. Nothing was sent; send the request again.",
+                humantime::format_duration(*after)
+            ),
+            Problem::Overloaded => "The proxy is holding as many request bodies as its \
+                `max_buffered` allows. Nothing was sent; retry after the Retry-After delay."
+                .into(),
         }
     }
 
@@ -251,6 +274,12 @@ impl Problem {
             resp.headers_mut().insert(
                 header::RETRY_AFTER,
                 HeaderValue::from(RETRY_AFTER.as_secs()),
+            );
+        }
+        if matches!(self, Problem::Overloaded) {
+            resp.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(OVERLOADED_RETRY_AFTER.as_secs()),
             );
         }
         resp

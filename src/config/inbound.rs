@@ -101,7 +101,11 @@ mod tests {
         let raw: RawLimits = toml::from_str(text).expect("raw limits");
         let mut errors = Vec::new();
         let path = std::path::Path::new("proxy.toml");
-        let inbound = check(&mut Scope::new(path, &mut errors).nested("limits."), &raw, body);
+        let inbound = check(
+            &mut Scope::new(path, &mut errors).nested("limits."),
+            &raw,
+            body,
+        );
         match inbound {
             Some(inbound) if errors.is_empty() => Ok(inbound),
             _ => Err(errors),
@@ -140,8 +144,14 @@ mod tests {
     #[test]
     fn max_buffered_below_max_request_body_is_an_error() {
         let msg = error("max_buffered = 1000", Some(2048));
-        assert!(msg.starts_with("proxy.toml: limits.max_buffered: 1000 bytes"), "{msg}");
-        assert!(msg.contains("raise max_buffered or lower max_request_body"), "{msg}");
+        assert!(
+            msg.starts_with("proxy.toml: limits.max_buffered: 1000 bytes"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("raise max_buffered or lower max_request_body"),
+            "{msg}"
+        );
         // An invalid max_request_body is reported once, by its own key.
         assert!(checked("max_buffered = 1000", None).is_ok());
     }
