@@ -38,6 +38,8 @@ pub struct App {
     pub credentials: crate::settle::Credentials,
     /// This proxy's `Via` entry, derived from the secret.
     pub via: Via,
+    /// The request-body bytes all guarded requests together may buffer (`max_buffered`).
+    pub budget: Arc<crate::budget::Budget>,
 }
 
 impl App {
@@ -64,7 +66,9 @@ impl App {
                 "operations left in flight by the previous process are now unknown"
             );
         }
+        let budget = crate::budget::Budget::new(config.limits.inbound.max_buffered);
         let app = App {
+            budget,
             config,
             upstreams,
             ledger,

@@ -4,6 +4,11 @@
 //! bytes) and the decoding of urlencoded text. It never enforces size limits (the caller
 //! buffers under `max_request_body`) and never reads or stores values for anything but
 //! the caller that asked: templates and the fingerprint read the parsed form.
+//!
+//! JSON numbers keep the digits they were sent with (serde_json's `arbitrary_precision`), so
+//! no number is rounded to an f64 in a fingerprint or a template, and an object that names a key twice is not
+//! JSON this module accepts: which of the two values counts differs between parsers, so the
+//! proxy could fingerprint one request while the provider acts on another.
 
 use bytes::Bytes;
 use http::HeaderValue;
@@ -40,6 +45,8 @@ impl Body {
 
 /// Parses `bytes` according to `content_type`.
 ///
+/// A JSON object naming a key twice is `Malformed` (see [`repeated_key`]).
+///
 /// Empty bytes are always `Empty`. `application/json` and every `+json` type (parameters
 /// such as `charset` ignored, case-insensitive) are JSON; `application/x-www-form-urlencoded`
 /// is a form (`+` is a space, percent-escapes decoded, field order kept). A declared JSON
@@ -50,9 +57,9 @@ pub fn parse(content_type: Option<&HeaderValue>, bytes: Bytes) -> Body {
         return Body::Empty;
     }
     match content_type.and_then(media_kind) {
-        Some(Kind::Json) => match serde_json::from_slice(&bytes) {
-            Ok(value) => Body::Json(value),
-            Err(_) => Body::Malformed {
+        Some(Kind::Json) => match json_once(&bytes) {
+            Some(value) => Body::Json(value),
+            None => Body::Malformed {
                 kind: "json",
                 bytes,
             },
@@ -65,6 +72,105 @@ pub fn parse(content_type: Option<&HeaderValue>, bytes: Bytes) -> Body {
             },
         },
         None => Body::Bytes(bytes),
+    }
+}
+
+/// The JSON value of `bytes` when it parses and no object in it repeats a key.
+fn json_once(bytes: &[u8]) -> Option<serde_json::Value> {
+    match repeats(bytes) {
+        Ok(None) => serde_json::from_slice(bytes).ok(),
+        Ok(Some(_)) | Err(_) => None,
+    }
+}
+
+/// The first key some object of a declared-JSON body names twice (compared after escapes
+/// are decoded, so `"b"` and `"\u0062"` are the same key); `None` for a body that is not
+/// declared JSON, does not parse, or repeats no key.
+pub fn repeated_key(content_type: Option<&HeaderValue>, bytes: &[u8]) -> Option<String> {
+    match content_type.and_then(media_kind) {
+        Some(Kind::Json) if !bytes.is_empty() => repeats(bytes).ok().flatten(),
+        _ => None,
+    }
+}
+
+/// The words of a 400 `invalid-body` for a body that repeats `key`.
+pub fn repeated_key_detail(key: &str) -> String {
+    format!(
+        "the JSON body names the key {} more than once in one object, and providers differ on \
+         which value counts (send each key once)",
+        serde_json::Value::from(key)
+    )
+}
+
+/// Walks a JSON text without keeping it: Ok(Some(key)) at the first repeated key.
+fn repeats(bytes: &[u8]) -> Result<Option<String>, serde_json::Error> {
+    use serde::de::DeserializeSeed;
+    let found = std::cell::RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    match Unique(&found).deserialize(&mut de).and_then(|()| de.end()) {
+        Ok(()) => Ok(None),
+        Err(e) => match found.into_inner() {
+            Some(key) => Ok(Some(key)),
+            None => Err(e),
+        },
+    }
+}
+
+/// A JSON value whose objects must not repeat a key; the first repeated one is put in the
+/// cell (and the walk stops with an error).
+#[derive(Clone, Copy)]
+struct Unique<'a>(&'a std::cell::RefCell<Option<String>>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Unique<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Unique<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(self)?.is_some() {}
+        Ok(())
+    }
+
+    /// Also sees a number under `arbitrary_precision` (a one-key map holding its text).
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                *self.0.borrow_mut() = Some(key);
+                return Err(serde::de::Error::custom("repeated key"));
+            }
+            map.next_value_seed(self)?;
+        }
+        Ok(())
     }
 }
 
@@ -181,6 +287,39 @@ mod tests {
             parse_str("application/x-www-form-urlencoded", "a=%FF"),
             Body::Malformed { kind: "form", .. }
         ));
+    }
+
+    #[test]
+    fn numbers_keep_their_digits() {
+        let text = r#"{"big":12345678901234567890123,"e":1e2,"f":-0.10,"i":[1.0,2E-3,-0]}"#;
+        let Body::Json(value) = parse_str("application/json", text) else {
+            panic!("JSON");
+        };
+        // serde_json spells exponents one way (`1e+2`); the digits are never rounded.
+        let kept = r#"{"big":12345678901234567890123,"e":1e+2,"f":-0.10,"i":[1.0,2e-3,-0]}"#;
+        assert_eq!(value.to_string(), kept);
+    }
+
+    #[test]
+    fn repeated_keys_are_found_at_any_depth_and_make_json_malformed() {
+        let ct = ct("application/json");
+        let found = |text: &str| repeated_key(Some(&ct), text.as_bytes());
+        assert_eq!(found(r#"{"a":1,"a":2}"#).as_deref(), Some("a"));
+        assert_eq!(found(r#"[{"m":{"k":1,"k":1}}]"#).as_deref(), Some("k"));
+        assert_eq!(found(r#"{"b":1,"\u0062":2}"#).as_deref(), Some("b"));
+        assert_eq!(found(r#"{"a":1,"b":{"a":1},"c":[{"a":2}]}"#), None);
+        assert_eq!(found(r#"{"n":12345678901234567890123}"#), None);
+        assert_eq!(found("{not json"), None);
+        assert_eq!(
+            repeated_key(None, br#"{"a":1,"a":2}"#),
+            None,
+            "not declared JSON"
+        );
+        assert!(matches!(
+            parse_str("application/json", r#"{"a":1,"a":2}"#),
+            Body::Malformed { kind: "json", .. }
+        ));
+        assert!(repeated_key_detail("a").contains(r#"key "a" more than once"#));
     }
 
     #[test]

@@ -19,6 +19,7 @@
 
 mod hazards;
 mod forward;
+mod inbound;
 mod provider;
 mod raw;
 mod route;
@@ -37,6 +38,7 @@ use raw::{RawLimits, RawProxy};
 use values::{duration, size, socket};
 
 pub use hazards::{CREDENTIAL_HEADERS, FRAMING_HEADERS};
+pub use inbound::Inbound;
 pub use raw::{MAX_DURATION, parse_duration, parse_size};
 
 /// Everything the proxy runs on, validated.
@@ -65,6 +67,8 @@ pub struct Limits {
     /// How long a duplicate waits for the request in flight (at least 1ms).
     pub in_flight_wait: Duration,
     pub shutdown_grace: Duration,
+    /// `header_timeout`, `body_timeout`, `max_connections`, `max_buffered`.
+    pub inbound: Inbound,
 }
 
 impl Default for Limits {
@@ -74,6 +78,7 @@ impl Default for Limits {
             max_stored_response: 8 << 20,
             in_flight_wait: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
+            inbound: Inbound::defaults(1 << 20),
         }
     }
 }
@@ -248,11 +253,13 @@ fn limits(s: &mut Scope, raw: RawLimits) -> Option<Limits> {
         Duration::ZERO,
     );
     let grace = s.check("shutdown_grace", grace);
+    let inbound = inbound::check(s, &raw, body);
     Some(Limits {
         max_request_body: body?,
         max_stored_response: stored?,
         in_flight_wait: wait?,
         shutdown_grace: grace?,
+        inbound: inbound?,
     })
 }
 

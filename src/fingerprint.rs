@@ -715,6 +715,21 @@ mod tests {
     }
 
     #[test]
+    fn numbers_compare_as_written_after_parsing() {
+        let parsed = |text: &str| {
+            let ct = HeaderValue::from_static("application/json");
+            Req::new(crate::body::parse(Some(&ct), Bytes::from(text.to_string())))
+        };
+        let big = parsed(r#"{"amount": 12345678901234567890123}"#);
+        let next = parsed(r#"{"amount": 12345678901234567890124}"#);
+        assert_ne!(big.fp().hex, next.fp().hex, "no rounding through f64");
+        assert_eq!(diff(&big, &next), ["amount"]);
+        assert_ne!(parsed(r#"{"n":1}"#).fp(), parsed(r#"{"n":1.0}"#).fp());
+        assert_ne!(parsed(r#"{"n":1e2}"#).fp(), parsed(r#"{"n":100}"#).fp());
+        assert_eq!(parsed(r#"{"n":1e2}"#).fp(), parsed(r#"{"n": 1E+2}"#).fp());
+    }
+
+    #[test]
     fn non_utf8_queries_compare_as_raw_text() {
         let mut a = Req::new(Body::Empty);
         a.query = Some("a=%FF".into());

@@ -17,6 +17,7 @@ use tokio::sync::broadcast;
 
 use crate::app::App;
 use crate::body;
+use crate::budget::{self, Reservation, Unread};
 use crate::claim::{Actor, Ask, Claimed, Step, claim};
 use crate::dispatch::{self, Outgoing};
 use crate::fingerprint::{self, Fingerprint};
@@ -25,7 +26,7 @@ use crate::kept::{KeptRequest, place_key};
 use crate::ledger::{Operation, State, StoredResponse};
 use crate::policy::{Captures, KeyPlacement, OnMissingId, Provider, Route};
 use crate::problem::{Context, Problem};
-use crate::proxy::{ProxyBody, Target, Unbuffered, collect_limited, full};
+use crate::proxy::{ProxyBody, Target, full};
 use crate::template::{self, render_first};
 use crate::upstream;
 
@@ -85,7 +86,8 @@ async fn run(
     ctx: &mut Context,
 ) -> Result<Answer, Problem> {
     let provider = target.provider;
-    let (parts, bytes) = read_body(req, app.config.limits.max_request_body).await?;
+    // The body's bytes stay reserved in the buffered-bytes budget until the request is done.
+    let (parts, bytes, _reserved) = read_body(app, req).await?;
     let op = match identify(provider, route, target, captures, parts, bytes)? {
         Identity::Op(op) => *op,
         Identity::Pass(outgoing) => {
@@ -296,19 +298,39 @@ pub async fn resend_request(
     }
 }
 
-/// Step 1: the body, buffered up to `max_request_body`.
-async fn read_body(req: Request<Incoming>, limit: u64) -> Result<(Parts, Bytes), Problem> {
-    if crate::proxy::declared_too_large(&req, limit) {
-        return Err(Problem::BodyTooLarge { limit });
-    }
+/// Step 1: the body, buffered up to `max_request_body` within `body_timeout`, its bytes
+/// reserved in `max_buffered`; a JSON body must not repeat a key within an object.
+async fn read_body(
+    app: &App,
+    req: Request<Incoming>,
+) -> Result<(Parts, Bytes, Reservation), Problem> {
+    let limits = &app.config.limits;
+    let (limit, after) = (limits.max_request_body, limits.inbound.body_timeout);
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
     let (parts, body) = req.into_parts();
-    match collect_limited(body, limit).await {
-        Ok(bytes) => Ok((parts, bytes)),
-        Err(Unbuffered::TooLarge) => Err(Problem::BodyTooLarge { limit }),
-        Err(Unbuffered::Broken(_)) => Err(Problem::InvalidBody(
-            "the request body could not be read to its end".into(),
-        )),
+    let read_limits = budget::Limits {
+        declared,
+        max: limit,
+        timeout: after,
+    };
+    let (bytes, reserved) =
+        budget::read(&app.budget, body, read_limits)
+            .await
+            .map_err(|unread| match unread {
+                Unread::TooLarge => Problem::BodyTooLarge { limit },
+                Unread::Overloaded => Problem::Overloaded,
+                Unread::TimedOut => Problem::BodyTimeout { after },
+                Unread::Broken(_) => {
+                    Problem::InvalidBody("the request body could not be read to its end".into())
+                }
+            })?;
+    if let Some(key) = body::repeated_key(parts.headers.get(header::CONTENT_TYPE), &bytes) {
+        return Err(Problem::InvalidBody(body::repeated_key_detail(&key)));
     }
+    Ok((parts, bytes, reserved))
 }
 
 /// Step 2: fingerprint, operation ID, key, and the request as it will be sent.

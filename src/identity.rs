@@ -46,38 +46,158 @@ pub fn key(operation_id: &str, format: KeyFormat) -> String {
 
 /// Sets the key at a JSON pointer in a JSON object body, creating intermediate objects;
 /// replaces any value the client sent. Err(InvalidBody) if the body is not a JSON object
-/// (or the path crosses a non-object). Key order of the rest of the body is kept.
-pub fn inject_json_key(body: &Value, pointer: &str, key: &str) -> Result<Bytes, InvalidBody> {
+/// (or the path crosses a non-object).
+///
+/// The body is edited in place, not re-encoded: every byte outside the key's value is sent as
+/// the agent wrote it (numbers such as `12345678901234567890123` or `1e2`, whitespace, key
+/// order). A new key is appended at the end of its object. `body` must be valid JSON.
+pub fn inject_json_key(body: &[u8], pointer: &str, key: &str) -> Result<Bytes, InvalidBody> {
     let Some(path) = pointer.strip_prefix('/') else {
         return Err(InvalidBody(format!(
             "the key field \"{pointer}\" is not a JSON pointer"
         )));
     };
     let tokens: Vec<String> = path.split('/').map(unescape_token).collect();
-    let mut body = body.clone();
-    let mut node = &mut body;
-    for (i, token) in tokens.iter().enumerate() {
-        let Value::Object(map) = node else {
-            let at = if i == 0 {
-                "the body"
-            } else {
-                "a value on the way"
-            };
-            return Err(InvalidBody(format!(
-                "the idempotency key goes into the JSON body at \"{pointer}\", but {at} is not a JSON object"
-            )));
+    let not_object = |i: usize| {
+        let at = if i == 0 {
+            "the body"
+        } else {
+            "a value on the way"
         };
-        if i + 1 == tokens.len() {
-            map.insert(token.clone(), Value::String(key.to_string()));
-            break;
+        InvalidBody(format!(
+            "the idempotency key goes into the JSON body at \"{pointer}\", but {at} is not a JSON object"
+        ))
+    };
+    let mut out = body.to_vec();
+    let mut object = raw_json::value_at(body, 0);
+    for (i, token) in tokens.iter().enumerate() {
+        let entries = raw_json::object(body, object.clone()).ok_or_else(|| not_object(i))?;
+        let found = entries.members.iter().rev().find(|m| &m.key == token);
+        match found {
+            Some(member) if i + 1 < tokens.len() => object = member.value.clone(),
+            Some(member) => {
+                out.splice(member.value.clone(), json_string(key).into_bytes());
+                break;
+            }
+            None => {
+                let comma = if entries.members.is_empty() { "" } else { "," };
+                let added = format!("{comma}{}", nested(&tokens[i..], key));
+                out.splice(entries.close..entries.close, added.into_bytes());
+                break;
+            }
         }
-        node = map
-            .entry(token.clone())
-            .or_insert_with(|| Value::Object(Default::default()));
     }
-    serde_json::to_vec(&body)
-        .map(Bytes::from)
-        .map_err(|e| InvalidBody(format!("the JSON body cannot be written back: {e}")))
+    Ok(Bytes::from(out))
+}
+
+/// `"a":{"b":"key"}` for the tokens `a`, `b`.
+fn nested(tokens: &[String], key: &str) -> String {
+    let (first, rest) = tokens.split_first().expect("at least one token");
+    let value = if rest.is_empty() {
+        json_string(key)
+    } else {
+        format!("{{{}}}", nested(rest, key))
+    };
+    format!("{}:{value}", json_string(first))
+}
+
+fn json_string(text: &str) -> String {
+    Value::from(text).to_string()
+}
+
+/// Spans of valid JSON text, found without decoding it.
+mod raw_json {
+    use std::ops::Range;
+
+    /// One `"key": value` of an object: the decoded key and the value's bytes.
+    pub struct Member {
+        pub key: String,
+        pub value: Range<usize>,
+    }
+
+    /// An object's members and the offset of its closing `}`.
+    pub struct Object {
+        pub members: Vec<Member>,
+        pub close: usize,
+    }
+
+    fn skip_ws(text: &[u8], mut at: usize) -> usize {
+        while text.get(at).is_some_and(|b| b" \t\r\n".contains(b)) {
+            at += 1;
+        }
+        at
+    }
+
+    /// The span of the value starting at (or after whitespace from) `at`.
+    pub fn value_at(text: &[u8], at: usize) -> Range<usize> {
+        let start = skip_ws(text, at);
+        let end = match text.get(start) {
+            Some(b'"') => string_end(text, start),
+            Some(b'{' | b'[') => container_end(text, start),
+            _ => (start..text.len())
+                .find(|&i| b",}] \t\r\n".contains(&text[i]))
+                .unwrap_or(text.len()),
+        };
+        start..end
+    }
+
+    /// Just past the closing quote of the string opening at `start`.
+    fn string_end(text: &[u8], start: usize) -> usize {
+        let mut at = start + 1;
+        while let Some(&b) = text.get(at) {
+            at += 1;
+            match b {
+                b'\\' => at += 1,
+                b'"' => return at,
+                _ => {}
+            }
+        }
+        text.len()
+    }
+
+    /// Just past the bracket closing the object or array opening at `start`.
+    fn container_end(text: &[u8], start: usize) -> usize {
+        let (mut depth, mut at) = (0usize, start);
+        while let Some(&b) = text.get(at) {
+            match b {
+                b'"' => {
+                    at = string_end(text, at);
+                    continue;
+                }
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        return at + 1;
+                    }
+                }
+                _ => {}
+            }
+            at += 1;
+        }
+        text.len()
+    }
+
+    /// The members of the object spanning `span`; `None` when it is not an object.
+    pub fn object(text: &[u8], span: Range<usize>) -> Option<Object> {
+        if text.get(span.start) != Some(&b'{') {
+            return None;
+        }
+        let mut members = Vec::new();
+        let mut at = skip_ws(text, span.start + 1);
+        while text.get(at) == Some(&b'"') {
+            let key = value_at(text, at);
+            let name = serde_json::from_slice(&text[key.clone()]).ok()?;
+            let colon = skip_ws(text, key.end);
+            let value = value_at(text, colon + 1);
+            at = skip_ws(text, value.end);
+            members.push(Member { key: name, value });
+            if text.get(at) == Some(&b',') {
+                at = skip_ws(text, at + 1);
+            }
+        }
+        (text.get(at) == Some(&b'}')).then_some(Object { members, close: at })
+    }
 }
 
 /// RFC 6901: `~1` is `/`, `~0` is `~` (in that order, so `~01` is `~1`).
@@ -200,15 +320,40 @@ mod tests {
     }
 
     fn injected(body: Value, pointer: &str) -> Result<Value, InvalidBody> {
-        let bytes = inject_json_key(&body, pointer, "k1")?;
+        let bytes = inject_json_key(body.to_string().as_bytes(), pointer, "k1")?;
         Ok(serde_json::from_slice(&bytes).expect("injected body is JSON"))
     }
 
     #[test]
     fn injection_replaces_the_clients_key_and_keeps_order() {
-        let body = json!({"idempotency_key": "client", "amount": 5});
-        let bytes = inject_json_key(&body, "/idempotency_key", "k1").expect("object body");
+        let body = json!({"idempotency_key": "client", "amount": 5}).to_string();
+        let bytes = inject_json_key(body.as_bytes(), "/idempotency_key", "k1").expect("object");
         assert_eq!(&bytes[..], br#"{"idempotency_key":"k1","amount":5}"#);
+    }
+
+    #[test]
+    fn injection_keeps_every_other_byte_as_sent() {
+        let text = |body: &str, pointer: &str| {
+            let bytes = inject_json_key(body.as_bytes(), pointer, "k1").expect("object body");
+            String::from_utf8(bytes.to_vec()).expect("UTF-8")
+        };
+        assert_eq!(
+            text(
+                r#" { "amount" : 12345678901234567890123, "x": 1e2 } "#,
+                "/k"
+            ),
+            r#" { "amount" : 12345678901234567890123, "x": 1e2 ,"k":"k1"} "#
+        );
+        assert_eq!(
+            text(r#"{"s":"a,}\"b","k":{"old":[1,{"k":2}]},"n":-0.10}"#, "/k"),
+            r#"{"s":"a,}\"b","k":"k1","n":-0.10}"#
+        );
+        assert_eq!(text(r#"{ }"#, "/m/k"), r#"{ "m":{"k":"k1"}}"#);
+        assert_eq!(
+            text(r#"{"m":{"a":1E+2}}"#, "/m/i/k"),
+            r#"{"m":{"a":1E+2,"i":{"k":"k1"}}}"#
+        );
+        assert_eq!(text(r#"{"\u006b":true}"#, "/k"), r#"{"\u006b":"k1"}"#);
     }
 
     #[test]

@@ -146,12 +146,12 @@ pub fn place_key(
             plain.headers.insert(name.clone(), value);
         }
         KeyPlacement::JsonField(pointer) => {
-            let value: serde_json::Value = serde_json::from_slice(&plain.body).map_err(|_| {
-                format!(
+            if serde_json::from_slice::<serde::de::IgnoredAny>(&plain.body).is_err() {
+                return Err(format!(
                     "the provider takes its idempotency key in the JSON body at {pointer}, but the body is not JSON"
-                )
-            })?;
-            plain.body = identity::inject_json_key(&value, pointer, key).map_err(|e| e.0)?;
+                ));
+            }
+            plain.body = identity::inject_json_key(&plain.body, pointer, key).map_err(|e| e.0)?;
             plain.headers.remove(header::CONTENT_LENGTH);
         }
     }

@@ -15,6 +15,8 @@
 //! - `decide`: the pure state machine of a guarded request (SPEC section 5).
 //! - `app`: the shared immutable state of a running proxy.
 //! - `server`: listeners, connections, graceful shutdown.
+//! - `inbound`: connection limits: the first-request deadline, the connection cap, accept backoff.
+//! - `budget`: the budget of buffered request bytes, and reading a guarded body under it.
 //! - `proxy`: the request path: routing and unguarded streaming.
 //! - `guard`: the ledger protocol for guarded routes, step by step.
 //! - `claim`: the one ledger transaction that decides a guarded request and records it.
@@ -32,6 +34,7 @@
 pub mod admin;
 pub mod app;
 pub mod body;
+pub mod budget;
 pub mod claim;
 pub mod clock;
 pub mod config;
@@ -42,6 +45,7 @@ pub mod fingerprint;
 pub mod guard;
 pub mod identity;
 pub mod kept;
+pub mod inbound;
 pub mod ledger;
 pub mod metrics;
 pub mod ops;

@@ -64,6 +64,11 @@ pub enum Problem {
     LoopDetected,
     #[error("several providers' upstreams are {0}")]
     AmbiguousHost(String),
+    // Inbound limits: the client's pace, or everyone's load.
+    #[error("the request body was not complete within {after:?}")]
+    BodyTimeout { after: Duration },
+    #[error("too many request bodies are being buffered")]
+    Overloaded,
 }
 
 /// What is known about the operation a problem concerns.
@@ -88,6 +93,9 @@ impl Context {
 /// How long a client is told to wait before replaying a pending operation.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 
+/// How long a client is told to wait after a 503 `overloaded` (buffers free up quickly).
+pub const OVERLOADED_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 impl Problem {
     pub fn status(&self) -> StatusCode {
         match self {
@@ -110,6 +118,8 @@ impl Problem {
             Problem::InvalidPath(_) | Problem::InvalidMethod(_) => StatusCode::BAD_REQUEST,
             Problem::LoopDetected => StatusCode::LOOP_DETECTED,
             Problem::AmbiguousHost(_) => StatusCode::FORBIDDEN,
+            Problem::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            Problem::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -135,6 +145,8 @@ impl Problem {
             Problem::InvalidMethod(_) => "invalid-method",
             Problem::LoopDetected => "loop-detected",
             Problem::AmbiguousHost(_) => "no-route",
+            Problem::BodyTimeout { .. } => "body-timeout",
+            Problem::Overloaded => "overloaded",
         }
     }
 
@@ -159,6 +171,8 @@ impl Problem {
             Problem::InvalidMethod(_) => "Invalid method",
             Problem::LoopDetected => "Loop detected",
             Problem::AmbiguousHost(_) => "No route",
+            Problem::BodyTimeout { .. } => "Body timeout",
+            Problem::Overloaded => "Overloaded",
         }
     }
 
@@ -242,6 +256,14 @@ impl Problem {
                 "More than one provider's upstream is {host} on different ports, and the \
                  request names no port. Name the port in the request's URL. Nothing was sent."
             ),
+            Problem::BodyTimeout { after } => format!(
+                "The request body did not arrive in full within {}, the proxy's `body_timeout` \
+                 for guarded routes. Nothing was sent; send the request again.",
+                humantime::format_duration(*after)
+            ),
+            Problem::Overloaded => "The proxy is holding as many request bodies as its \
+                `max_buffered` allows. Nothing was sent; retry after the Retry-After delay."
+                .into(),
         }
     }
 
@@ -291,6 +313,12 @@ impl Problem {
             resp.headers_mut().insert(
                 header::RETRY_AFTER,
                 HeaderValue::from(RETRY_AFTER.as_secs()),
+            );
+        }
+        if matches!(self, Problem::Overloaded) {
+            resp.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(OVERLOADED_RETRY_AFTER.as_secs()),
             );
         }
         resp

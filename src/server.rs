@@ -3,7 +3,8 @@
 //! Agents speak HTTP/1.1 or h2c (prior knowledge) to one listener; the admin API listens on
 //! another, sharing the same `Arc<App>`. On SIGTERM or Ctrl-C both stop accepting, open
 //! connections finish their requests, and guarded exchanges already sent are recorded, all
-//! within `shutdown_grace`.
+//! within `shutdown_grace`. The inbound limits (`header_timeout`, `max_connections`, the
+//! pause after a failed accept) are applied here through `inbound`.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -19,12 +20,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::app::App;
+use crate::inbound::{FirstRequest, Gate};
 use crate::proxy::ProxyBody;
 
-/// Inbound protections: slow or oversized headers, too many h2 streams.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Inbound protections: oversized headers, too many h2 streams (timeouts are configured).
 const MAX_HEADERS: usize = 128;
 /// The request head (HTTP/1.1) or header list (h2) may not exceed this; over it, 431.
 const MAX_HEADER_BYTES: u32 = 64 * 1024;
@@ -72,7 +74,10 @@ impl Server {
             app, proxy, admin, ..
         } = self;
         let graceful = GracefulShutdown::new();
-        let builder = builder();
+        let inbound = &app.config.limits.inbound;
+        let builder = builder(inbound.header_timeout);
+        let mut agents = Gate::limited("listen", inbound.max_connections);
+        let mut operators = Gate::open("admin_listen");
         tokio::pin!(shutdown);
         // Pruning runs beside the listeners; dropping `stop_retention` ends it.
         let (stop_retention, retention_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -81,11 +86,11 @@ impl Server {
         let settler = tokio::spawn(crate::settle::run(app.clone(), settler_stopped));
         loop {
             tokio::select! {
-                conn = proxy.accept() => if let Ok((stream, _)) = conn {
-                    serve_conn(&builder, &graceful, stream, &app, crate::proxy::handle);
+                conn = agents.accept(&proxy) => {
+                    serve_conn(&builder, &graceful, conn, &app, crate::proxy::handle);
                 },
-                conn = admin.accept() => if let Ok((stream, _)) = conn {
-                    serve_conn(&builder, &graceful, stream, &app, crate::admin::handle::<Incoming>);
+                conn = operators.accept(&admin) => {
+                    serve_conn(&builder, &graceful, conn, &app, crate::admin::handle::<Incoming>);
                 },
                 () = &mut shutdown => break,
             }
@@ -134,12 +139,12 @@ fn announce(bound: Bound) {
     tracing::info!(proxy = %bound.proxy, admin = %bound.admin, "listening");
 }
 
-fn builder() -> auto::Builder<TokioExecutor> {
+fn builder(header_timeout: Duration) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(header_timeout)
         .max_headers(MAX_HEADERS)
         // hyper answers 431 once an unparsed head fills the read buffer; its default
         // (~400 KiB) would let a head far over the limit through. Bodies still stream.
@@ -152,11 +157,12 @@ fn builder() -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// Serves one accepted connection with `handler`, watched by the graceful shutdown.
+/// Serves one accepted connection with `handler`, watched by the graceful shutdown; its
+/// permit (if any) is given back when it ends.
 fn serve_conn<H, F>(
     builder: &auto::Builder<TokioExecutor>,
     graceful: &GracefulShutdown,
-    stream: tokio::net::TcpStream,
+    (stream, permit): (tokio::net::TcpStream, Option<OwnedSemaphorePermit>),
     app: &Arc<App>,
     handler: H,
 ) where
@@ -164,17 +170,21 @@ fn serve_conn<H, F>(
     F: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let _ = stream.set_nodelay(true);
+    let timeout = app.config.limits.inbound.header_timeout;
+    let (io, started) = FirstRequest::new(TokioIo::new(stream), timeout);
     let app = app.clone();
     let svc = service_fn(move |req| {
+        started.store(true, std::sync::atomic::Ordering::Release);
         let response = handler(app.clone(), req);
         async move { Ok::<_, Infallible>(response.await) }
     });
-    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    let conn = builder.serve_connection(io, svc);
     let conn = graceful.watch(conn.into_owned());
     tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "connection ended with an error");
         }
+        drop(permit);
     });
 }
 

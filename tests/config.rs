@@ -167,6 +167,12 @@ fn every_key_set_is_taken() {
         max_stored_response: 64 * 1024,
         in_flight_wait: Duration::from_millis(250),
         shutdown_grace: Duration::ZERO,
+        inbound: idemproxy::config::Inbound {
+            header_timeout: Duration::from_secs(5),
+            body_timeout: Duration::from_secs(7),
+            max_connections: 64,
+            max_buffered: 1 << 20,
+        },
     };
     assert_eq!(config.limits, limits);
     assert_eq!(config.retention.completed, Duration::from_secs(7 * 86_400));

@@ -39,6 +39,7 @@ fn config(admin_listen: &str) -> Config {
             max_stored_response: 8 << 20,
             in_flight_wait: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
+            ..Limits::default()
         },
         retention: Retention {
             completed: Duration::from_secs(86_400),

@@ -31,6 +31,10 @@ pub(super) struct RawLimits {
     pub max_stored_response: Option<Value>,
     pub in_flight_wait: Option<Value>,
     pub shutdown_grace: Option<Value>,
+    pub header_timeout: Option<Value>,
+    pub body_timeout: Option<Value>,
+    pub max_connections: Option<Value>,
+    pub max_buffered: Option<Value>,
 }
 
 /// `[retention]`.

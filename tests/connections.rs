@@ -1,0 +1,110 @@
+//! Inbound connection limits (issue 7 item 13): a connection that sends nothing, or stops in
+//! the middle of a request head, or idles after an answer, is closed after `header_timeout`;
+//! at most `max_connections` agent connections are served at once (more wait in the listen
+//! backlog until one closes); and when accepting fails (out of file descriptors) the proxy
+//! logs it, backs off instead of spinning, and serves again once descriptors free up.
+
+mod common;
+mod raw;
+
+use std::time::Duration;
+
+use common::{Behavior, FakeProvider, Proxy, send};
+use http::{Method, StatusCode};
+use raw::{closed_by_server, connect, log_line, read_answer, write};
+
+async fn start(limits: &str) -> (FakeProvider, Proxy) {
+    let provider = FakeProvider::start(Behavior::fixed(200, "ok")).await;
+    let proxy = Proxy::builder()
+        .policy("p", &provider.policy("p", ""))
+        .config(&format!("[limits]\n{limits}"))
+        .start()
+        .await;
+    (provider, proxy)
+}
+
+async fn still_serving(proxy: &Proxy) {
+    let resp = send(Method::GET, &proxy.url("/p/after"), &[], "")
+        .await
+        .expect("the proxy still answers");
+    assert_eq!(resp.status, StatusCode::OK);
+}
+
+const GET: &[u8] = b"GET /p/x HTTP/1.1\r\nhost: proxy\r\n\r\n";
+
+#[tokio::test]
+async fn a_silent_connection_is_closed_after_header_timeout() {
+    let (provider, proxy) = start("header_timeout = \"300ms\"\n").await;
+    let mut silent = connect(proxy.proxy_addr()).await;
+    let sent = closed_by_server(&mut silent).await;
+    assert!(sent.is_empty(), "nothing to answer: {sent:?}");
+    // One byte of what could be the h2 preface, then nothing.
+    let mut started = connect(proxy.proxy_addr()).await;
+    write(&mut started, b"P").await;
+    closed_by_server(&mut started).await;
+    assert_eq!(provider.request_count(), 0);
+    still_serving(&proxy).await;
+}
+
+#[tokio::test]
+async fn a_head_that_stops_midway_is_closed_after_header_timeout() {
+    let (provider, proxy) = start("header_timeout = \"300ms\"\n").await;
+    let mut partial = connect(proxy.proxy_addr()).await;
+    write(&mut partial, b"GET /p/x HTTP/1.1\r\nhost: pro").await;
+    closed_by_server(&mut partial).await;
+    assert_eq!(provider.request_count(), 0);
+    // An idle keep-alive connection is closed the same way after its answer.
+    let mut idle = connect(proxy.proxy_addr()).await;
+    write(&mut idle, GET).await;
+    assert_eq!(read_answer(&mut idle).await.status, 200);
+    closed_by_server(&mut idle).await;
+    assert_eq!(provider.request_count(), 1);
+}
+
+/// Decision: beyond `max_connections` a connection is not refused but left in the listen
+/// backlog, answered as soon as a served one closes.
+#[tokio::test]
+async fn connections_beyond_max_connections_wait_for_a_free_one() {
+    let (provider, proxy) = start("max_connections = 2\nheader_timeout = \"60s\"\n").await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut conn = connect(proxy.proxy_addr()).await;
+        write(&mut conn, GET).await;
+        assert_eq!(read_answer(&mut conn).await.status, 200);
+        held.push(conn);
+    }
+    log_line(&proxy, "max_connections").await;
+    let url = proxy.url("/p/third");
+    let mut third = tokio::spawn(async move { send(Method::GET, &url, &[], "").await });
+    // Not a timing assertion: only a broken limit could answer within this window.
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut third).await;
+    assert!(early.is_err(), "the third connection was served: {early:?}");
+    assert_eq!(provider.request_count(), 2);
+    drop(held.pop());
+    let third = third.await.expect("task").expect("the third is served");
+    assert_eq!(third.status, StatusCode::OK);
+    assert_eq!(provider.request_count(), 3);
+}
+
+/// The proxy runs with few file descriptors; connections beyond them make `accept` fail.
+/// It logs that (instead of spinning silently) and serves again once they are closed.
+#[tokio::test]
+async fn accept_errors_are_logged_and_the_proxy_recovers() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "ok")).await;
+    let bin = env!("CARGO_BIN_EXE_idemproxy");
+    let proxy = Proxy::builder()
+        .bin("sh", &["-c", "ulimit -n 48 && exec \"$0\" \"$@\"", bin])
+        .policy("p", &provider.policy("p", ""))
+        .config("[limits]\nheader_timeout = \"60s\"\n")
+        .start()
+        .await;
+    still_serving(&proxy).await;
+    let mut hogs = Vec::new();
+    for _ in 0..64 {
+        hogs.push(connect(proxy.proxy_addr()).await);
+    }
+    let log = log_line(&proxy, "cannot accept").await;
+    assert!(log.contains("etry"), "the line says it retries: {log}");
+    drop(hogs);
+    still_serving(&proxy).await;
+}
