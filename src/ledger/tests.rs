@@ -584,7 +584,7 @@ async fn list_stays_fast_with_many_operations() {
     // Bulk load straight through the store in big transactions: one commit per op would
     // measure fsync, not the index.
     for chunk in (0..N).collect::<Vec<_>>().chunks(10_000) {
-        let txn = ledger.inner.db.begin_write().unwrap();
+        let txn = ledger.inner.shared.db().unwrap().begin_write().unwrap();
         {
             let mut tables = Tables::open(&txn).unwrap();
             for &i in chunk {
