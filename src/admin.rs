@@ -198,7 +198,7 @@ where
     let endpoint = Endpoint::of(req.method(), req.uri().path())?;
     let query = req.uri().query().map(str::to_string);
     match endpoint {
-        Endpoint::Health => Ok(text(StatusCode::OK, "ok\n")),
+        Endpoint::Health => health(app),
         Endpoint::Metrics => Ok(query::metrics(app).await),
         Endpoint::List => query::list(app, query.as_deref()).await,
         Endpoint::Show(id) => query::show(app, &id).await,
@@ -216,6 +216,19 @@ where
             action::reject_op(app, &id, &body).await
         }
     }
+}
+
+/// 200 while the ledger can write; a 503 problem while it cannot (after a storage error,
+/// until it has reopened itself).
+fn health(app: &App) -> Result<Response<ProxyBody>, AdminError> {
+    if app.ledger.writable() {
+        return Ok(text(StatusCode::OK, "ok\n"));
+    }
+    Err(AdminError::Ledger(
+        "it cannot write since a storage error (is its disk full?); new operations are \
+         refused until it reopens itself"
+            .into(),
+    ))
 }
 
 /// The whole request body of a POST declared `application/json`, up to `max_stored_response`

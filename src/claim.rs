@@ -69,6 +69,8 @@ pub async fn claim(
     let fences = app.ledger.fences();
     let rules = Rules::of(provider, route);
     let id = ask.id.clone();
+    // Kept for `replay_unnoted`, should the claim's write fail.
+    let fingerprint = ask.fingerprint.clone();
     let names = Names {
         provider: provider.name.clone(),
         route: route.name.clone(),
@@ -88,18 +90,50 @@ pub async fn claim(
             let sealed = ask.sealed;
             transition(existing, fresh, sealed, decision, fence, ask.actor, now)
         })
-        .await
-        .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?;
+        .await;
     match decided {
-        Decided::Step(step) => Ok(step),
-        Decided::Replay => match app.ledger.response(&id).await {
-            Ok(Some(stored)) => Ok(Step::Replay(stored)),
-            Ok(None) => Err(Problem::LedgerUnavailable(
-                "the stored response is missing".into(),
-            )),
-            Err(e) => Err(Problem::LedgerUnavailable(e.to_string())),
-        },
+        Ok(Decided::Step(step)) => Ok(step),
+        Ok(Decided::Replay) => replay(app, &id).await,
+        Err(e) => replay_unnoted(app, &id, &fingerprint, rules, Timestamp::now(), e).await,
     }
+}
+
+/// The stored response of a replay, read outside the write transaction.
+async fn replay(app: &App, id: &str) -> Result<Step, Problem> {
+    match app.ledger.response(id).await {
+        Ok(Some(stored)) => Ok(Step::Replay(stored)),
+        Ok(None) => Err(Problem::LedgerUnavailable(
+            "the stored response is missing".into(),
+        )),
+        Err(e) => Err(Problem::LedgerUnavailable(e.to_string())),
+    }
+}
+
+/// The claim's write failed. A replay of a `succeeded` operation is answered all the same:
+/// its answer is durable, its `operation.replayed` event best-effort. Anything else needs its
+/// write, so it is `ledger-unavailable` (and nothing is sent).
+async fn replay_unnoted(
+    app: &App,
+    id: &str,
+    fingerprint: &Fingerprint,
+    rules: Rules,
+    now: Timestamp,
+    error: crate::ledger::LedgerError,
+) -> Result<Step, Problem> {
+    let refused = || Problem::LedgerUnavailable(error.to_string());
+    let Ok(Some(op)) = app.ledger.get(id).await else {
+        return Err(refused());
+    };
+    let intent = Intent {
+        fingerprint: &fingerprint.hex,
+        fields: &fingerprint.fields,
+    };
+    let replays = decide(Some(&op), intent, rules, now) == Decision::Replay;
+    if op.state != State::Succeeded || !replays {
+        return Err(refused());
+    }
+    tracing::debug!(operation = %id, error = %error, "replayed without its history event");
+    replay(app, id).await
 }
 
 /// What a new operation records of its route.

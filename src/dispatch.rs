@@ -94,6 +94,9 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
         }
         Err(e) => {
             tracing::error!(operation = %ex.id, error = %e, "the provider answered but the ledger could not record it");
+            // Nobody will finish this claim: the ledger makes it `unknown` as soon as it can.
+            app.ledger.abandon(&ex.id, ex.fence);
+            ctx.state = Some(State::Unknown);
             return crate::guard::refusal(Problem::OutcomeUnknown, &ctx);
         }
     };

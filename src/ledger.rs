@@ -10,8 +10,10 @@
 //! commit); a crash may lose such an event, never a state. It never decides what a request
 //! means: callers pass a closure that sees the current operation and says what to write.
 //! It stores only what a `Write` carries, so never a request header or body (SPEC section 8).
+//! One storage error does not stop it: it reopens itself once the disk allows (`recovery`).
 
 mod codec;
+mod recovery;
 mod store;
 #[cfg(test)]
 mod tests;
@@ -26,13 +28,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::HeaderMap;
+use recovery::{DeadClaim, Shared};
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
 use sha2::{Digest, Sha256};
 
 use crate::clock::Timestamp;
 use crate::policy::{Effect, KeyPlacement};
 use store::{Fault, PruneBatch, Tables};
-use writer::{Job, PruneJob, Reply, UpdateJob, Writer};
+use writer::{Job, PruneJob, Reply, SweepJob, UpdateJob, Writer};
 
 /// The five states of SPEC section 4.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -358,7 +361,8 @@ pub struct Ledger {
 }
 
 struct Inner {
-    db: Arc<Database>,
+    /// The database handle, replaced by the writer when it reopens the file.
+    shared: Arc<Shared>,
     writer: Writer,
     fences: Fences,
     fail_writes: bool,
@@ -412,10 +416,11 @@ impl Ledger {
                 Ok(opened) => opened?,
                 Err(e) => return Err(open_error(path, e)),
             };
-        let writer = Writer::start(Arc::clone(&db), opts.on_commit)
+        let shared = Arc::new(Shared::new(path, db));
+        let writer = Writer::start(Arc::clone(&shared), opts.on_commit)
             .map_err(|reason| open_error(path, reason))?;
         let inner = Inner {
-            db,
+            shared,
             writer,
             fences: Fences {
                 inner: Arc::new((epoch, AtomicU64::new(1))),
@@ -455,6 +460,27 @@ impl Ledger {
         let fail_writes = self.inner.fail_writes;
         self.submit(|reply| UpdateJob::new(id, f, fail_writes, reply))
             .await
+    }
+
+    /// Whether the ledger can write. False from a storage error after which the database
+    /// refused new transactions (every write then fails fast with `Unavailable`) until the
+    /// ledger has reopened its file and committed the sweep of `abandon`ed claims.
+    pub fn writable(&self) -> bool {
+        self.inner.shared.writable()
+    }
+
+    /// Says that the holder of claim `fence` on `id` could not record its result and will
+    /// not try again: the operation becomes `unknown` (an `operation.orphaned` event saying
+    /// the result could not be recorded) if it is still `in_flight` under `fence`, at once
+    /// if the ledger can write, else by the sweep that ends its recovery. Returns at once.
+    pub fn abandon(&self, id: &str, fence: u64) {
+        let shared = &self.inner.shared;
+        shared.bury(DeadClaim {
+            id: id.to_owned(),
+            fence,
+        });
+        let sweep = SweepJob::new(Arc::clone(shared), self.inner.fail_writes);
+        self.inner.writer.submit(Box::new(sweep));
     }
 
     /// The operation stored under `id`, if any.
@@ -555,7 +581,7 @@ impl Ledger {
         F: FnOnce(&ReadTransaction) -> Result<T, Fault> + Send + 'static,
         T: Send + 'static,
     {
-        let db = Arc::clone(&self.inner.db);
+        let db = self.inner.shared.db()?;
         let joined = tokio::task::spawn_blocking(move || {
             let txn = db.begin_read()?;
             f(&txn)
@@ -583,7 +609,7 @@ fn fault_injected() -> bool {
         .is_ok_and(|points| points.split(',').any(|p| p.trim() == "ledger.commit"))
 }
 
-type Opened = (Arc<Database>, u64, Vec<Operation>);
+type Opened = (Database, u64, Vec<Operation>);
 
 fn open_blocking(path: &Path, now: Timestamp) -> Result<Opened, LedgerError> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -591,7 +617,7 @@ fn open_blocking(path: &Path, now: Timestamp) -> Result<Opened, LedgerError> {
     }
     let db = Database::create(path).map_err(|e| open_error(path, e))?;
     let (epoch, orphaned) = recover(&db, now).map_err(|fault| open_error(path, fault))?;
-    Ok((Arc::new(db), epoch, orphaned))
+    Ok((db, epoch, orphaned))
 }
 
 /// The start-up write: bump the boot epoch and orphan what a dead process left in flight.

@@ -18,6 +18,7 @@ use redb::{
 };
 
 use super::codec;
+use super::recovery::unrecorded_reason;
 use super::{Event, EventKind, Filter, LedgerError, Operation, Page, State, Stats, StoredResponse};
 use super::{RequestChange, Write, orphan_reason};
 use crate::clock::Timestamp;
@@ -261,23 +262,45 @@ impl<'t> Tables<'t> {
             let Some(old) = self.get_op(id)? else {
                 return Err(Fault(format!("index names a missing operation {id}")));
             };
-            let mut op = old.clone();
-            op.state = State::Unknown;
-            op.fence = 0;
-            op.updated_at = now;
-            op.maybe_effect_at = Some(now);
-            op.error = Some(orphan_reason().to_owned());
-            let event = Event {
-                at: now,
-                kind: EventKind::Orphaned,
-                attempt: op.attempts,
-                detail: orphan_reason().to_owned(),
-            };
-            self.put_op(Some(&old), &op)?;
-            self.append_events(id, &[event])?;
-            orphaned.push(op);
+            orphaned.push(self.orphan(old, now, orphan_reason())?);
         }
         Ok(orphaned)
+    }
+
+    /// Turns `id` into `unknown` if it is still `in_flight` under `fence` (a claim nobody
+    /// will finish); returns it as it now is, or `None` when something else happened since.
+    pub(super) fn orphan_claim(
+        &mut self,
+        id: &str,
+        fence: u64,
+        now: Timestamp,
+    ) -> Result<Option<Operation>, Fault> {
+        match self.get_op(id)? {
+            Some(old) if old.state == State::InFlight && old.fence == fence => {
+                self.orphan(old, now, unrecorded_reason()).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// `old`, made `unknown` (fence 0) with `reason` as its error and orphaned event.
+    fn orphan(&mut self, old: Operation, now: Timestamp, reason: &str) -> Result<Operation, Fault> {
+        let mut op = old.clone();
+        op.state = State::Unknown;
+        op.fence = 0;
+        op.updated_at = now;
+        // The attempt may have taken effect, as late as now.
+        op.maybe_effect_at = Some(now);
+        op.error = Some(reason.to_owned());
+        let event = Event {
+            at: now,
+            kind: EventKind::Orphaned,
+            attempt: op.attempts,
+            detail: reason.to_owned(),
+        };
+        self.put_op(Some(&old), &op)?;
+        self.append_events(&op.id, &[event])?;
+        Ok(op)
     }
 
     /// Deletes up to `batch.max` operations in `batch.state` last updated before

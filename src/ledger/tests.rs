@@ -589,7 +589,7 @@ async fn list_stays_fast_with_many_operations() {
     // Bulk load straight through the store in big transactions: one commit per op would
     // measure fsync, not the index.
     for chunk in (0..N).collect::<Vec<_>>().chunks(10_000) {
-        let txn = ledger.inner.db.begin_write().unwrap();
+        let txn = ledger.inner.shared.db().unwrap().begin_write().unwrap();
         {
             let mut tables = Tables::open(&txn).unwrap();
             for &i in chunk {
@@ -680,4 +680,38 @@ fn a_response_summary_names_its_status_size_and_body_hash() {
         meta.body_sha256,
         "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
     );
+}
+
+#[tokio::test]
+async fn an_abandoned_claim_becomes_unknown_only_under_its_own_fence() {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    for id in ["p/r/dead", "p/r/live"] {
+        put(
+            &ledger,
+            op(id, State::InFlight, T0),
+            vec![event(EventKind::Claimed, T0)],
+            None,
+        )
+        .await;
+    }
+    let live = ledger.get("p/r/live").await.unwrap();
+    ledger.abandon("p/r/dead", 7);
+    ledger.abandon("p/r/live", 8);
+    // The writer runs jobs in order: once this no-op is answered, the sweep has run.
+    ledger.update("p/r/dead", |_| (None, ())).await.unwrap();
+
+    let dead = ledger.get("p/r/dead").await.unwrap().unwrap();
+    assert_eq!((dead.state, dead.fence), (State::Unknown, 0));
+    let error = dead.error.unwrap_or_default();
+    assert!(error.contains("could not be recorded"), "{error}");
+    let events = ledger.events("p/r/dead").await.unwrap();
+    let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::Claimed, EventKind::Orphaned]);
+    assert!(events[1].detail.contains("could not be recorded"));
+    let untouched = ledger.get("p/r/live").await.unwrap();
+    assert_eq!(untouched, live, "another fence owns it");
+    assert!(ledger.writable());
+    let left = ledger.inner.shared.dead_claims();
+    assert!(left.is_empty(), "swept claims are forgotten: {left:?}");
 }

@@ -5,10 +5,11 @@
 //! first stages its changes in a transaction, then is told the fate of the commit; splitting
 //! the two is what lets a later version stage several queued jobs and commit them once (group
 //! commit). The writer never blocks an async worker and never dies of a job's panic.
+//! After a storage error it refuses writes and brings the ledger back (see `recovery`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -16,8 +17,10 @@ use redb::{Database, Durability, WriteTransaction};
 
 use tokio::sync::oneshot;
 
+use super::recovery::{DeadClaim, Recovery, Shared, refuses_writes, stage_sweep};
 use super::store::{Fault, PruneBatch, Pruned, Tables};
-use super::{LedgerError, Operation, Write};
+use super::{LedgerError, Operation, State, Write};
+use crate::clock::Timestamp;
 
 /// What a job staged, which decides how its transaction ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +41,11 @@ pub(super) trait Job: Send {
     fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError>;
     /// Answers the caller once the commit (or the failure) is final.
     fn finish(self: Box<Self>, outcome: Result<(), LedgerError>);
+    /// The new claim this job staged, if any: when its commit fails it may still have landed,
+    /// and nobody will send under it, so the next sweep makes it `unknown` if it did.
+    fn claim(&self) -> Option<DeadClaim> {
+        None
+    }
 }
 
 /// Called with each commit's duration.
@@ -51,11 +59,14 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn start(db: Arc<Database>, on_commit: Option<OnCommit>) -> Result<Writer, String> {
+    pub(super) fn start(
+        shared: Arc<Shared>,
+        on_commit: Option<OnCommit>,
+    ) -> Result<Writer, String> {
         let (jobs, queue) = channel();
         let thread = std::thread::Builder::new()
             .name("idemproxy-ledger-writer".to_owned())
-            .spawn(move || run(&db, &queue, on_commit.as_ref()))
+            .spawn(move || run(shared, &queue, on_commit.as_ref()))
             .map_err(|e| format!("cannot start the writer thread: {e}"))?;
         Ok(Writer {
             jobs: Some(jobs),
@@ -91,21 +102,61 @@ fn stopped() -> LedgerError {
     LedgerError::Unavailable("the ledger writer has stopped".to_owned())
 }
 
-fn run(db: &Database, queue: &Receiver<Box<dyn Job>>, on_commit: Option<&OnCommit>) {
+fn run(shared: Arc<Shared>, queue: &Receiver<Box<dyn Job>>, on_commit: Option<&OnCommit>) {
+    let mut recovery = Recovery::new(shared);
     // One job per transaction for now; group commit would `try_recv` more jobs here, stage
     // them in the same transaction and finish them all after one commit.
-    while let Ok(job) = queue.recv() {
-        run_one(db, job, on_commit);
+    loop {
+        let job = if recovery.shared().writable() {
+            match queue.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            }
+        } else if recovery.wait().is_zero() {
+            // Checked before the queue, so a stream of refused jobs cannot starve recovery.
+            recovery.attempt();
+            continue;
+        } else {
+            match queue.recv_timeout(recovery.wait()) {
+                Ok(job) => job,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        };
+        serve(&mut recovery, job, on_commit);
     }
 }
 
-fn run_one(db: &Database, mut job: Box<dyn Job>, on_commit: Option<&OnCommit>) {
-    let mut txn = match begin(db) {
-        Ok(txn) => txn,
-        Err(fault) => return job.finish(Err(fault.into())),
+/// Runs one job, or refuses it while the ledger cannot write. A failure after which the
+/// database refuses new transactions breaks the ledger before the job is answered, so the
+/// caller already sees `/healthz` at 503.
+fn serve(recovery: &mut Recovery, mut job: Box<dyn Job>, on_commit: Option<&OnCommit>) {
+    let db = match recovery.db() {
+        Some(db) if recovery.shared().writable() => db,
+        _ => return job.finish(Err(recovery.shared().refusal())),
     };
+    let outcome = run_one(&db, &mut job, on_commit);
+    if let Err(e) = &outcome {
+        if let Some(claim) = job.claim() {
+            recovery.shared().bury(claim);
+        }
+        if refuses_writes(&db) {
+            drop(db);
+            recovery.broken(&e.to_string());
+        }
+    }
+    job.finish(outcome);
+}
+
+/// Stages `job` in one transaction and ends it as its staging says.
+fn run_one(
+    db: &Database,
+    job: &mut Box<dyn Job>,
+    on_commit: Option<&OnCommit>,
+) -> Result<(), LedgerError> {
+    let mut txn = begin(db)?;
     let staged = catch_unwind(AssertUnwindSafe(|| job.stage(&txn)));
-    let outcome = match staged {
+    match staged {
         Ok(Ok(Staged::State)) => commit(txn, on_commit).map_err(LedgerError::from),
         Ok(Ok(Staged::History)) => txn
             .set_durability(Durability::None)
@@ -127,8 +178,7 @@ fn run_one(db: &Database, mut job: Box<dyn Job>, on_commit: Option<&OnCommit>) {
                 "the update panicked; nothing was written".to_owned(),
             ))
         }
-    };
-    job.finish(outcome);
+    }
 }
 
 fn begin(db: &Database) -> Result<WriteTransaction, Fault> {
@@ -165,6 +215,7 @@ pub(super) struct UpdateJob<T, F> {
     f: Option<F>,
     fail_writes: bool,
     value: Option<T>,
+    claimed: Option<DeadClaim>,
     reply: Reply<T>,
 }
 
@@ -175,6 +226,7 @@ impl<T, F> UpdateJob<T, F> {
             f: Some(f),
             fail_writes,
             value: None,
+            claimed: None,
             reply,
         }
     }
@@ -197,6 +249,14 @@ where
         if self.fail_writes {
             return Err(injected());
         }
+        let fence = write.op.fence;
+        let claims = write.op.state == State::InFlight && fence != 0;
+        if claims && existing.as_ref().is_none_or(|old| old.fence != fence) {
+            self.claimed = Some(DeadClaim {
+                id: self.id.clone(),
+                fence,
+            });
+        }
         let changed = Tables::open(txn)?.apply(&self.id, existing.as_ref(), &write)?;
         Ok(if changed {
             Staged::State
@@ -210,6 +270,10 @@ where
         let answer = outcome.and_then(|()| job.value.ok_or_else(unanswered));
         // The caller may have gone away; the write stands either way.
         let _ = job.reply.send(answer);
+    }
+
+    fn claim(&self) -> Option<DeadClaim> {
+        self.claimed.clone()
     }
 }
 
@@ -251,5 +315,44 @@ impl Job for PruneJob {
         let job = *self;
         let answer = outcome.and_then(|()| job.result.ok_or_else(unanswered));
         let _ = job.reply.send(answer);
+    }
+}
+
+/// The sweep of dead claims (see `recovery`), queued when a caller abandons its claim.
+pub(super) struct SweepJob {
+    shared: Arc<Shared>,
+    fail_writes: bool,
+    claims: Vec<DeadClaim>,
+}
+
+impl SweepJob {
+    pub(super) fn new(shared: Arc<Shared>, fail_writes: bool) -> SweepJob {
+        SweepJob {
+            shared,
+            fail_writes,
+            claims: Vec::new(),
+        }
+    }
+}
+
+impl Job for SweepJob {
+    fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError> {
+        if self.fail_writes {
+            return Err(injected());
+        }
+        self.claims = self.shared.dead_claims();
+        let orphaned = stage_sweep(txn, &self.claims, Timestamp::now())?;
+        Ok(if orphaned.is_empty() {
+            Staged::Nothing
+        } else {
+            Staged::State
+        })
+    }
+
+    fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
+        // Failed: the claims stay buried for the recovery sweep.
+        if outcome.is_ok() {
+            self.shared.swept(&self.claims);
+        }
     }
 }

@@ -1,0 +1,257 @@
+//! Recovery from a storage error: the replaceable database handle, whether the ledger can
+//! write, the claims whose result could not be recorded, and the reopen that brings the ledger
+//! back once the disk allows.
+//!
+//! redb refuses every transaction after one I/O error ("Previous I/O error") until the
+//! database is closed and reopened. So after a write fails and the database refuses a new
+//! write transaction, the writer marks the ledger unwritable (writes then fail fast with
+//! `Unavailable`: nothing is claimed, so nothing is sent), reopens the file at once (redb
+//! repairs it on open) so reads go on from a sound handle, and then, with backoff, waits until
+//! `HEADROOM` bytes can be written and synced beside the ledger, reopens again if needed and
+//! commits the recovery sweep. Only when that commit stands is the ledger writable again.
+//! This module never decides what a request means; it only turns dead claims `unknown`.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use redb::{Database, Durability, WriteTransaction};
+
+use super::store::{Fault, Tables};
+use super::{LedgerError, Operation};
+use crate::clock::Timestamp;
+
+/// What must be writable (and syncable) beside the ledger before it is trusted again.
+const HEADROOM: usize = 1 << 20;
+/// The first wait before a recovery attempt, doubled after each failed one up to `MAX_BACKOFF`.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The error and event detail of an operation whose result could not be recorded.
+pub(super) fn unrecorded_reason() -> &'static str {
+    "the result of this attempt could not be recorded (the ledger could not write); the outcome \
+     is unknown"
+}
+
+/// A claim (operation ID and fence) that nobody will finish: its result write failed, or the
+/// commit that made it failed and may still have landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct DeadClaim {
+    pub(super) id: String,
+    pub(super) fence: u64,
+}
+
+/// The state the writer thread and the readers share.
+pub(super) struct Shared {
+    path: PathBuf,
+    /// `None` while a reopen has not yet succeeded.
+    db: RwLock<Option<Arc<Database>>>,
+    writable: AtomicBool,
+    dead: Mutex<Vec<DeadClaim>>,
+}
+
+impl Shared {
+    pub(super) fn new(path: &Path, db: Database) -> Shared {
+        Shared {
+            path: path.to_path_buf(),
+            db: RwLock::new(Some(Arc::new(db))),
+            writable: AtomicBool::new(true),
+            dead: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The current database handle, for one read or one write.
+    pub(super) fn db(&self) -> Result<Arc<Database>, LedgerError> {
+        let slot = self.db.read().unwrap_or_else(PoisonError::into_inner);
+        slot.clone().ok_or_else(|| {
+            LedgerError::Unavailable(format!(
+                "the ledger at {} is being reopened after a storage error",
+                self.path.display()
+            ))
+        })
+    }
+
+    pub(super) fn writable(&self) -> bool {
+        self.writable.load(Ordering::Acquire)
+    }
+
+    /// The error every write gets while the ledger is unwritable.
+    pub(super) fn refusal(&self) -> LedgerError {
+        LedgerError::Unavailable(format!(
+            "the ledger at {} cannot write since a storage error (is its disk full?); it \
+             reopens itself once the disk allows",
+            self.path.display()
+        ))
+    }
+
+    /// Remembers a claim nobody will finish, for the next sweep.
+    pub(super) fn bury(&self, claim: DeadClaim) {
+        let mut dead = self.dead.lock().unwrap_or_else(PoisonError::into_inner);
+        if !dead.contains(&claim) {
+            dead.push(claim);
+        }
+    }
+
+    pub(super) fn dead_claims(&self) -> Vec<DeadClaim> {
+        self.dead
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Forgets the claims a committed sweep handled.
+    pub(super) fn swept(&self, handled: &[DeadClaim]) {
+        let mut dead = self.dead.lock().unwrap_or_else(PoisonError::into_inner);
+        dead.retain(|claim| !handled.contains(claim));
+    }
+
+    fn replace(&self, db: Option<Arc<Database>>) {
+        *self.db.write().unwrap_or_else(PoisonError::into_inner) = db;
+    }
+}
+
+/// Stages the sweep: every dead claim whose operation is still `in_flight` under its fence
+/// becomes `unknown` with an `operation.orphaned` event.
+pub(super) fn stage_sweep(
+    txn: &WriteTransaction,
+    claims: &[DeadClaim],
+    now: Timestamp,
+) -> Result<Vec<Operation>, Fault> {
+    let mut tables = Tables::open(txn)?;
+    let mut orphaned = Vec::new();
+    for claim in claims {
+        if let Some(op) = tables.orphan_claim(&claim.id, claim.fence, now)? {
+            orphaned.push(op);
+        }
+    }
+    Ok(orphaned)
+}
+
+/// Whether `db` refuses new write transactions (redb after an I/O error).
+pub(super) fn refuses_writes(db: &Database) -> bool {
+    match db.begin_write() {
+        Ok(txn) => {
+            let _ = txn.abort();
+            false
+        }
+        Err(_) => true,
+    }
+}
+
+/// The writer's side of recovery: its database handle and when to try again.
+pub(super) struct Recovery {
+    shared: Arc<Shared>,
+    db: Option<Arc<Database>>,
+    backoff: Duration,
+    next_try: Instant,
+}
+
+impl Recovery {
+    pub(super) fn new(shared: Arc<Shared>) -> Recovery {
+        let db = shared.db().ok();
+        Recovery {
+            shared,
+            db,
+            backoff: FIRST_BACKOFF,
+            next_try: Instant::now(),
+        }
+    }
+
+    pub(super) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// The handle writes go to, when there is one.
+    pub(super) fn db(&self) -> Option<Arc<Database>> {
+        self.db.clone()
+    }
+
+    /// How long until the next recovery attempt is due.
+    pub(super) fn wait(&self) -> Duration {
+        self.next_try.saturating_duration_since(Instant::now())
+    }
+
+    /// A write failed and the database refuses new ones: stop writing, reopen for the readers.
+    pub(super) fn broken(&mut self, why: &str) {
+        self.shared.writable.store(false, Ordering::Release);
+        tracing::warn!(
+            ledger = %self.shared.path.display(),
+            error = %why,
+            "the ledger cannot write (is its disk full?); new operations are refused with 503 \
+             and /healthz answers 503 until it reopens itself"
+        );
+        self.backoff = FIRST_BACKOFF;
+        self.next_try = Instant::now() + self.backoff;
+        if let Err(e) = self.reopen() {
+            tracing::debug!(error = %e, "the ledger could not be reopened yet");
+        }
+    }
+
+    /// One recovery attempt; on success the ledger is writable again.
+    pub(super) fn attempt(&mut self) {
+        match self.try_recover() {
+            Ok(orphaned) => {
+                self.shared.writable.store(true, Ordering::Release);
+                tracing::info!(
+                    ledger = %self.shared.path.display(),
+                    orphaned = orphaned.len(),
+                    "the ledger can write again; attempts whose result could not be recorded \
+                     are now unknown"
+                );
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "the ledger cannot write yet");
+                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                self.next_try = Instant::now() + self.backoff;
+            }
+        }
+    }
+
+    fn try_recover(&mut self) -> Result<Vec<Operation>, String> {
+        if self.db.as_deref().is_none_or(refuses_writes) {
+            self.reopen()?;
+        }
+        probe_headroom(&self.shared.path).map_err(|e| format!("no headroom on disk: {e}"))?;
+        let db = self.db.as_deref().ok_or("no database handle")?;
+        let claims = self.shared.dead_claims();
+        let orphaned = sweep(db, &claims).map_err(|e| e.to_string())?;
+        self.shared.swept(&claims);
+        Ok(orphaned)
+    }
+
+    /// Closes the current handle (readers' too) and opens the file again; redb repairs it.
+    fn reopen(&mut self) -> Result<(), String> {
+        self.shared.replace(None);
+        self.db = None;
+        let db = Database::create(&self.shared.path).map_err(|e| e.to_string())?;
+        let db = Arc::new(db);
+        self.shared.replace(Some(Arc::clone(&db)));
+        self.db = Some(db);
+        Ok(())
+    }
+}
+
+/// The recovery write: one durable commit of the sweep.
+fn sweep(db: &Database, claims: &[DeadClaim]) -> Result<Vec<Operation>, Fault> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    let orphaned = stage_sweep(&txn, claims, Timestamp::now())?;
+    txn.commit()?;
+    Ok(orphaned)
+}
+
+/// Writes and syncs `HEADROOM` bytes beside the ledger, then removes them.
+fn probe_headroom(ledger: &Path) -> std::io::Result<()> {
+    let mut name = ledger.as_os_str().to_owned();
+    name.push(".headroom");
+    let path = PathBuf::from(name);
+    let written = (|| {
+        let mut file = std::fs::File::create(&path)?;
+        file.write_all(&vec![0_u8; HEADROOM])?;
+        file.sync_all()
+    })();
+    let removed = std::fs::remove_file(&path);
+    written.and(removed)
+}
