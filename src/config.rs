@@ -13,9 +13,11 @@
 //! - `route`: `[[route]]` tables: matchers, templates, reconcile.
 //! - `values`: checks of single values (names, URLs, mounts, headers, units).
 //! - `table`: the routes table of `idemproxy check`.
+//! - `retention`: `[retention]` and its check against the providers.
 
 mod provider;
 mod raw;
+mod retention;
 mod route;
 mod table;
 mod values;
@@ -77,12 +79,16 @@ impl Default for Limits {
 pub struct Retention {
     /// Succeeded and failed operations older than this are pruned (at least 1ms).
     pub completed: Duration,
+    /// How long the tombstone of a pruned succeeded or rejected operation is kept, from when
+    /// it was pruned (at least 1ms); meanwhile its ID is refused (410).
+    pub tombstones: Duration,
 }
 
 impl Default for Retention {
     fn default() -> Self {
         Retention {
             completed: Duration::from_secs(30 * 24 * 3600),
+            tombstones: Duration::from_secs(400 * 24 * 3600),
         }
     }
 }
@@ -140,6 +146,9 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
         Some(folder) => load_policies(path, folder, &mut errors),
         None => Vec::new(),
     };
+    if let Some(config) = &config {
+        retention::check(path, &config.retention, &providers, &mut errors);
+    }
     let config = config.map(|mut config| {
         config.policies = policies.unwrap_or_default();
         config.providers = providers;
@@ -206,9 +215,8 @@ fn settings(
         file => Some(base.join(file)),
     };
     let limits = limits(&mut s.nested("limits."), raw.limits.unwrap_or_default());
-    let completed = raw.retention.unwrap_or_default().completed;
-    let keep = Retention::default().completed;
-    let completed = s.duration("retention.completed", completed.as_ref(), keep, MIN_WAIT);
+    let raw_retention = raw.retention.unwrap_or_default();
+    let retention = retention::settings(&mut s.nested("retention."), raw_retention);
     Some(Config {
         file: path.to_path_buf(),
         listen: listen?,
@@ -216,9 +224,7 @@ fn settings(
         ledger: ledger?,
         policies: PathBuf::new(),
         limits: limits?,
-        retention: Retention {
-            completed: completed?,
-        },
+        retention: retention?,
         providers: Vec::new(),
     })
 }

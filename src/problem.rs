@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::{Map, Value, json};
 
+use crate::clock::Timestamp;
 use crate::ledger::State;
 use crate::proxy::{ProxyBody, full};
 
@@ -46,6 +47,8 @@ pub enum Problem {
     AwaitingApproval,
     #[error("an operator rejected the operation")]
     OperationRejected { reason: Option<String> },
+    #[error("the operation was completed and pruned")]
+    OperationExpired { pruned_at: Timestamp },
 
     // The provider's or ours.
     #[error("the provider could not be reached: {0}")]
@@ -97,6 +100,7 @@ impl Problem {
             }
             Problem::UpstreamUnreachable(_) | Problem::UpstreamBroken(_) => StatusCode::BAD_GATEWAY,
             Problem::LedgerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Problem::OperationExpired { .. } => StatusCode::GONE,
         }
     }
 
@@ -118,6 +122,7 @@ impl Problem {
             Problem::UpstreamUnreachable(_) => "upstream-unreachable",
             Problem::UpstreamBroken(_) => "upstream-error",
             Problem::LedgerUnavailable(_) => "ledger-unavailable",
+            Problem::OperationExpired { .. } => "operation-expired",
         }
     }
 
@@ -138,6 +143,7 @@ impl Problem {
             Problem::UpstreamUnreachable(_) => "Upstream unreachable",
             Problem::UpstreamBroken(_) => "Upstream error",
             Problem::LedgerUnavailable(_) => "Ledger unavailable",
+            Problem::OperationExpired { .. } => "Operation expired",
         }
     }
 
@@ -202,6 +208,10 @@ impl Problem {
             Problem::LedgerUnavailable(_) => "The proxy cannot record operations right now, so \
                 nothing was sent. Retry later."
                 .into(),
+            Problem::OperationExpired { .. } => "This operation was completed and its record \
+                pruned; only its tombstone remains, so it is never sent again. Nothing was sent. \
+                Use a new operation ID for a new intent."
+                .into(),
         }
     }
 
@@ -212,6 +222,9 @@ impl Problem {
             }
             Problem::MissingOperationId { missing } => {
                 body.insert("missing".into(), json!(missing));
+            }
+            Problem::OperationExpired { pruned_at } => {
+                body.insert("pruned_at".into(), json!(pruned_at.to_rfc3339()));
             }
             _ => {}
         }
