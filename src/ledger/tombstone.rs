@@ -110,3 +110,116 @@ fn decode(bytes: Option<&[u8]>) -> Result<Option<Operation>, Fault> {
     }
     Ok(Some(op))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tempfile::TempDir;
+
+    use super::super::{Filter, Ledger, LedgerError, LedgerOptions, Write};
+    use super::*;
+
+    const T0: Timestamp = Timestamp(1_800_000_000_000);
+    const LATER: Timestamp = Timestamp(1_800_000_010_000);
+
+    async fn open(dir: &TempDir) -> Ledger {
+        let path = dir.path().join("ledger.redb");
+        let opened = Ledger::open(&path, T0, LedgerOptions::default()).await;
+        opened.expect("open test ledger").0
+    }
+
+    async fn put(ledger: &Ledger, op: Operation) -> Result<(), LedgerError> {
+        let id = op.id.clone();
+        let write = Write {
+            op,
+            events: Vec::new(),
+            response: None,
+        };
+        ledger.update(&id, move |_| (Some(write), ())).await
+    }
+
+    /// Puts `op` and prunes it at `LATER`.
+    async fn pruned(ledger: &Ledger, op: Operation) {
+        put(ledger, op).await.expect("test write");
+        let cutoff = LATER.minus(Duration::from_secs(1));
+        ledger.prune(cutoff, LATER, 10).await.expect("prune");
+    }
+
+    #[tokio::test]
+    async fn update_sees_the_tombstone_and_no_write_can_bring_it_back() {
+        let dir = TempDir::new().unwrap();
+        let ledger = open(&dir).await;
+        let id = "p/r/done";
+        pruned(&ledger, Operation::example(id, State::Succeeded, T0)).await;
+
+        let seen = ledger.update(id, |existing| (None, existing)).await;
+        let seen = seen
+            .expect("read")
+            .expect("the tombstone is handed to the closure");
+        assert_eq!(
+            (seen.state, seen.pruned_at),
+            (State::Succeeded, Some(LATER))
+        );
+        let anew = Operation::example(id, State::InFlight, LATER);
+        assert!(matches!(
+            put(&ledger, anew).await,
+            Err(LedgerError::Unavailable(_))
+        ));
+        assert_eq!(
+            ledger.get(id).await.unwrap(),
+            None,
+            "GET lists live operations only"
+        );
+        assert!(
+            ledger
+                .list(&Filter::default(), 10, None)
+                .await
+                .unwrap()
+                .ops
+                .is_empty()
+        );
+        assert_eq!(ledger.tombstone(id).await.unwrap(), Some(seen));
+    }
+
+    #[tokio::test]
+    async fn only_succeeded_and_rejected_operations_leave_tombstones() {
+        let dir = TempDir::new().unwrap();
+        let ledger = open(&dir).await;
+        let rejected = Operation {
+            approval: Approval::Rejected,
+            ..Operation::example("p/r/rejected", State::Failed, T0)
+        };
+        pruned(&ledger, rejected).await;
+        pruned(&ledger, Operation::example("p/r/failed", State::Failed, T0)).await;
+        let tomb = ledger.tombstone("p/r/rejected").await.unwrap();
+        assert_eq!(tomb.map(|t| t.state), Some(State::Failed));
+        assert_eq!(ledger.tombstone("p/r/failed").await.unwrap(), None);
+        let free = Operation::example("p/r/failed", State::InFlight, LATER);
+        put(&ledger, free)
+            .await
+            .expect("a plainly failed ID is free again");
+    }
+
+    #[tokio::test]
+    async fn swept_tombstones_free_their_ids_oldest_first_in_batches() {
+        let dir = TempDir::new().unwrap();
+        let ledger = open(&dir).await;
+        for n in 0..3 {
+            let id = format!("p/r/{n}");
+            pruned(&ledger, Operation::example(&id, State::Succeeded, T0)).await;
+        }
+        assert_eq!(
+            ledger.prune_tombstones(LATER, 1).await.unwrap(),
+            0,
+            "not yet"
+        );
+        let after = LATER.plus(Duration::from_millis(1));
+        assert_eq!(ledger.prune_tombstones(after, 1).await.unwrap(), 3);
+        for n in 0..3 {
+            assert_eq!(ledger.tombstone(&format!("p/r/{n}")).await.unwrap(), None);
+        }
+        let anew = Operation::example("p/r/0", State::InFlight, after);
+        put(&ledger, anew).await.expect("the ID is free again");
+    }
+}
