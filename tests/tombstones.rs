@@ -130,6 +130,9 @@ async fn a_pruned_rejected_operation_is_refused_410() {
     assert_expired(&pruned, &id, "failed");
     let replay = refund(&proxy, "wf-3", "amount=500").await;
     assert_expired(&replay, &id, "failed");
+    // An operator acting on the pruned operation gets the same 410.
+    let again = admin(&proxy, Method::POST, &reject, r#"{"reason":"again"}"#).await;
+    assert_expired(&again, &id, "failed");
     assert_eq!(
         provider.request_count(),
         0,

@@ -138,12 +138,21 @@ pub async fn response(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminE
 /// `Idem-*` headers of its final state; the 404 of an ID the ledger does not know.
 async fn expired_or_not_found(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminError> {
     match app.ledger.tombstone(id).await? {
-        Some(tomb) => Ok(expired(tomb)),
+        Some(tomb) => Ok(expired_problem(tomb)),
         None => Err(AdminError::NotFound(id.to_string())),
     }
 }
 
-fn expired(tomb: Operation) -> Response<ProxyBody> {
+/// The 410 of `id` when it is a tombstone: an operator action on a pruned operation is
+/// refused the same way as `GET /ops/{id}`.
+pub(super) async fn expired(
+    app: &App,
+    id: &str,
+) -> Result<Option<Response<ProxyBody>>, AdminError> {
+    Ok(app.ledger.tombstone(id).await?.map(expired_problem))
+}
+
+fn expired_problem(tomb: Operation) -> Response<ProxyBody> {
     let pruned_at = tomb.pruned_at.unwrap_or_default();
     let ctx = Context {
         operation_id: Some(tomb.id),
