@@ -34,6 +34,7 @@ use raw::{RawLimits, RawProxy};
 use values::{duration, size, socket};
 
 pub use raw::{MAX_DURATION, parse_duration, parse_size};
+pub use retention::Retention;
 
 /// Everything the proxy runs on, validated.
 #[derive(Debug, Clone)]
@@ -70,25 +71,6 @@ impl Default for Limits {
             max_stored_response: 8 << 20,
             in_flight_wait: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
-        }
-    }
-}
-
-/// `[retention]` of proxy.toml.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Retention {
-    /// Succeeded and failed operations older than this are pruned (at least 1ms).
-    pub completed: Duration,
-    /// How long the tombstone of a pruned succeeded or rejected operation is kept, from when
-    /// it was pruned (at least 1ms); meanwhile its ID is refused (410).
-    pub tombstones: Duration,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Retention {
-            completed: Duration::from_secs(30 * 24 * 3600),
-            tombstones: Duration::from_secs(400 * 24 * 3600),
         }
     }
 }

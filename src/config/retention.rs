@@ -9,8 +9,27 @@ use std::time::Duration;
 
 use super::raw::RawRetention;
 use super::table::short_duration;
-use super::{ConfigError, MIN_WAIT, Retention, Scope};
+use super::{ConfigError, MIN_WAIT, Scope};
 use crate::policy::Provider;
+
+/// `[retention]` of proxy.toml.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retention {
+    /// Succeeded and failed operations older than this are pruned (at least 1ms).
+    pub completed: Duration,
+    /// How long the tombstone of a pruned succeeded or rejected operation is kept, from when
+    /// it was pruned (at least 1ms); meanwhile its ID is refused (410).
+    pub tombstones: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            completed: Duration::from_secs(30 * 24 * 3600),
+            tombstones: Duration::from_secs(400 * 24 * 3600),
+        }
+    }
+}
 
 /// The `[retention]` keys, under a scope nested at `retention.`.
 pub(super) fn settings(s: &mut Scope, raw: RawRetention) -> Option<Retention> {
