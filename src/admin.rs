@@ -196,6 +196,11 @@ where
     B::Error: Into<crate::proxy::BoxError>,
 {
     let endpoint = Endpoint::of(req.method(), req.uri().path())?;
+    if let Endpoint::Resolve(id) | Endpoint::Approve(id) | Endpoint::Reject(id) = &endpoint
+        && let Some(gone) = query::expired(app, id).await?
+    {
+        return Ok(gone);
+    }
     let query = req.uri().query().map(str::to_string);
     match endpoint {
         Endpoint::Health => health(app),

@@ -166,6 +166,7 @@ fn fresh(ask: &Ask, names: Names, now: Timestamp) -> Operation {
         error: None,
         fence: 0,
         approval: Approval::NotRequired,
+        pruned_at: None,
     }
 }
 
@@ -266,8 +267,15 @@ fn transition(
         (Decision::Wait, _) => (None, Decided::Step(Step::Wait)),
         (Decision::Reconcile, _) => (None, Decided::Step(Step::Reconcile)),
         (Decision::Hold, _) => refuse(Problem::OutcomeUnknown, State::Unknown),
+        (Decision::Expired, Some(op)) => {
+            let pruned_at = op.pruned_at.unwrap_or(now);
+            refuse(Problem::OperationExpired { pruned_at }, op.state)
+        }
         // decide() only returns these for an existing operation.
-        (Decision::Conflict(_) | Decision::Replay | Decision::Resend(_), None) => refuse(
+        (
+            Decision::Conflict(_) | Decision::Replay | Decision::Resend(_) | Decision::Expired,
+            None,
+        ) => refuse(
             Problem::LedgerUnavailable("inconsistent decision".into()),
             State::Unknown,
         ),
@@ -481,5 +489,22 @@ mod tests {
             panic!("a rejected operation is refused");
         };
         assert_eq!(reason.as_deref(), Some("not this customer"));
+    }
+
+    #[test]
+    fn an_expired_operation_is_refused_with_its_final_state_and_writes_nothing() {
+        let tomb = Operation {
+            pruned_at: Some(NOW),
+            ..stored(State::Succeeded)
+        };
+        let (write, decided) = run(Some(tomb), Decision::Expired, 7);
+        assert!(write.is_none(), "a tombstone is never written back");
+        assert!(matches!(
+            decided,
+            Decided::Step(Step::Refuse(
+                Problem::OperationExpired { pruned_at: NOW },
+                State::Succeeded
+            ))
+        ));
     }
 }

@@ -16,12 +16,14 @@
 //!   key headers, lookups reading the request, approvals `on_missing_id = "pass"` skips).
 //! - `table`: the routes table of `idemproxy check`.
 //! - `forward`: providers a forward-proxy request could not tell apart.
+//! - `retention`: `[retention]` and its check against the providers.
 
 mod hazards;
 mod forward;
 mod inbound;
 mod provider;
 mod raw;
+mod retention;
 mod route;
 mod table;
 mod values;
@@ -40,6 +42,7 @@ use values::{duration, size, socket};
 pub use hazards::{CREDENTIAL_HEADERS, FRAMING_HEADERS};
 pub use inbound::Inbound;
 pub use raw::{MAX_DURATION, parse_duration, parse_size};
+pub use retention::Retention;
 
 /// Everything the proxy runs on, validated.
 #[derive(Debug, Clone)]
@@ -79,21 +82,6 @@ impl Default for Limits {
             in_flight_wait: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
             inbound: Inbound::defaults(1 << 20),
-        }
-    }
-}
-
-/// `[retention]` of proxy.toml.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Retention {
-    /// Succeeded and failed operations older than this are pruned (at least 1ms).
-    pub completed: Duration,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Retention {
-            completed: Duration::from_secs(30 * 24 * 3600),
         }
     }
 }
@@ -151,6 +139,9 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
         Some(folder) => load_policies(path, folder, &mut errors),
         None => Vec::new(),
     };
+    if let Some(config) = &config {
+        retention::check(path, &config.retention, &providers, &mut errors);
+    }
     let config = config.map(|mut config| {
         config.policies = policies.unwrap_or_default();
         config.providers = providers;
@@ -217,9 +208,8 @@ fn settings(
         file => Some(base.join(file)),
     };
     let limits = limits(&mut s.nested("limits."), raw.limits.unwrap_or_default());
-    let completed = raw.retention.unwrap_or_default().completed;
-    let keep = Retention::default().completed;
-    let completed = s.duration("retention.completed", completed.as_ref(), keep, MIN_WAIT);
+    let raw_retention = raw.retention.unwrap_or_default();
+    let retention = retention::settings(&mut s.nested("retention."), raw_retention);
     Some(Config {
         file: path.to_path_buf(),
         listen: listen?,
@@ -227,9 +217,7 @@ fn settings(
         ledger: ledger?,
         policies: PathBuf::new(),
         limits: limits?,
-        retention: Retention {
-            completed: completed?,
-        },
+        retention: retention?,
         providers: Vec::new(),
     })
 }

@@ -67,6 +67,9 @@ pub enum Decision {
     Reconcile,
     /// `unknown`, nothing may be sent: 202 `outcome-unknown`.
     Hold,
+    /// Pruned, its tombstone remains (SPEC 4): 410 `operation-expired`, whatever the
+    /// parameters; nothing is sent, ever.
+    Expired,
 }
 
 impl Decision {
@@ -102,6 +105,10 @@ pub fn decide(
             Approval::None => Decision::Create,
         };
     };
+    // Before the fingerprint: any request for a tombstoned ID is refused the same way.
+    if op.pruned_at.is_some() {
+        return Decision::Expired;
+    }
     if op.fingerprint != intent.fingerprint {
         return Decision::Conflict(differing_fields(&op.fields, intent.fields));
     }
@@ -304,6 +311,30 @@ mod tests {
             decide(Some(&op(State::Unknown)), same(&f), r, late),
             Decision::Resend(Resend::Idempotent)
         );
+    }
+
+    #[test]
+    fn a_tombstone_expires_every_request_first() {
+        let other = fields("200");
+        let intents = [
+            same(&other),
+            Intent {
+                fingerprint: "fp2",
+                fields: &other,
+            },
+        ];
+        for state in [State::Succeeded, State::Failed] {
+            let mut o = op(state);
+            o.pruned_at = Some(T0);
+            o.approval = Gate::Rejected;
+            for intent in intents {
+                assert_eq!(
+                    decide(Some(&o), intent, rules(), T0),
+                    Decision::Expired,
+                    "{state:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The durable ledger: operations, their events and their stored responses, in redb.
 //!
 //! This module owns the on-disk layout and the single writer. Its public surface is a small
-//! domain API (`open`, `update`, `get`, `events`, `response`, `list`, `prune`, `stats`) whose
+//! domain API (`open`, `update`, `get`, `events`, `response`, `list`, `prune`, `stats`, and
+//! the tombstones' `tombstone` and `prune_tombstones`) whose
 //! semantics a SQL backend could match; no redb type ever leaves it. Every state change is one
 //! durable commit (`Durability::Immediate`) made by one writer thread fed by a channel, so that
 //! later several queued writes can share one commit (group commit). A write that only appends
@@ -17,6 +18,7 @@ mod recovery;
 mod store;
 #[cfg(test)]
 mod tests;
+mod tombstone;
 mod writer;
 
 use std::collections::BTreeMap;
@@ -35,7 +37,7 @@ use sha2::{Digest, Sha256};
 use crate::clock::Timestamp;
 use crate::policy::{Effect, KeyPlacement};
 use store::{Fault, PruneBatch, Tables};
-use writer::{Job, PruneJob, Reply, SweepJob, UpdateJob, Writer};
+use writer::{Job, PruneJob, Reply, SweepJob, TombJob, UpdateJob, Writer};
 
 /// The five states of SPEC section 4.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -127,6 +129,9 @@ pub struct Operation {
     /// Fencing token of the claim that owns this operation while `in_flight`; 0 for none.
     pub fence: u64,
     pub approval: Approval,
+    /// Set only on an operation rebuilt from its tombstone (SPEC 4): when retention pruned
+    /// it. Such an operation is never written back; every request for it is refused (410).
+    pub pruned_at: Option<Timestamp>,
 }
 
 impl Operation {
@@ -156,6 +161,7 @@ impl Operation {
             error: None,
             fence: 0,
             approval: Approval::NotRequired,
+            pruned_at: None,
         }
     }
 }
@@ -443,13 +449,15 @@ impl Ledger {
         self.inner.fences.clone()
     }
 
-    /// Reads the operation `id`, calls `f` with it and applies the `Write` it returns, in one
+    /// Reads the operation `id` (for a pruned one, the operation rebuilt from its tombstone,
+    /// `pruned_at` set), calls `f` with it and applies the `Write` it returns, in one
     /// write transaction made durable (`Durability::Immediate`) before this returns `f`'s
     /// value; a `Write` that leaves the operation and its response unchanged (history only)
     /// commits without an fsync (see the module doc). `f` runs on the writer thread: keep
     /// it cheap. Updates are serialized: no other write happens between the read and the commit.
     /// If `f` returns no `Write`, nothing is written. On any storage failure, a `Write` whose
-    /// `op.id` is not `id`, or a panic in `f`, the answer is `Unavailable` and nothing is
+    /// `op.id` is not `id`, a `Write` for a tombstoned `id` (none may bring it back), or a
+    /// panic in `f`, the answer is `Unavailable` and nothing is
     /// written. Once this future has been polled, the update runs to its end even if the
     /// future is dropped: a caller that goes away cannot leave a half-recorded outcome.
     pub async fn update<T, F>(&self, id: &str, f: F) -> Result<T, LedgerError>
@@ -483,7 +491,7 @@ impl Ledger {
         self.inner.writer.submit(Box::new(sweep));
     }
 
-    /// The operation stored under `id`, if any.
+    /// The live operation stored under `id`, if any (never a tombstone: see `tombstone`).
     pub async fn get(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
         let id = id.to_owned();
         self.read(move |txn| store::get(txn, &id)).await
@@ -526,11 +534,24 @@ impl Ledger {
             .await
     }
 
+    /// The operation rebuilt from the tombstone of `id` (`pruned_at` set), if `id` was pruned
+    /// and its tombstone has not been swept yet. Holds no response and no per-field hashes.
+    pub async fn tombstone(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| tombstone::get(txn, &id)).await
+    }
+
     /// Deletes `succeeded` and `failed` operations last updated before `older_than`, with
     /// their events, responses and index entries, in transactions of at most `max.max(1)`
-    /// deletions so other writes interleave. Never touches `prepared`, `in_flight` or
-    /// `unknown` operations. Returns how many were deleted.
-    pub async fn prune(&self, older_than: Timestamp, max: usize) -> Result<usize, LedgerError> {
+    /// deletions so other writes interleave; a succeeded or operator-rejected one leaves a
+    /// tombstone with `pruned_at = now` in the same transaction (SPEC 4). Never touches
+    /// `prepared`, `in_flight` or `unknown` operations. Returns how many were deleted.
+    pub async fn prune(
+        &self,
+        older_than: Timestamp,
+        now: Timestamp,
+        max: usize,
+    ) -> Result<usize, LedgerError> {
         let max = max.max(1);
         let fail_writes = self.inner.fail_writes;
         let mut total = 0;
@@ -542,6 +563,7 @@ impl Ledger {
                     older_than,
                     after: after.take(),
                     max,
+                    now,
                 };
                 let pruned = self
                     .submit(|reply| PruneJob::new(batch, fail_writes, reply))
@@ -554,6 +576,28 @@ impl Ledger {
             }
         }
         Ok(total)
+    }
+
+    /// Deletes the tombstones made (`pruned_at`) before `older_than`, oldest first, in
+    /// transactions of at most `max.max(1)` deletions; their IDs are free again. Returns how
+    /// many were deleted.
+    pub async fn prune_tombstones(
+        &self,
+        older_than: Timestamp,
+        max: usize,
+    ) -> Result<usize, LedgerError> {
+        let max = max.max(1);
+        let fail_writes = self.inner.fail_writes;
+        let mut total = 0;
+        loop {
+            let deleted = self
+                .submit(|reply| TombJob::new(older_than, max, fail_writes, reply))
+                .await?;
+            total += deleted;
+            if deleted < max {
+                return Ok(total);
+            }
+        }
     }
 
     /// Operation counts per state (every state present) and the `created_at` of the oldest

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::{Map, Value, json};
 
+use crate::clock::Timestamp;
 use crate::ledger::State;
 use crate::proxy::{ProxyBody, full};
 
@@ -46,6 +47,8 @@ pub enum Problem {
     AwaitingApproval,
     #[error("an operator rejected the operation")]
     OperationRejected { reason: Option<String> },
+    #[error("the operation was completed and pruned")]
+    OperationExpired { pruned_at: Timestamp },
 
     // The provider's or ours.
     #[error("the provider could not be reached: {0}")]
@@ -120,6 +123,7 @@ impl Problem {
             Problem::AmbiguousHost(_) => StatusCode::FORBIDDEN,
             Problem::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Problem::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            Problem::OperationExpired { .. } => StatusCode::GONE,
         }
     }
 
@@ -147,6 +151,7 @@ impl Problem {
             Problem::AmbiguousHost(_) => "no-route",
             Problem::BodyTimeout { .. } => "body-timeout",
             Problem::Overloaded => "overloaded",
+            Problem::OperationExpired { .. } => "operation-expired",
         }
     }
 
@@ -173,6 +178,7 @@ impl Problem {
             Problem::AmbiguousHost(_) => "No route",
             Problem::BodyTimeout { .. } => "Body timeout",
             Problem::Overloaded => "Overloaded",
+            Problem::OperationExpired { .. } => "Operation expired",
         }
     }
 
@@ -264,6 +270,10 @@ impl Problem {
             Problem::Overloaded => "The proxy is holding as many request bodies as its \
                 `max_buffered` allows. Nothing was sent; retry after the Retry-After delay."
                 .into(),
+            Problem::OperationExpired { .. } => "This operation was completed and its record \
+                pruned; only its tombstone remains, so it is never sent again. Nothing was sent. \
+                Use a new operation ID for a new intent."
+                .into(),
         }
     }
 
@@ -274,6 +284,9 @@ impl Problem {
             }
             Problem::MissingOperationId { missing } => {
                 body.insert("missing".into(), json!(missing));
+            }
+            Problem::OperationExpired { pruned_at } => {
+                body.insert("pruned_at".into(), json!(pruned_at.to_rfc3339()));
             }
             _ => {}
         }

@@ -1,11 +1,13 @@
-//! Retention (SPEC 2 `[retention] completed`): the background task that prunes finished
-//! operations.
+//! Retention (SPEC 2 `[retention]`): the background task that prunes finished operations and
+//! sweeps expired tombstones.
 //!
-//! It owns only the schedule: every `min(completed / 10, 60s)` (at least 10ms) it asks the
-//! ledger to delete `succeeded` and `failed` operations last updated more than `completed`
-//! ago, with their events and responses, in batches so agents' writes interleave. It never
-//! chooses what may be deleted: the ledger's `prune` never touches `prepared`, `in_flight`
-//! or `unknown` operations, so an outcome nobody knows is never forgotten.
+//! It owns only the schedule: every `min(shorter of completed and tombstones / 10, 60s)` (at
+//! least 10ms) it asks the ledger to delete `succeeded` and `failed` operations last updated
+//! more than `completed` ago, with their events and responses, then the tombstones made more
+//! than `tombstones` ago, in batches so agents' writes interleave. It never chooses what may
+//! be deleted or what leaves a tombstone: the ledger's `prune` never touches `prepared`,
+//! `in_flight` or `unknown` operations, so an outcome nobody knows is never forgotten, and
+//! leaves the tombstone of every succeeded or rejected one (SPEC 4).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use tokio::time::MissedTickBehavior;
 
 use crate::app::App;
 use crate::clock::Timestamp;
+use crate::config::Retention;
 use crate::ledger::Ledger;
 
 /// Deletions per ledger transaction, so one sweep never holds the writer for long.
@@ -26,8 +29,8 @@ const LONGEST: Duration = Duration::from_secs(60);
 /// runs at once; a sweep in progress is abandoned at `stop` (each batch is its own commit,
 /// so nothing is left half-deleted). Ledger failures are logged and retried next time.
 pub async fn run(app: Arc<App>, stop: impl Future) {
-    let completed = app.config.retention.completed;
-    sweep_until(app.ledger.clone(), completed, stop).await;
+    let retention = app.config.retention.clone();
+    sweep_until(app.ledger.clone(), retention, stop).await;
 }
 
 /// How often to sweep for a retention of `completed`: a tenth of it, within [10ms, 60s].
@@ -36,15 +39,16 @@ pub fn interval(completed: Duration) -> Duration {
 }
 
 /// The loop behind `run`, on any ledger.
-async fn sweep_until(ledger: Ledger, completed: Duration, stop: impl Future) {
-    let mut ticker = tokio::time::interval(interval(completed));
+async fn sweep_until(ledger: Ledger, retention: Retention, stop: impl Future) {
+    let shortest = retention.completed.min(retention.tombstones);
+    let mut ticker = tokio::time::interval(interval(shortest));
     // A slow sweep is not followed by a burst of catch-up sweeps.
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     tokio::pin!(stop);
     loop {
         let sweep = async {
             ticker.tick().await;
-            sweep(&ledger, completed, Timestamp::now()).await;
+            sweep(&ledger, &retention, Timestamp::now()).await;
         };
         tokio::select! {
             _ = &mut stop => break,
@@ -53,9 +57,14 @@ async fn sweep_until(ledger: Ledger, completed: Duration, stop: impl Future) {
     }
 }
 
-/// One sweep: deletes what finished before `now - completed`; returns how many went.
-async fn sweep(ledger: &Ledger, completed: Duration, now: Timestamp) -> usize {
-    match ledger.prune(now.minus(completed), BATCH).await {
+/// One sweep: deletes the tombstones made before `now - tombstones`, then what finished
+/// before `now - completed` (leaving tombstones); returns how many operations went.
+async fn sweep(ledger: &Ledger, retention: &Retention, now: Timestamp) -> usize {
+    sweep_tombstones(ledger, retention.tombstones, now).await;
+    match ledger
+        .prune(now.minus(retention.completed), now, BATCH)
+        .await
+    {
         Ok(0) => 0,
         Ok(pruned) => {
             tracing::info!(
@@ -68,6 +77,14 @@ async fn sweep(ledger: &Ledger, completed: Duration, now: Timestamp) -> usize {
             tracing::warn!(error = %e, "retention could not prune the ledger; will retry");
             0
         }
+    }
+}
+
+async fn sweep_tombstones(ledger: &Ledger, tombstones: Duration, now: Timestamp) {
+    match ledger.prune_tombstones(now.minus(tombstones), BATCH).await {
+        Ok(0) => {}
+        Ok(swept) => tracing::info!(swept, "deleted tombstones past [retention] tombstones"),
+        Err(e) => tracing::warn!(error = %e, "retention could not sweep tombstones; will retry"),
     }
 }
 
@@ -119,6 +136,42 @@ mod tests {
         opened.expect("open test ledger").0
     }
 
+    /// A retention of `completed` and `tombstones` seconds.
+    fn keep(completed: u64, tombstones: u64) -> Retention {
+        Retention {
+            completed: Duration::from_secs(completed),
+            tombstones: Duration::from_secs(tombstones),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sweep_leaves_tombstones_then_deletes_them_past_their_retention() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ledger = ledger(&dir).await;
+        let now = Timestamp::now();
+        let old = now.minus(Duration::from_secs(120));
+        put(&ledger, op("pay/refund/ok", State::Succeeded, old)).await;
+        put(&ledger, op("pay/refund/failed", State::Failed, old)).await;
+        assert_eq!(sweep(&ledger, &keep(60, 600), now).await, 2);
+        let tomb = ledger.tombstone("pay/refund/ok").await.expect("read");
+        let tomb = tomb.expect("a succeeded operation leaves a tombstone");
+        assert_eq!((tomb.state, tomb.pruned_at), (State::Succeeded, Some(now)));
+        assert_eq!(tomb.response, None, "a tombstone keeps no response");
+        let failed = ledger.tombstone("pay/refund/failed").await.expect("read");
+        assert_eq!(failed, None, "a plainly failed operation leaves none");
+
+        sweep(&ledger, &keep(60, 600), now.plus(Duration::from_secs(599))).await;
+        assert!(
+            ledger
+                .tombstone("pay/refund/ok")
+                .await
+                .expect("read")
+                .is_some()
+        );
+        sweep(&ledger, &keep(60, 600), now.plus(Duration::from_secs(601))).await;
+        assert_eq!(ledger.tombstone("pay/refund/ok").await.expect("read"), None);
+    }
+
     #[test]
     fn interval_is_a_tenth_within_bounds() {
         assert_eq!(interval(Duration::from_secs(30)), Duration::from_secs(3));
@@ -142,7 +195,7 @@ mod tests {
         ] {
             put(&ledger, op(id, state, at)).await;
         }
-        assert_eq!(sweep(&ledger, Duration::from_secs(60), now).await, 2);
+        assert_eq!(sweep(&ledger, &keep(60, 86_400), now).await, 2);
         for (id, kept) in [
             ("pay/refund/old-ok", false),
             ("pay/refund/old-failed", false),
@@ -174,11 +227,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let ledger = ledger(&dir).await;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(sweep_until(
-            ledger.clone(),
-            Duration::from_millis(100),
-            stopped,
-        ));
+        let retention = Retention {
+            completed: Duration::from_millis(100),
+            ..Retention::default()
+        };
+        let task = tokio::spawn(sweep_until(ledger.clone(), retention, stopped));
         // Written after the first sweep may have run: only a later sweep can delete it.
         let done = Timestamp::now().minus(Duration::from_millis(50));
         put(&ledger, op("pay/refund/a", State::Succeeded, done)).await;

@@ -130,6 +130,10 @@ fn absent_keys_take_the_spec_defaults() {
     assert_eq!(config.limits.in_flight_wait, Duration::from_secs(30));
     assert_eq!(config.limits.shutdown_grace, Duration::from_secs(10));
     assert_eq!(config.retention.completed, Duration::from_secs(30 * 86_400));
+    assert_eq!(
+        config.retention.tombstones,
+        Duration::from_secs(400 * 86_400)
+    );
 
     let p = &config.providers[0];
     assert_eq!(p.dedupe, Dedupe::None);
@@ -176,6 +180,10 @@ fn every_key_set_is_taken() {
     };
     assert_eq!(config.limits, limits);
     assert_eq!(config.retention.completed, Duration::from_secs(7 * 86_400));
+    assert_eq!(
+        config.retention.tombstones,
+        Duration::from_secs(90 * 86_400)
+    );
 
     let p = &config.providers[0];
     assert_eq!(p.name, "local-bank");

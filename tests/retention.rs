@@ -1,12 +1,15 @@
 //! Retention (SPEC 2 `[retention] completed`) through the real binary: a finished operation
-//! is forgotten once it is older than `completed` (a replay then acts anew), while `unknown`,
-//! `prepared` and `in_flight` operations of the same age are kept.
+//! is pruned once it is older than `completed` (a succeeded one leaves its tombstone, so a
+//! replay is refused 410, never sent again), while `unknown` and `prepared` operations of the
+//! same age are kept. (An `in_flight` operation never gets that old: `check` refuses a
+//! `completed` shorter than a provider's `key_retention` plus its `timeout`; the ledger's
+//! `prune_removes_only_old_completed_operations` shows prune skips one anyway.)
 
 mod common;
 
 use std::time::Duration;
 
-use common::{Behavior, FakeProvider, Proxy, Resp, route, send};
+use common::{Behavior, FakeProvider, Proxy, Resp, problem, route, send};
 use http::{Method, StatusCode};
 use idemproxy::clock::Timestamp;
 use idemproxy::ledger::{Ledger, LedgerOptions};
@@ -25,19 +28,21 @@ async fn post(proxy: &Proxy, path: &str, workflow: &str) -> Resp {
     .expect("the proxy answers")
 }
 
-/// Replays `workflow` until the proxy sends it to the provider again (its record was pruned).
-async fn wait_until_forgotten(proxy: &Proxy, workflow: &str) -> Resp {
-    let forgotten = async {
+/// Polls `GET /ops/{id}` until the live operation is gone (pruned); returns that answer.
+async fn wait_until_pruned(proxy: &Proxy, id: &str) -> Resp {
+    let path = format!("/ops/{}", id.replace('/', "%2F"));
+    let pruned = async {
         loop {
-            let resp = post(proxy, "/pay/v1/refunds", workflow).await;
-            if resp.header("idempotent-replayed") == Some("false") {
+            let resp = send(Method::GET, &proxy.admin_url(&path), &[], "")
+                .await
+                .expect("the admin API answers");
+            if resp.status != StatusCode::OK {
                 return resp;
             }
-            assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
-    tokio::time::timeout(Duration::from_secs(15), forgotten)
+    tokio::time::timeout(Duration::from_secs(15), pruned)
         .await
         .expect("the succeeded operation is pruned within a few retention periods")
 }
@@ -45,31 +50,18 @@ async fn wait_until_forgotten(proxy: &Proxy, workflow: &str) -> Resp {
 #[tokio::test]
 async fn finished_operations_are_pruned_and_undecided_ones_kept() {
     let pay = FakeProvider::start(Behavior::echo()).await;
-    let held = FakeProvider::start(Behavior::echo().hold()).await;
     let id = ["{header:x-workflow-id}"];
     let pay_routes = format!(
-        "{}{}approval = \"required\"\n",
+        "key_retention = \"100ms\"\ntimeout = \"200ms\"\n{}{}approval = \"required\"\n",
         route("refund", "POST /v1/refunds", &id),
         route("payout", "POST /v1/payouts", &id),
     );
     let mut proxy = Proxy::builder()
         .config("[retention]\ncompleted = \"300ms\"\n")
         .policy("pay", &pay.policy("pay", &pay_routes))
-        .policy(
-            "slow",
-            &held.policy("slow", &route("refund", "POST /v1/refunds", &id)),
-        )
         .start()
         .await;
 
-    // In flight for the whole test: the provider holds it until the end.
-    let url = proxy.url("/slow/v1/refunds");
-    let in_flight = tokio::spawn(async move {
-        send(Method::POST, &url, &[("x-workflow-id", "wf-slow")], "{}")
-            .await
-            .expect("the proxy answers")
-    });
-    held.wait_for_requests(1).await;
     // Unknown: committed, answer lost.
     pay.set_behavior(Behavior::echo().drop_first_response(1));
     let lost = post(&proxy, "/pay/v1/refunds", "wf-lost").await;
@@ -82,18 +74,15 @@ async fn finished_operations_are_pruned_and_undecided_ones_kept() {
     let done = post(&proxy, "/pay/v1/refunds", "wf-done").await;
     assert_eq!(done.header("idem-state"), Some("succeeded"));
 
-    let again = wait_until_forgotten(&proxy, "wf-done").await;
-    assert_eq!(again.status, StatusCode::OK);
-    assert_eq!(pay.request_count(), 3, "wf-lost, wf-done, and wf-done anew");
+    let pruned = wait_until_pruned(&proxy, "pay/refund/wf-done").await;
+    problem(&pruned, StatusCode::GONE, "operation-expired");
+    let again = post(&proxy, "/pay/v1/refunds", "wf-done").await;
+    problem(&again, StatusCode::GONE, "operation-expired");
+    assert_eq!(pay.request_count(), 2, "wf-lost and wf-done, each once");
 
-    held.release();
-    // Had its in-flight record been pruned, its result could not be recorded (202).
-    let finished = in_flight.await.expect("request task");
-    assert_eq!(finished.status, StatusCode::OK, "{}", finished.text());
-    assert_eq!(finished.header("idem-state"), Some("succeeded"));
     let lost_again = post(&proxy, "/pay/v1/refunds", "wf-lost").await;
     assert_eq!(lost_again.header("idem-state"), Some("unknown"));
-    assert_eq!(pay.request_count(), 3, "the unknown refund is not re-sent");
+    assert_eq!(pay.request_count(), 2, "the unknown refund is not re-sent");
     assert!(
         proxy.log_text().contains("pruned"),
         "an info line per sweep that pruned"

@@ -1,6 +1,7 @@
 //! The read-only admin calls: `GET /ops`, `/ops/{id}`, `/ops/{id}/response`, `/metrics`.
 //!
-//! Reads go through the ledger's domain API (indexes, never scans); nothing here writes.
+//! Reads go through the ledger's domain API (indexes, never scans); nothing here writes. A
+//! pruned operation's tombstone is its 410 `operation-expired` problem (SPEC 4), never listed.
 
 use http::{HeaderValue, Response, header};
 use serde_json::json;
@@ -9,8 +10,8 @@ use super::error::AdminError;
 use super::view;
 use crate::app::App;
 use crate::clock::Timestamp;
-use crate::ledger::{Filter, State};
-use crate::problem::Context;
+use crate::ledger::{Filter, Operation, State};
+use crate::problem::{Context, Problem};
 use crate::proxy::{ProxyBody, full};
 
 /// `limit` when the caller gives none.
@@ -101,13 +102,11 @@ pub async fn list(app: &App, query: Option<&str>) -> Result<Response<ProxyBody>,
     ))
 }
 
-/// `GET /ops/{id}`: the operation with its events.
+/// `GET /ops/{id}`: the operation with its events; for a tombstone, its 410 problem.
 pub async fn show(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminError> {
-    let op = app
-        .ledger
-        .get(id)
-        .await?
-        .ok_or_else(|| AdminError::NotFound(id.to_string()))?;
+    let Some(op) = app.ledger.get(id).await? else {
+        return expired_or_not_found(app, id).await;
+    };
     let events = app.ledger.events(id).await?;
     Ok(view::json_response(&view::operation_with_events(
         &op, &events,
@@ -115,13 +114,12 @@ pub async fn show(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminError
 }
 
 /// `GET /ops/{id}/response`: the stored response exactly as a replay answers it, with the
-/// `Idem-*` headers for the operation's current state.
+/// `Idem-*` headers for the operation's current state; for a tombstone (no response is
+/// kept), its 410 problem.
 pub async fn response(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminError> {
-    let op = app
-        .ledger
-        .get(id)
-        .await?
-        .ok_or_else(|| AdminError::NotFound(id.to_string()))?;
+    let Some(op) = app.ledger.get(id).await? else {
+        return expired_or_not_found(app, id).await;
+    };
     let stored = app
         .ledger
         .response(id)
@@ -134,6 +132,35 @@ pub async fn response(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminE
         state: Some(op.state),
     };
     Ok(crate::guard::replay(stored, &ctx))
+}
+
+/// The 410 `operation-expired` of a tombstoned `id`, with `state`, `pruned_at` and the
+/// `Idem-*` headers of its final state; the 404 of an ID the ledger does not know.
+async fn expired_or_not_found(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminError> {
+    match app.ledger.tombstone(id).await? {
+        Some(tomb) => Ok(expired_problem(tomb)),
+        None => Err(AdminError::NotFound(id.to_string())),
+    }
+}
+
+/// The 410 of `id` when it is a tombstone: an operator action on a pruned operation is
+/// refused the same way as `GET /ops/{id}`.
+pub(super) async fn expired(
+    app: &App,
+    id: &str,
+) -> Result<Option<Response<ProxyBody>>, AdminError> {
+    Ok(app.ledger.tombstone(id).await?.map(expired_problem))
+}
+
+fn expired_problem(tomb: Operation) -> Response<ProxyBody> {
+    let pruned_at = tomb.pruned_at.unwrap_or_default();
+    let ctx = Context {
+        operation_id: Some(tomb.id),
+        provider: Some(tomb.provider),
+        route: Some(tomb.route),
+        state: Some(tomb.state),
+    };
+    crate::guard::refusal(Problem::OperationExpired { pruned_at }, &ctx)
 }
 
 /// `GET /metrics`: the operation gauges are set from the ledger's counters first. A ledger

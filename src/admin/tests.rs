@@ -43,6 +43,7 @@ fn config(admin_listen: &str) -> Config {
         },
         retention: Retention {
             completed: Duration::from_secs(86_400),
+            tombstones: Duration::from_secs(86_400),
         },
         providers: Vec::new(),
     }

@@ -42,6 +42,7 @@ pub(super) struct RawLimits {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRetention {
     pub completed: Option<Value>,
+    pub tombstones: Option<Value>,
 }
 
 /// One policy file: `[provider]` and its `[[route]]`s.

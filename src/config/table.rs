@@ -128,7 +128,7 @@ fn dedupe_text(p: &Provider) -> String {
 }
 
 /// `24h`, `30d`, `90s`, `250ms`: the largest unit that divides the duration, as written in configs.
-fn short_duration(d: Duration) -> String {
+pub(super) fn short_duration(d: Duration) -> String {
     let ms = d.as_millis();
     let units = [
         (86_400_000, "d"),

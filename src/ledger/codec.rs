@@ -44,6 +44,9 @@ struct OpRecord {
     error: Option<String>,
     fence: u64,
     approval: String,
+    /// Only in a tombstone's record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pruned_at: Option<i64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -95,6 +98,7 @@ pub(super) fn encode_op(op: &Operation) -> Result<Vec<u8>, Fault> {
         error: op.error.clone(),
         fence: op.fence,
         approval: approval_str(op.approval).to_owned(),
+        pruned_at: op.pruned_at.map(|t| t.0),
     };
     serde_json::to_vec(&record).map_err(|e| Fault::new(format!("cannot encode {}: {e}", op.id)))
 }
@@ -141,6 +145,7 @@ pub(super) fn decode_op(bytes: &[u8]) -> Result<Operation, Fault> {
         error: r.error,
         fence: r.fence,
         approval,
+        pruned_at: r.pruned_at.map(Timestamp),
     })
 }
 

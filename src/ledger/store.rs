@@ -9,7 +9,8 @@
 //! `(prefix, created_at, id)` per operation and prefix, where the prefixes are `c` (all),
 //! `s/{state}`, `p/{provider}` and `r/{route}`; `counters` holds, per prefix, how many
 //! entries it has. So listing by any filter is a reverse range scan, the by-state index finds
-//! orphans and prune candidates without a full scan, and stats are point reads.
+//! orphans and prune candidates without a full scan, and stats are point reads. The
+//! tombstone tables are `tombstone`'s; `Tables` opens them with the rest.
 
 use std::ops::Bound;
 
@@ -19,6 +20,7 @@ use redb::{
 
 use super::codec;
 use super::recovery::unrecorded_reason;
+use super::tombstone::{Tombs, leaves_tombstone};
 use super::{Event, EventKind, Filter, LedgerError, Operation, Page, State, Stats, StoredResponse};
 use super::{RequestChange, Write, orphan_reason};
 use crate::clock::Timestamp;
@@ -46,6 +48,8 @@ pub(super) struct PruneBatch {
     /// Resume strictly after this entry of the by-state index.
     pub(super) after: Option<Position>,
     pub(super) max: usize,
+    /// The `pruned_at` of the tombstones this batch leaves.
+    pub(super) now: Timestamp,
 }
 
 /// What one prune transaction did.
@@ -127,6 +131,7 @@ pub(super) struct Tables<'t> {
     requests: Table<'t, &'static str, &'static [u8]>,
     index: Table<'t, (&'static str, i64, &'static str), ()>,
     counters: Table<'t, &'static str, u64>,
+    tombs: Tombs<'t>,
 }
 
 impl<'t> Tables<'t> {
@@ -138,7 +143,25 @@ impl<'t> Tables<'t> {
             requests: txn.open_table(REQUESTS)?,
             index: txn.open_table(INDEX)?,
             counters: txn.open_table(COUNTERS)?,
+            tombs: Tombs::open(txn)?,
         })
+    }
+
+    /// The live operation `id`, else the one rebuilt from its tombstone (`pruned_at` set).
+    pub(super) fn get_op_or_tombstone(&self, id: &str) -> Result<Option<Operation>, Fault> {
+        match self.get_op(id)? {
+            Some(op) => Ok(Some(op)),
+            None => self.tombs.get(id),
+        }
+    }
+
+    /// Deletes up to `max` tombstones made before `older_than`; returns how many went.
+    pub(super) fn sweep_tombstones(
+        &mut self,
+        older_than: Timestamp,
+        max: usize,
+    ) -> Result<usize, Fault> {
+        self.tombs.sweep(older_than, max)
     }
 
     pub(super) fn get_op(&self, id: &str) -> Result<Option<Operation>, Fault> {
@@ -158,6 +181,12 @@ impl<'t> Tables<'t> {
             return Err(Fault(format!(
                 "a write for {id} carried the operation {}",
                 write.op.id
+            )));
+        }
+        // No write may turn a tombstone back into a live operation (SPEC 4).
+        if write.op.pruned_at.is_some() || self.tombs.contains(id)? {
+            return Err(Fault(format!(
+                "operation {id} was pruned; its tombstone refuses every write"
             )));
         }
         let op_changed = old != Some(&write.op);
@@ -304,7 +333,8 @@ impl<'t> Tables<'t> {
     }
 
     /// Deletes up to `batch.max` operations in `batch.state` last updated before
-    /// `batch.older_than`, scanning the by-state index upward from `batch.after`.
+    /// `batch.older_than`, scanning the by-state index upward from `batch.after`; a succeeded
+    /// or rejected one leaves its tombstone, in the same transaction.
     pub(super) fn prune_batch(&mut self, batch: &PruneBatch) -> Result<Pruned, Fault> {
         let prefix = state_prefix(batch.state);
         let start = match &batch.after {
@@ -330,6 +360,9 @@ impl<'t> Tables<'t> {
         }
         for op in &doomed {
             self.delete_op(op)?;
+            if leaves_tombstone(op) {
+                self.tombs.put(op, batch.now)?;
+            }
         }
         let full = doomed.len() == batch.max;
         Ok(Pruned {

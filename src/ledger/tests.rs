@@ -440,7 +440,13 @@ async fn prune_removes_only_old_completed_operations() {
     }
 
     // max = 1: several transactions, each resuming past what the previous one kept.
-    assert_eq!(ledger.prune(cutoff, 1).await.unwrap(), 3);
+    assert_eq!(
+        ledger
+            .prune(cutoff, Timestamp(T0 + 5_000), 1)
+            .await
+            .unwrap(),
+        3
+    );
     for o in &doomed {
         assert_eq!(ledger.get(&o.id).await.unwrap(), None);
         assert!(ledger.events(&o.id).await.unwrap().is_empty());
@@ -456,7 +462,13 @@ async fn prune_removes_only_old_completed_operations() {
     let stats = ledger.stats().await.unwrap();
     assert_eq!(stats.by_state["succeeded"], 2);
     assert_eq!(stats.by_state["failed"], 0);
-    assert_eq!(ledger.prune(cutoff, 10).await.unwrap(), 0);
+    assert_eq!(
+        ledger
+            .prune(cutoff, Timestamp(T0 + 5_000), 10)
+            .await
+            .unwrap(),
+        0
+    );
 }
 
 #[tokio::test]
@@ -481,7 +493,7 @@ async fn fail_writes_answers_unavailable_and_writes_nothing() {
     // Reading through update still works: only commits fail.
     assert_eq!(ledger.update("p/r/x", |_| (None, 1)).await.unwrap(), 1);
     assert!(matches!(
-        ledger.prune(Timestamp(T0), 10).await,
+        ledger.prune(Timestamp(T0), Timestamp(T0), 10).await,
         Err(LedgerError::Unavailable(_))
     ));
 }

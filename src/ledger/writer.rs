@@ -1,5 +1,5 @@
 //! The single writer: one OS thread that owns every write transaction of an open ledger, and
-//! the jobs it runs (`update`, a batch of `prune`).
+//! the jobs it runs (`update`, a batch of `prune`, a batch of `prune_tombstones`).
 //!
 //! Callers hand it boxed `Job`s through a channel and await the answer on a oneshot. A job
 //! first stages its changes in a transaction, then is told the fate of the commit; splitting
@@ -239,7 +239,7 @@ where
 {
     fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError> {
         // The closure runs with no table open, so its panic cannot leave redb mid-change.
-        let existing = Tables::open(txn)?.get_op(&self.id)?;
+        let existing = Tables::open(txn)?.get_op_or_tombstone(&self.id)?;
         let f = self.f.take().ok_or_else(unanswered)?;
         let (write, value) = f(existing.clone());
         self.value = Some(value);
@@ -354,5 +354,52 @@ impl Job for SweepJob {
         if outcome.is_ok() {
             self.shared.swept(&self.claims);
         }
+    }
+}
+
+/// One batch of `prune_tombstones` on its way through the writer.
+pub(super) struct TombJob {
+    older_than: Timestamp,
+    max: usize,
+    fail_writes: bool,
+    deleted: Option<usize>,
+    reply: Reply<usize>,
+}
+
+impl TombJob {
+    pub(super) fn new(
+        older_than: Timestamp,
+        max: usize,
+        fail_writes: bool,
+        reply: Reply<usize>,
+    ) -> TombJob {
+        TombJob {
+            older_than,
+            max,
+            fail_writes,
+            deleted: None,
+            reply,
+        }
+    }
+}
+
+impl Job for TombJob {
+    fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError> {
+        if self.fail_writes {
+            return Err(injected());
+        }
+        let deleted = Tables::open(txn)?.sweep_tombstones(self.older_than, self.max)?;
+        self.deleted = Some(deleted);
+        Ok(if deleted > 0 {
+            Staged::State
+        } else {
+            Staged::Nothing
+        })
+    }
+
+    fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
+        let job = *self;
+        let answer = outcome.and_then(|()| job.deleted.ok_or_else(unanswered));
+        let _ = job.reply.send(answer);
     }
 }

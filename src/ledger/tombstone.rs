@@ -1,0 +1,221 @@
+//! Tombstones (SPEC 4): what a pruned succeeded or operator-rejected operation leaves behind,
+//! so that pruning never turns an old intent into a new effect.
+//!
+//! This file owns the two tombstone tables (the only tables defined outside `store`) and runs,
+//! like `store`, inside transactions it is handed. `tombstones` maps an operation ID to the
+//! operation as it was pruned (its ID, fingerprint, final state and times; no response, no
+//! per-field hashes) with `pruned_at` set; `tombstone_age` holds one empty entry
+//! `(pruned_at, id)` per tombstone, so the sweep deletes the oldest first without a scan.
+//! It never decides what a tombstone means: `decide` refuses every request for one.
+
+use std::collections::BTreeMap;
+
+use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
+
+use super::codec;
+use super::store::Fault;
+use super::{Approval, Operation, State};
+use crate::clock::Timestamp;
+
+const TOMBSTONES: TableDefinition<&str, &[u8]> = TableDefinition::new("tombstones");
+const AGE: TableDefinition<(i64, &str), ()> = TableDefinition::new("tombstone_age");
+
+/// Whether pruning `op` must leave a tombstone: its effect happened (`succeeded`), or an
+/// operator ruled it must never happen (rejected). A plainly `failed` operation's effect
+/// definitively did not happen, so it may be forgotten.
+pub(super) fn leaves_tombstone(op: &Operation) -> bool {
+    match op.state {
+        State::Succeeded => true,
+        State::Failed => op.approval == Approval::Rejected,
+        State::Prepared | State::InFlight | State::Unknown => false,
+    }
+}
+
+/// The tombstone tables opened in one write transaction.
+pub(super) struct Tombs<'t> {
+    table: Table<'t, &'static str, &'static [u8]>,
+    age: Table<'t, (i64, &'static str), ()>,
+}
+
+impl<'t> Tombs<'t> {
+    /// Opens the tables, creating them on first use.
+    pub(super) fn open(txn: &'t WriteTransaction) -> Result<Tombs<'t>, Fault> {
+        Ok(Tombs {
+            table: txn.open_table(TOMBSTONES)?,
+            age: txn.open_table(AGE)?,
+        })
+    }
+
+    /// The operation rebuilt from the tombstone of `id` (`pruned_at` set), if there is one.
+    pub(super) fn get(&self, id: &str) -> Result<Option<Operation>, Fault> {
+        decode(self.table.get(id)?.as_ref().map(|v| v.value()))
+    }
+
+    pub(super) fn contains(&self, id: &str) -> Result<bool, Fault> {
+        Ok(self.table.get(id)?.is_some())
+    }
+
+    /// Records the tombstone of `op`, pruned at `at`, replacing any older one of its ID.
+    pub(super) fn put(&mut self, op: &Operation, at: Timestamp) -> Result<(), Fault> {
+        let tomb = Operation {
+            fields: BTreeMap::new(),
+            response: None,
+            fence: 0,
+            pruned_at: Some(at),
+            ..op.clone()
+        };
+        if let Some(old) = self.get(&op.id)? {
+            let when = old.pruned_at.map_or(0, |t| t.0);
+            self.age.remove((when, op.id.as_str()))?;
+        }
+        let bytes = codec::encode_op(&tomb)?;
+        self.table.insert(op.id.as_str(), bytes.as_slice())?;
+        self.age.insert((at.0, op.id.as_str()), ())?;
+        Ok(())
+    }
+
+    /// Deletes up to `max` tombstones made before `older_than`, oldest first; returns how
+    /// many went (fewer than `max`: none of that age is left).
+    pub(super) fn sweep(&mut self, older_than: Timestamp, max: usize) -> Result<usize, Fault> {
+        let mut doomed = Vec::new();
+        for entry in self.age.range(..(older_than.0, ""))?.take(max) {
+            let (key, _) = entry?;
+            let (at, id) = key.value();
+            doomed.push((at, id.to_owned()));
+        }
+        for (at, id) in &doomed {
+            self.age.remove((*at, id.as_str()))?;
+            self.table.remove(id.as_str())?;
+        }
+        Ok(doomed.len())
+    }
+}
+
+/// The tombstone of `id` on a read snapshot. A ledger file written before tombstones existed
+/// has no table yet: no tombstone.
+pub(super) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Operation>, Fault> {
+    let table = match txn.open_table(TOMBSTONES) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    decode(table.get(id)?.as_ref().map(|v| v.value()))
+}
+
+fn decode(bytes: Option<&[u8]>) -> Result<Option<Operation>, Fault> {
+    let Some(bytes) = bytes else { return Ok(None) };
+    let op = codec::decode_op(bytes)?;
+    if op.pruned_at.is_none() {
+        return Err(Fault::new(format!("tombstone {} has no pruned_at", op.id)));
+    }
+    Ok(Some(op))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tempfile::TempDir;
+
+    use super::super::{Filter, Ledger, LedgerError, LedgerOptions, Write};
+    use super::*;
+
+    const T0: Timestamp = Timestamp(1_800_000_000_000);
+    const LATER: Timestamp = Timestamp(1_800_000_010_000);
+
+    async fn open(dir: &TempDir) -> Ledger {
+        let path = dir.path().join("ledger.redb");
+        let opened = Ledger::open(&path, T0, LedgerOptions::default()).await;
+        opened.expect("open test ledger").0
+    }
+
+    async fn put(ledger: &Ledger, op: Operation) -> Result<(), LedgerError> {
+        let id = op.id.clone();
+        let write = Write::of(op, Vec::new());
+        ledger.update(&id, move |_| (Some(write), ())).await
+    }
+
+    /// Puts `op` and prunes it at `LATER`.
+    async fn pruned(ledger: &Ledger, op: Operation) {
+        put(ledger, op).await.expect("test write");
+        let cutoff = LATER.minus(Duration::from_secs(1));
+        ledger.prune(cutoff, LATER, 10).await.expect("prune");
+    }
+
+    #[tokio::test]
+    async fn update_sees_the_tombstone_and_no_write_can_bring_it_back() {
+        let dir = TempDir::new().unwrap();
+        let ledger = open(&dir).await;
+        let id = "p/r/done";
+        pruned(&ledger, Operation::example(id, State::Succeeded, T0)).await;
+
+        let seen = ledger.update(id, |existing| (None, existing)).await;
+        let seen = seen
+            .expect("read")
+            .expect("the tombstone is handed to the closure");
+        assert_eq!(
+            (seen.state, seen.pruned_at),
+            (State::Succeeded, Some(LATER))
+        );
+        let anew = Operation::example(id, State::InFlight, LATER);
+        assert!(matches!(
+            put(&ledger, anew).await,
+            Err(LedgerError::Unavailable(_))
+        ));
+        assert_eq!(
+            ledger.get(id).await.unwrap(),
+            None,
+            "GET lists live operations only"
+        );
+        assert!(
+            ledger
+                .list(&Filter::default(), 10, None)
+                .await
+                .unwrap()
+                .ops
+                .is_empty()
+        );
+        assert_eq!(ledger.tombstone(id).await.unwrap(), Some(seen));
+    }
+
+    #[tokio::test]
+    async fn only_succeeded_and_rejected_operations_leave_tombstones() {
+        let dir = TempDir::new().unwrap();
+        let ledger = open(&dir).await;
+        let rejected = Operation {
+            approval: Approval::Rejected,
+            ..Operation::example("p/r/rejected", State::Failed, T0)
+        };
+        pruned(&ledger, rejected).await;
+        pruned(&ledger, Operation::example("p/r/failed", State::Failed, T0)).await;
+        let tomb = ledger.tombstone("p/r/rejected").await.unwrap();
+        assert_eq!(tomb.map(|t| t.state), Some(State::Failed));
+        assert_eq!(ledger.tombstone("p/r/failed").await.unwrap(), None);
+        let free = Operation::example("p/r/failed", State::InFlight, LATER);
+        put(&ledger, free)
+            .await
+            .expect("a plainly failed ID is free again");
+    }
+
+    #[tokio::test]
+    async fn swept_tombstones_free_their_ids_oldest_first_in_batches() {
+        let dir = TempDir::new().unwrap();
+        let ledger = open(&dir).await;
+        for n in 0..3 {
+            let id = format!("p/r/{n}");
+            pruned(&ledger, Operation::example(&id, State::Succeeded, T0)).await;
+        }
+        assert_eq!(
+            ledger.prune_tombstones(LATER, 1).await.unwrap(),
+            0,
+            "not yet"
+        );
+        let after = LATER.plus(Duration::from_millis(1));
+        assert_eq!(ledger.prune_tombstones(after, 1).await.unwrap(), 3);
+        for n in 0..3 {
+            assert_eq!(ledger.tombstone(&format!("p/r/{n}")).await.unwrap(), None);
+        }
+        let anew = Operation::example("p/r/0", State::InFlight, after);
+        put(&ledger, anew).await.expect("the ID is free again");
+    }
+}
