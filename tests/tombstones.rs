@@ -27,7 +27,8 @@ async fn start_with(provider: &FakeProvider, retention: &str, route_extra: &str)
 }
 
 async fn admin(proxy: &Proxy, method: Method, path: &str, body: &str) -> Resp {
-    send(method, &proxy.admin_url(path), &[], body.to_string())
+    let json = [("content-type", "application/json")];
+    send(method, &proxy.admin_url(path), &json, body.to_string())
         .await
         .expect("the admin API answers")
 }
