@@ -23,6 +23,7 @@ pub enum Step {
 }
 
 /// Step 2 (ledger): read the operation, decide, and record the decision, in one commit.
+/// `principal` is the caller's keyed hash (`fingerprint::principal`).
 pub async fn claim(
     app: &App,
     provider: &Provider,
@@ -30,6 +31,7 @@ pub async fn claim(
     id: &str,
     key: &str,
     fingerprint: &Fingerprint,
+    principal: &str,
 ) -> Result<Step, Problem> {
     let now = Timestamp::now();
     let fence = app.ledger.fence();
@@ -53,16 +55,24 @@ pub async fn claim(
         error: None,
         fence: 0,
         approval: Approval::NotRequired,
+        principal: Some(principal.to_string()),
     };
+    let principal = principal.to_string();
     let decided = app
         .ledger
         .update(id, move |existing| {
             let intent = Intent {
                 fingerprint: &fresh.fingerprint,
                 fields: &fresh.fields,
+                principal: &principal,
             };
             let decision = decide(existing.as_ref(), intent, rules, now);
-            transition(existing, fresh, decision, fence, now)
+            let unbound = existing
+                .as_ref()
+                .filter(|op| op.principal.is_none() && !matches!(decision, Decision::Conflict(_)))
+                .cloned();
+            let (write, decided) = transition(existing, fresh, decision, fence, now);
+            (adopt(unbound, &principal, write), decided)
         })
         .await
         .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?;
@@ -163,12 +173,35 @@ fn transition(
         (Decision::Wait, _) => (None, Decided::Step(Step::Wait)),
         (Decision::Reconcile, _) => (None, Decided::Step(Step::Reconcile)),
         (Decision::Hold, _) => refuse(Problem::OutcomeUnknown, State::Unknown),
+        // Nothing written: a stranger's request leaves no trace with values in the history.
+        (Decision::PrincipalMismatch, Some(op)) => refuse(Problem::PrincipalMismatch, op.state),
         // decide() only returns these for an existing operation.
-        (Decision::Conflict(_) | Decision::Replay | Decision::Resend(_), None) => refuse(
+        (
+            Decision::Conflict(_)
+            | Decision::Replay
+            | Decision::Resend(_)
+            | Decision::PrincipalMismatch,
+            None,
+        ) => refuse(
             Problem::LedgerUnavailable("inconsistent decision".into()),
             State::Unknown,
         ),
     }
+}
+
+/// Binds `unbound` (an operation bound to no one, now serving this caller's request) to
+/// `principal`: the decision's own write records it, or a write of its own when the decision
+/// writes nothing. Without `unbound`, the decision's write as it is. Pure.
+fn adopt(unbound: Option<Operation>, principal: &str, decided: Option<Write>) -> Option<Write> {
+    let Some(op) = unbound else {
+        return decided;
+    };
+    let mut bound = decided.unwrap_or_else(|| write(op, vec![]));
+    bound
+        .op
+        .principal
+        .get_or_insert_with(|| principal.to_owned());
+    Some(bound)
 }
 
 fn resend_reason(why: Resend) -> &'static str {
@@ -353,5 +386,41 @@ mod tests {
             panic!("a rejected operation is refused");
         };
         assert_eq!(reason.as_deref(), Some("not this customer"));
+    }
+
+    #[test]
+    fn an_unbound_operation_is_adopted_by_the_caller_it_serves() {
+        let unbound = stored(State::Succeeded);
+        assert_eq!(unbound.principal, None);
+        let (write, _) = transition(Some(unbound.clone()), fresh(), Decision::Replay, 7, NOW);
+        let write = adopt(Some(unbound.clone()), "caller", write).expect("a write");
+        assert_eq!(write.op.principal.as_deref(), Some("caller"));
+        assert_eq!(kinds(&write), [EventKind::Replayed]);
+
+        let (write, _) = transition(Some(unbound.clone()), fresh(), Decision::Hold, 7, NOW);
+        let write = adopt(Some(unbound.clone()), "caller", write).expect("a write of its own");
+        assert_eq!(
+            write.op,
+            Operation {
+                principal: Some("caller".into()),
+                ..unbound
+            }
+        );
+        assert!(write.events.is_empty());
+        assert!(
+            adopt(None, "caller", None).is_none(),
+            "a bound one is left alone"
+        );
+    }
+
+    #[test]
+    fn another_principal_is_refused_and_nothing_is_written() {
+        let op = stored(State::Succeeded);
+        let (write, decided) = transition(Some(op), fresh(), Decision::PrincipalMismatch, 7, NOW);
+        assert!(write.is_none());
+        assert!(matches!(
+            decided,
+            Decided::Step(Step::Refuse(Problem::PrincipalMismatch, State::Succeeded))
+        ));
     }
 }

@@ -39,6 +39,8 @@ impl Rules {
 pub struct Intent<'a> {
     pub fingerprint: &'a str,
     pub fields: &'a BTreeMap<String, String>,
+    /// The keyed hash of the caller's `principal_headers`.
+    pub principal: &'a str,
 }
 
 /// What to do with a guarded request.
@@ -64,6 +66,8 @@ pub enum Decision {
     Reconcile,
     /// `unknown`, nothing may be sent: 202 `outcome-unknown`.
     Hold,
+    /// The operation is bound to another caller: 403, nothing replayed or sent, no field named.
+    PrincipalMismatch,
 }
 
 /// Why an existing operation may be sent again.
@@ -92,6 +96,15 @@ pub fn decide(
             Approval::None => Decision::Create,
         };
     };
+    // Before the fingerprint: another caller learns nothing of the parameters. An operation
+    // bound to no one (older versions, or rebound by an operator) is adopted by this caller.
+    if op
+        .principal
+        .as_deref()
+        .is_some_and(|p| p != intent.principal)
+    {
+        return Decision::PrincipalMismatch;
+    }
     if op.fingerprint != intent.fingerprint {
         return Decision::Conflict(differing_fields(&op.fields, intent.fields));
     }
@@ -150,6 +163,7 @@ mod tests {
         Operation {
             fingerprint: "fp1".into(),
             fields: fields("100"),
+            principal: Some("caller1".into()),
             ..Operation::example("p/r/x", state, T0)
         }
     }
@@ -158,6 +172,7 @@ mod tests {
         Intent {
             fingerprint: "fp1",
             fields: f,
+            principal: "caller1",
         }
     }
 
@@ -178,6 +193,7 @@ mod tests {
         let intent = Intent {
             fingerprint: "fp2",
             fields: &f,
+            principal: "caller1",
         };
         for state in State::ALL {
             assert_eq!(
@@ -312,6 +328,42 @@ mod tests {
         assert_eq!(
             decide(Some(&op(State::Unknown)), same(&f), k, T0),
             Decision::Resend(Resend::WithinKeyRetention)
+        );
+    }
+
+    #[test]
+    fn another_principal_is_refused_in_every_state_before_the_fingerprint() {
+        let f = fields("200");
+        for state in State::ALL {
+            for fingerprint in ["fp1", "fp2"] {
+                let intent = Intent {
+                    fingerprint,
+                    fields: &f,
+                    principal: "caller2",
+                };
+                assert_eq!(
+                    decide(Some(&op(state)), intent, rules(), T0),
+                    Decision::PrincipalMismatch,
+                    "{state:?} {fingerprint}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_unbound_operation_is_decided_as_if_bound_to_this_caller() {
+        let f = fields("100");
+        let unbound = Operation {
+            principal: None,
+            ..op(State::Succeeded)
+        };
+        let stranger = Intent {
+            principal: "caller2",
+            ..same(&f)
+        };
+        assert_eq!(
+            decide(Some(&unbound), stranger, rules(), T0),
+            Decision::Replay
         );
     }
 }

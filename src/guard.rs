@@ -25,6 +25,7 @@ use crate::ledger::{Operation, State, StoredResponse};
 use crate::policy::{Captures, KeyPlacement, OnMissingId, Provider, Route};
 use crate::problem::{Context, Problem};
 use crate::proxy::{ProxyBody, Target, Unbuffered, collect_limited, full};
+use crate::secret::Secret;
 use crate::template::{self, render_first};
 use crate::upstream;
 
@@ -43,6 +44,8 @@ struct Identified {
     id: String,
     key: String,
     fingerprint: Fingerprint,
+    /// The keyed hash of the caller's `principal_headers`.
+    principal: String,
     outgoing: Outgoing,
 }
 
@@ -79,7 +82,7 @@ async fn run(
 ) -> Result<Answer, Problem> {
     let provider = target.provider;
     let (parts, bytes) = read_body(req, app.config.limits.max_request_body).await?;
-    let op = match identify(provider, route, target, captures, parts, bytes)? {
+    let op = match identify(provider, route, target, captures, parts, bytes, &app.secret)? {
         Identity::Op(op) => op,
         Identity::Pass(outgoing) => {
             return Ok((
@@ -160,7 +163,17 @@ async fn detached(app: &Arc<App>, names: Names, op: Identified) -> Result<Next, 
 
 async fn claim_and_send(app: &Arc<App>, names: &Names, op: Identified) -> Result<Next, Problem> {
     let (provider, route) = names.lookup(app)?;
-    match claim(app, provider, route, &op.id, &op.key, &op.fingerprint).await? {
+    match claim(
+        app,
+        provider,
+        route,
+        &op.id,
+        &op.key,
+        &op.fingerprint,
+        &op.principal,
+    )
+    .await?
+    {
         Step::Dispatch { fence, attempt } => Ok(Next::Sent(
             send(app, provider, names, op, fence, attempt).await,
         )),
@@ -240,6 +253,7 @@ fn identify(
     captures: &Captures,
     parts: Parts,
     bytes: Bytes,
+    secret: &Secret,
 ) -> Result<Identity, Problem> {
     let parsed = body::parse(parts.headers.get(header::CONTENT_TYPE), bytes.clone());
     let key_field = match &provider.key {
@@ -255,6 +269,7 @@ fn identify(
         fingerprint_headers: &route.fingerprint_headers,
         ignore: &route.fingerprint_ignore,
         key_field,
+        secret,
     });
     let inputs = template::Inputs {
         headers: &parts.headers,
@@ -281,11 +296,13 @@ fn identify(
         }
     })?;
     let key = identity::key(&id, provider.key_format);
+    let principal = fingerprint::principal(&parts.headers, &provider.principal_headers, secret);
     let outgoing = outgoing(provider, target, parts, &parsed, bytes, Some(&key))?;
     Ok(Identity::Op(Identified {
         id,
         key,
         fingerprint,
+        principal,
         outgoing,
     }))
 }

@@ -54,6 +54,10 @@ pub enum Problem {
     UpstreamBroken(String),
     #[error("the ledger cannot record: {0}")]
     LedgerUnavailable(String),
+
+    // The caller's: the operation is another principal's.
+    #[error("the operation belongs to another caller")]
+    PrincipalMismatch,
 }
 
 /// What is known about the operation a problem concerns.
@@ -97,6 +101,7 @@ impl Problem {
             }
             Problem::UpstreamUnreachable(_) | Problem::UpstreamBroken(_) => StatusCode::BAD_GATEWAY,
             Problem::LedgerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Problem::PrincipalMismatch => StatusCode::FORBIDDEN,
         }
     }
 
@@ -118,6 +123,7 @@ impl Problem {
             Problem::UpstreamUnreachable(_) => "upstream-unreachable",
             Problem::UpstreamBroken(_) => "upstream-error",
             Problem::LedgerUnavailable(_) => "ledger-unavailable",
+            Problem::PrincipalMismatch => "principal-mismatch",
         }
     }
 
@@ -138,6 +144,7 @@ impl Problem {
             Problem::UpstreamUnreachable(_) => "Upstream unreachable",
             Problem::UpstreamBroken(_) => "Upstream error",
             Problem::LedgerUnavailable(_) => "Ledger unavailable",
+            Problem::PrincipalMismatch => "Principal mismatch",
         }
     }
 
@@ -201,6 +208,11 @@ impl Problem {
             ),
             Problem::LedgerUnavailable(_) => "The proxy cannot record operations right now, so \
                 nothing was sent. Retry later."
+                .into(),
+            Problem::PrincipalMismatch => "This operation was first requested by another caller \
+                (other credentials, or other values of the provider's `principal_headers`). \
+                Nothing was replayed and nothing was sent. Use a new operation ID, or, after a \
+                key rotation, ask an operator to run `idemproxy ops rebind ID --reason ...`."
                 .into(),
         }
     }

@@ -88,3 +88,116 @@ async fn secrets_appear_nowhere_in_the_ledger_file_or_the_logs() {
         assert!(!log.contains(secret), "{secret} is in the log:\n{log}");
     }
 }
+
+/// A CVC (1,000 possible values) and a card number whose first six and last four digits
+/// are known (a million possible values): the ledger file holds one hash per field and the
+/// admin API shows the fingerprint, so anyone holding either could try every value.
+const LOW_CVC: &str = "123";
+const CARD: &str = "4242421234564242";
+
+/// Item 8: with the formulas of the unkeyed versions (written out below), no possible CVC
+/// or card number matches a hash in the ledger file, in the operation read back from it,
+/// or in the admin API's view of the operation.
+#[tokio::test]
+async fn low_entropy_values_cannot_be_guessed_back_from_the_ledger_or_the_admin_api() {
+    let provider = FakeProvider::start(Behavior::fixed(200, ANSWER)).await;
+    let mut proxy = start(&provider, "").await;
+    let id = op_id("wf-low");
+    let body = format!("amount=500&card[number]={CARD}&card[cvc]={LOW_CVC}");
+    let first = refund(&proxy, "wf-low", &body).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text());
+    let admin_path = format!("/ops/{}", id.replace('/', "%2F"));
+    let admin = common::send(http::Method::GET, &proxy.admin_url(&admin_path), &[], "")
+        .await
+        .expect("the admin API answers");
+    assert_eq!(admin.status, StatusCode::OK, "{}", admin.text());
+
+    let stored = ledger(&mut proxy, &id).await;
+    assert!(
+        stored.op.fields.contains_key("card[cvc]"),
+        "a hash per field is kept (control)"
+    );
+    let file = std::fs::read(proxy.ledger_path()).expect("ledger file");
+    let mut seen = hex_runs(&file);
+    seen.extend(hex_runs(&admin.body));
+    seen.extend(stored.op.fields.values().cloned());
+    seen.insert(stored.op.fingerprint.clone());
+
+    let cvc = (0..1000)
+        .map(|n| format!("{n:03}"))
+        .find(|cvc| seen.contains(&unkeyed::field(cvc)));
+    assert_eq!(cvc, None, "the CVC was guessed back from a field hash");
+    let number = (0..1_000_000)
+        .map(|n| format!("424242{n:06}4242"))
+        .find(|number| seen.contains(&unkeyed::field(number)));
+    assert_eq!(
+        number, None,
+        "the card number was guessed back from a field hash"
+    );
+    let by_fingerprint = (0..1000).map(|n| format!("{n:03}")).find(|cvc| {
+        let pairs = [
+            ("amount", "500"),
+            ("card[cvc]", cvc),
+            ("card[number]", CARD),
+        ];
+        seen.contains(&unkeyed::fingerprint("POST", "/v1/refunds", &pairs))
+    });
+    assert_eq!(
+        by_fingerprint, None,
+        "the CVC was guessed back from the fingerprint"
+    );
+}
+
+/// Every run of lowercase hex digits in `bytes` that is as long as a field hash (16) or a
+/// fingerprint (64).
+fn hex_runs(bytes: &[u8]) -> std::collections::HashSet<String> {
+    bytes
+        .split(|b| !(b.is_ascii_digit() || (b'a'..=b'f').contains(b)))
+        .filter(|run| run.len() == 16 || run.len() == 64)
+        .map(|run| String::from_utf8_lossy(run).into_owned())
+        .collect()
+}
+
+/// The hashes as versions before the installation secret computed them: plain sha256.
+mod unkeyed {
+    use sha2::{Digest, Sha256};
+
+    fn frame(out: &mut Vec<u8>, bytes: &[u8]) {
+        out.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+        out.extend_from_slice(bytes);
+    }
+
+    /// A form field's hash: the first 16 hex of sha256 of its values as a JSON array.
+    pub fn field(value: &str) -> String {
+        let encoded = serde_json::Value::from(vec![value]).to_string();
+        hex::encode(&Sha256::digest(encoded.as_bytes())[..8])
+    }
+
+    /// The fingerprint of a form request without query or fingerprint headers; `pairs`
+    /// one value per name, sorted by name.
+    pub fn fingerprint(method: &str, path: &str, pairs: &[(&str, &str)]) -> String {
+        let mut query = b"pairs".to_vec();
+        frame(&mut query, &0u64.to_be_bytes());
+        let mut body = b"form".to_vec();
+        frame(&mut body, &(pairs.len() as u64).to_be_bytes());
+        for (name, value) in pairs {
+            frame(&mut body, name.as_bytes());
+            frame(
+                &mut body,
+                serde_json::Value::from(vec![*value]).to_string().as_bytes(),
+            );
+        }
+        let mut canonical = Vec::new();
+        for part in [
+            &b"idemproxy-fingerprint/1"[..],
+            method.as_bytes(),
+            path.as_bytes(),
+            &query,
+            &body,
+            &0u64.to_be_bytes(),
+        ] {
+            frame(&mut canonical, part);
+        }
+        hex::encode(Sha256::digest(&canonical))
+    }
+}

@@ -77,6 +77,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
     let redact = headers(s, "redact_headers", raw.redact_headers, &[]);
     let unmatched = s.choice("unmatched", raw.unmatched, Unmatched::Pass, UNMATCHED);
     let outcomes = outcomes(s, raw.outcomes.unwrap_or_default());
+    let principal = principal_headers(s, raw.principal_headers);
     let rest = (|| {
         Some(Provider {
             name: name.clone()?,
@@ -95,6 +96,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
             outcomes: outcomes?,
             routes: Vec::new(),
             file: PathBuf::new(),
+            principal_headers: principal?,
         })
     })();
     ProviderHead { name, mount, rest }
@@ -235,4 +237,19 @@ pub(super) fn required<T>(
         }
         Some(v) => s.check(key, check(v)),
     }
+}
+
+/// `principal_headers`: `authorization` first, always (SPEC 2), then the listed others.
+pub(super) fn principal_headers(
+    s: &mut Scope,
+    raw: Option<Vec<String>>,
+) -> Option<Vec<HeaderName>> {
+    let listed = headers(s, "principal_headers", raw, &[])?;
+    let mut names = vec![http::header::AUTHORIZATION];
+    for name in listed {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    Some(names)
 }

@@ -67,6 +67,7 @@ pub(super) struct RawProvider {
     pub control_headers: Option<Vec<String>>,
     pub redact_headers: Option<Vec<String>>,
     pub unmatched: Option<String>,
+    pub principal_headers: Option<Vec<String>>,
     pub outcomes: Option<RawOutcomes>,
 }
 

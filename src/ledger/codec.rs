@@ -36,6 +36,9 @@ struct OpRecord {
     error: Option<String>,
     fence: u64,
     approval: String,
+    /// Absent in records written before principals existed.
+    #[serde(default)]
+    principal: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -77,6 +80,7 @@ pub(super) fn encode_op(op: &Operation) -> Result<Vec<u8>, Fault> {
         error: op.error.clone(),
         fence: op.fence,
         approval: approval_str(op.approval).to_owned(),
+        principal: op.principal.clone(),
     };
     serde_json::to_vec(&record).map_err(|e| Fault::new(format!("cannot encode {}: {e}", op.id)))
 }
@@ -111,6 +115,7 @@ pub(super) fn decode_op(bytes: &[u8]) -> Result<Operation, Fault> {
         error: r.error,
         fence: r.fence,
         approval,
+        principal: r.principal,
     })
 }
 

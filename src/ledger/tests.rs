@@ -132,6 +132,7 @@ async fn closure_returning_none_writes_nothing() {
             counter.fetch_add(1, Ordering::SeqCst);
         })),
         fail_writes: false,
+        secret_check: None,
     };
     let (ledger, _) = open_with(&dir, Timestamp(T0), opts).await;
     let answer = ledger.update("p/r/x", |_| (None, 42)).await.unwrap();
@@ -463,6 +464,7 @@ async fn fail_writes_answers_unavailable_and_writes_nothing() {
     let opts = LedgerOptions {
         on_commit: None,
         fail_writes: true,
+        secret_check: None,
     };
     let (ledger, _) = open_with(&dir, Timestamp(T0), opts).await;
     let write = Write {
@@ -673,4 +675,33 @@ fn a_response_summary_names_its_status_size_and_body_hash() {
         meta.body_sha256,
         "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
     );
+}
+
+#[tokio::test]
+async fn the_first_secret_check_is_kept_and_another_refused_without_a_write() {
+    let dir = TempDir::new().unwrap();
+    let with = |check: Option<&str>| LedgerOptions {
+        secret_check: check.map(str::to_owned),
+        ..LedgerOptions::default()
+    };
+    let (ledger, _) = open_with(&dir, Timestamp(T0), with(Some("check-a"))).await;
+    let write = Write {
+        op: op("p/r/x", State::InFlight, T0),
+        events: vec![],
+        response: None,
+    };
+    ledger
+        .update("p/r/x", move |_| (Some(write), ()))
+        .await
+        .unwrap();
+    drop(ledger);
+    let path = dir.path().join("data/ledger.redb");
+    let refused = Ledger::open(&path, Timestamp(T0 + 1), with(Some("check-b"))).await;
+    assert!(matches!(refused, Err(LedgerError::OtherSecret { .. })));
+    // Nothing was orphaned by the refused open; no check (a test reading the file) passes.
+    let (ledger, orphaned) = open_with(&dir, Timestamp(T0 + 2), with(None)).await;
+    assert_eq!(orphaned.len(), 1);
+    drop(ledger);
+    let (_, orphaned) = open_with(&dir, Timestamp(T0 + 3), with(Some("check-a"))).await;
+    assert!(orphaned.is_empty());
 }
