@@ -8,7 +8,7 @@
 use crate::app::App;
 use crate::clock::Timestamp;
 use crate::decide::{Decision, Intent, Resend, Rules, decide};
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{Fingerprint, LEGACY};
 use crate::ledger::{Approval, Event, EventKind, Operation, State, StoredResponse, Write};
 use crate::policy::{Provider, Route};
 use crate::problem::Problem;
@@ -57,22 +57,24 @@ pub async fn claim(
         approval: Approval::NotRequired,
         principal: Some(principal.to_string()),
     };
-    let principal = principal.to_string();
+    let legacy = fingerprint.legacy.clone();
     let decided = app
         .ledger
         .update(id, move |existing| {
             let intent = Intent {
                 fingerprint: &fresh.fingerprint,
                 fields: &fresh.fields,
-                principal: &principal,
+                principal: fresh.principal.as_deref().unwrap_or_default(),
+                legacy: &legacy,
             };
             let decision = decide(existing.as_ref(), intent, rules, now);
-            let unbound = existing
+            let stale = existing
                 .as_ref()
-                .filter(|op| op.principal.is_none() && !matches!(decision, Decision::Conflict(_)))
+                .filter(|op| is_stale(op) && !matches!(decision, Decision::Conflict(_)))
                 .cloned();
+            let current = fresh.clone();
             let (write, decided) = transition(existing, fresh, decision, fence, now);
-            (adopt(unbound, &principal, write), decided)
+            (adopt(stale, &current, write), decided)
         })
         .await
         .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?;
@@ -189,19 +191,30 @@ fn transition(
     }
 }
 
-/// Binds `unbound` (an operation bound to no one, now serving this caller's request) to
-/// `principal`: the decision's own write records it, or a write of its own when the decision
-/// writes nothing. Without `unbound`, the decision's write as it is. Pure.
-fn adopt(unbound: Option<Operation>, principal: &str, decided: Option<Write>) -> Option<Write> {
-    let Some(op) = unbound else {
+/// Whether `op` is bound to no caller (written by an older version, or rebound) or still
+/// has the unkeyed hashes older versions recorded.
+fn is_stale(op: &Operation) -> bool {
+    op.principal.is_none() || op.fingerprint.starts_with(LEGACY)
+}
+
+/// Brings `stale` (an operation now serving the request `current` was made from) up to date:
+/// bound to this caller's principal when it is bound to no one, and its unkeyed hashes
+/// replaced by `current`'s keyed ones (they matched, or the decision would be a conflict).
+/// The decision's own write records it, or a write of its own when the decision writes
+/// nothing. Without `stale`, the decision's write as it is. Pure.
+fn adopt(stale: Option<Operation>, current: &Operation, decided: Option<Write>) -> Option<Write> {
+    let Some(op) = stale else {
         return decided;
     };
-    let mut bound = decided.unwrap_or_else(|| write(op, vec![]));
-    bound
-        .op
-        .principal
-        .get_or_insert_with(|| principal.to_owned());
-    Some(bound)
+    let mut fresh = decided.unwrap_or_else(|| write(op, vec![]));
+    if fresh.op.principal.is_none() {
+        fresh.op.principal.clone_from(&current.principal);
+    }
+    if fresh.op.fingerprint.starts_with(LEGACY) {
+        fresh.op.fingerprint.clone_from(&current.fingerprint);
+        fresh.op.fields.clone_from(&current.fields);
+    }
+    Some(fresh)
 }
 
 fn resend_reason(why: Resend) -> &'static str {
@@ -392,13 +405,17 @@ mod tests {
     fn an_unbound_operation_is_adopted_by_the_caller_it_serves() {
         let unbound = stored(State::Succeeded);
         assert_eq!(unbound.principal, None);
+        let current = Operation {
+            principal: Some("caller".into()),
+            ..fresh()
+        };
         let (write, _) = transition(Some(unbound.clone()), fresh(), Decision::Replay, 7, NOW);
-        let write = adopt(Some(unbound.clone()), "caller", write).expect("a write");
+        let write = adopt(Some(unbound.clone()), &current, write).expect("a write");
         assert_eq!(write.op.principal.as_deref(), Some("caller"));
         assert_eq!(kinds(&write), [EventKind::Replayed]);
 
         let (write, _) = transition(Some(unbound.clone()), fresh(), Decision::Hold, 7, NOW);
-        let write = adopt(Some(unbound.clone()), "caller", write).expect("a write of its own");
+        let write = adopt(Some(unbound.clone()), &current, write).expect("a write of its own");
         assert_eq!(
             write.op,
             Operation {
@@ -408,7 +425,7 @@ mod tests {
         );
         assert!(write.events.is_empty());
         assert!(
-            adopt(None, "caller", None).is_none(),
+            adopt(None, &current, None).is_none(),
             "a bound one is left alone"
         );
     }
@@ -422,5 +439,26 @@ mod tests {
             decided,
             Decided::Step(Step::Refuse(Problem::PrincipalMismatch, State::Succeeded))
         ));
+    }
+
+    #[test]
+    fn unkeyed_hashes_older_versions_recorded_are_replaced_by_keyed_ones() {
+        let old = Operation {
+            fingerprint: format!("{LEGACY}aa"),
+            fields: [("amount".to_string(), "0123".to_string())].into(),
+            ..stored(State::Succeeded)
+        };
+        assert!(is_stale(&old));
+        let current = Operation {
+            fingerprint: "keyed".into(),
+            fields: [("amount".to_string(), "k1".to_string())].into(),
+            principal: Some("caller".into()),
+            ..fresh()
+        };
+        let (write, _) = transition(Some(old.clone()), fresh(), Decision::Replay, 7, NOW);
+        let write = adopt(Some(old), &current, write).expect("re-keyed");
+        assert_eq!(write.op.fingerprint, "keyed");
+        assert_eq!(write.op.fields, current.fields);
+        assert_eq!(write.op.principal.as_deref(), Some("caller"));
     }
 }

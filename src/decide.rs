@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::clock::Timestamp;
-use crate::fingerprint::differing_fields;
+use crate::fingerprint::{LEGACY, Legacy, differing_fields};
 use crate::ledger::{Approval as Gate, Operation, State};
 use crate::policy::{Approval, Dedupe, Effect, Provider, Route};
 
@@ -41,6 +41,9 @@ pub struct Intent<'a> {
     pub fields: &'a BTreeMap<String, String>,
     /// The keyed hash of the caller's `principal_headers`.
     pub principal: &'a str,
+    /// The same parameters fingerprinted the unkeyed way, for operations older versions
+    /// recorded (their `fingerprint` starts with `fingerprint::LEGACY`).
+    pub legacy: &'a Legacy,
 }
 
 /// What to do with a guarded request.
@@ -105,8 +108,13 @@ pub fn decide(
     {
         return Decision::PrincipalMismatch;
     }
-    if op.fingerprint != intent.fingerprint {
-        return Decision::Conflict(differing_fields(&op.fields, intent.fields));
+    let (fingerprint, fields) = if op.fingerprint.starts_with(LEGACY) {
+        (intent.legacy.hex.as_str(), &intent.legacy.fields)
+    } else {
+        (intent.fingerprint, intent.fields)
+    };
+    if op.fingerprint != fingerprint {
+        return Decision::Conflict(differing_fields(&op.fields, fields));
     }
     match op.state {
         State::Prepared if op.approval == Gate::Approved => Decision::Resend(Resend::Approved),
@@ -168,11 +176,17 @@ mod tests {
         }
     }
 
+    static NO_LEGACY: std::sync::LazyLock<Legacy> = std::sync::LazyLock::new(|| Legacy {
+        hex: format!("{LEGACY}old"),
+        fields: BTreeMap::new(),
+    });
+
     fn same(f: &BTreeMap<String, String>) -> Intent<'_> {
         Intent {
             fingerprint: "fp1",
             fields: f,
             principal: "caller1",
+            legacy: &NO_LEGACY,
         }
     }
 
@@ -193,7 +207,7 @@ mod tests {
         let intent = Intent {
             fingerprint: "fp2",
             fields: &f,
-            principal: "caller1",
+            ..same(&f)
         };
         for state in State::ALL {
             assert_eq!(
@@ -338,8 +352,8 @@ mod tests {
             for fingerprint in ["fp1", "fp2"] {
                 let intent = Intent {
                     fingerprint,
-                    fields: &f,
                     principal: "caller2",
+                    ..same(&f)
                 };
                 assert_eq!(
                     decide(Some(&op(state)), intent, rules(), T0),
@@ -364,6 +378,37 @@ mod tests {
         assert_eq!(
             decide(Some(&unbound), stranger, rules(), T0),
             Decision::Replay
+        );
+    }
+
+    #[test]
+    fn an_operation_older_versions_recorded_compares_with_the_unkeyed_fingerprint() {
+        let f = fields("100");
+        let legacy = Legacy {
+            hex: format!("{LEGACY}aa"),
+            fields: fields("100"),
+        };
+        let old = Operation {
+            fingerprint: format!("{LEGACY}aa"),
+            principal: None,
+            ..op(State::Succeeded)
+        };
+        let intent = Intent {
+            legacy: &legacy,
+            ..same(&f)
+        };
+        assert_eq!(decide(Some(&old), intent, rules(), T0), Decision::Replay);
+        let other = Legacy {
+            hex: format!("{LEGACY}bb"),
+            fields: fields("200"),
+        };
+        let intent = Intent {
+            legacy: &other,
+            ..same(&f)
+        };
+        assert_eq!(
+            decide(Some(&old), intent, rules(), T0),
+            Decision::Conflict(vec!["amount".into()])
         );
     }
 }

@@ -3,11 +3,12 @@
 //!
 //! This module owns the canonical form of a request's parameters, its keyed hash, and the
 //! short per-field keyed hashes that let a 409 name the fields that differ. It never keeps or
-//! returns a parameter value, nor an unkeyed digest of one: only HMAC-SHA256 tags under the
-//! installation secret leave it (a CVC has 1,000 values; an unkeyed hash of it is the CVC).
+//! returns a parameter value, and of what it returns only HMAC-SHA256 tags under the
+//! installation secret may be stored (a CVC has 1,000 values; an unkeyed hash of it is the CVC).
 //!
-//! While it walks the request it digests values with plain sha256 in memory; `compute` then
-//! keys everything in one place: the fingerprint is the mac of the canonical form (domain
+//! While it walks the request it digests values with plain sha256 in memory (kept, in memory
+//! only, as the [`Legacy`] fingerprint that recognises operations older versions recorded);
+//! `compute` then keys everything in one place: the fingerprint is the mac of the canonical form (domain
 //! [`FINGERPRINT_DOMAIN`]), a field's hash the first 16 hex of the mac of its path and its
 //! digest (domain [`FIELD_DOMAIN`]), so the same value in two fields hashes differently.
 //!
@@ -48,6 +49,10 @@ pub const FINGERPRINT_DOMAIN: &str = "fingerprint";
 /// The mac domain of the per-field hashes.
 pub const FIELD_DOMAIN: &str = "field";
 
+/// The mark of a fingerprint recorded before hashes were keyed (unkeyed sha256): the ledger
+/// reads such records with this prefix on their `fingerprint` (see [`Legacy`]).
+pub const LEGACY: &str = "sha256:";
+
 /// The most entries `Fingerprint::fields` holds at full detail.
 pub const MAX_FIELDS: usize = 256;
 
@@ -58,6 +63,30 @@ pub struct Fingerprint {
     pub hex: String,
     /// Field path -> first 16 hex characters of its keyed hash (see the module doc).
     pub fields: BTreeMap<String, String>,
+    /// The same request as versions before keyed hashes fingerprinted it. In memory only.
+    pub legacy: Legacy,
+}
+
+/// A fingerprint as versions before keyed hashes computed it: `hex` is [`LEGACY`] and the
+/// sha256 of the canonical form, `fields` the first 16 hex of each digest. It exists only to
+/// recognise an operation those versions recorded (which the claim then re-keys) and is
+/// never stored: the ledger gets only keyed hashes from new requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Legacy {
+    pub hex: String,
+    pub fields: BTreeMap<String, String>,
+}
+
+impl Legacy {
+    fn of(canonical: &[u8], digests: &BTreeMap<String, String>) -> Legacy {
+        Legacy {
+            hex: format!("{LEGACY}{}", digest(canonical)),
+            fields: digests
+                .iter()
+                .map(|(path, d)| (path.clone(), d.chars().take(16).collect()))
+                .collect(),
+        }
+    }
 }
 
 /// What a fingerprint is computed from.
@@ -109,9 +138,11 @@ pub fn compute(inputs: &Inputs) -> Fingerprint {
         ("path".to_string(), digest(inputs.path.as_bytes())),
     ];
     base.extend(headers.iter().map(|(n, v)| (n.clone(), digest(v))));
+    let digests = assemble(base, &query, &body);
     Fingerprint {
         hex: secret.mac_hex(FINGERPRINT_DOMAIN, &canonical),
-        fields: keyed(assemble(base, &query, &body), secret),
+        legacy: Legacy::of(&canonical, &digests),
+        fields: keyed(digests, secret),
     }
 }
 

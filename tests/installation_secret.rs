@@ -6,9 +6,15 @@
 mod common;
 mod guarded;
 
+use std::path::Path;
+
+use bytes::Bytes;
 use common::{Behavior, FakeProvider};
 use guarded::*;
-use http::{Method, StatusCode};
+use http::{HeaderMap, Method, StatusCode};
+use idemproxy::clock::Timestamp;
+use idemproxy::ledger::{Approval, Ledger, LedgerOptions, Operation, State, StoredResponse, Write};
+use idemproxy::policy::Effect;
 
 const SECRET_A: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 const SECRET_B: &str = "2222222222222222222222222222222222222222222222222222222222222222";
@@ -116,4 +122,86 @@ async fn another_secret_refuses_to_start() {
     let replay = refund(&proxy, "wf-s1", "amount=500").await;
     assert_op_headers(&replay, &op_id("wf-s1"), "succeeded", true);
     assert_eq!(provider.request_count(), 1);
+}
+
+/// Writes, as versions before keyed hashes did, a succeeded refund `id` of `amount=500`
+/// (unkeyed fingerprint and field hashes, no principal) answered `body`.
+async fn write_as_an_older_version(ledger: &Path, id: &str, body: &'static str) {
+    let now = Timestamp::now();
+    let response = StoredResponse {
+        status: 200,
+        headers: HeaderMap::new(),
+        body: Bytes::from_static(body.as_bytes()),
+    };
+    let op = Operation {
+        id: id.to_string(),
+        provider: PROVIDER.into(),
+        route: ROUTE.into(),
+        effect: Effect::Irreversible,
+        state: State::Succeeded,
+        fingerprint: format!(
+            "sha256:{}",
+            unkeyed::fingerprint("POST", "/v1/refunds", &[("amount", "500")])
+        ),
+        fields: [
+            ("amount".to_string(), unkeyed::field("500")),
+            ("method".to_string(), unkeyed::short(b"POST")),
+            ("path".to_string(), unkeyed::short(b"/v1/refunds")),
+        ]
+        .into(),
+        idempotency_key: opaque_key(id),
+        attempts: 1,
+        created_at: now,
+        updated_at: now,
+        first_dispatched_at: Some(now),
+        last_dispatched_at: Some(now),
+        provider_request_id: None,
+        response: Some(response.meta()),
+        error: None,
+        fence: 0,
+        approval: Approval::NotRequired,
+        principal: None,
+    };
+    let (opened, _) = Ledger::open(ledger, now, LedgerOptions::default())
+        .await
+        .expect("a new ledger");
+    let write = Write {
+        op,
+        events: vec![],
+        response: Some(response),
+    };
+    opened
+        .update(id, move |_| (Some(write), ()))
+        .await
+        .expect("written");
+}
+
+/// An operation an older version recorded (unkeyed hashes, no principal) is still the same
+/// operation: other parameters are a 409 naming the field, the same ones its replay; that
+/// request re-keys the record and binds it to its caller; nothing is sent.
+#[tokio::test]
+async fn an_operation_recorded_before_keyed_hashes_still_replays_and_is_rekeyed() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "refund-made")).await;
+    let dir = builder(&provider, "", &refund_route("")).write();
+    let id = op_id("wf-old");
+    write_as_an_older_version(&dir.ledger_path(), &id, "made-by-the-old-version").await;
+    let mut proxy = dir.start().await;
+
+    let other = refund(&proxy, "wf-old", "amount=900").await;
+    let body = problem(&other, StatusCode::CONFLICT, "parameter-mismatch");
+    assert_eq!(body["differing_fields"], serde_json::json!(["amount"]));
+    let replay = refund(&proxy, "wf-old", "amount=500").await;
+    assert_op_headers(&replay, &id, "succeeded", true);
+    assert_eq!(replay.text(), "made-by-the-old-version");
+    let again = refund(&proxy, "wf-old", "amount=500").await;
+    assert_op_headers(&again, &id, "succeeded", true);
+    let other = refund(&proxy, "wf-old", "amount=900").await;
+    let body = problem(&other, StatusCode::CONFLICT, "parameter-mismatch");
+    assert_eq!(body["differing_fields"], serde_json::json!(["amount"]));
+    assert_eq!(provider.request_count(), 0, "nothing sent");
+
+    let stored = ledger(&mut proxy, &id).await;
+    assert!(!stored.op.fingerprint.starts_with("sha256:"), "re-keyed");
+    assert!(stored.op.principal.is_some(), "bound to its caller");
+    assert_ne!(stored.op.fields["amount"], unkeyed::field("500"));
 }

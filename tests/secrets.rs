@@ -95,7 +95,7 @@ async fn secrets_appear_nowhere_in_the_ledger_file_or_the_logs() {
 const LOW_CVC: &str = "123";
 const CARD: &str = "4242421234564242";
 
-/// Item 8: with the formulas of the unkeyed versions (written out below), no possible CVC
+/// Item 8: with the formulas of the unkeyed versions (`guarded::unkeyed`), no possible CVC
 /// or card number matches a hash in the ledger file, in the operation read back from it,
 /// or in the admin API's view of the operation.
 #[tokio::test]
@@ -156,48 +156,4 @@ fn hex_runs(bytes: &[u8]) -> std::collections::HashSet<String> {
         .filter(|run| run.len() == 16 || run.len() == 64)
         .map(|run| String::from_utf8_lossy(run).into_owned())
         .collect()
-}
-
-/// The hashes as versions before the installation secret computed them: plain sha256.
-mod unkeyed {
-    use sha2::{Digest, Sha256};
-
-    fn frame(out: &mut Vec<u8>, bytes: &[u8]) {
-        out.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
-        out.extend_from_slice(bytes);
-    }
-
-    /// A form field's hash: the first 16 hex of sha256 of its values as a JSON array.
-    pub fn field(value: &str) -> String {
-        let encoded = serde_json::Value::from(vec![value]).to_string();
-        hex::encode(&Sha256::digest(encoded.as_bytes())[..8])
-    }
-
-    /// The fingerprint of a form request without query or fingerprint headers; `pairs`
-    /// one value per name, sorted by name.
-    pub fn fingerprint(method: &str, path: &str, pairs: &[(&str, &str)]) -> String {
-        let mut query = b"pairs".to_vec();
-        frame(&mut query, &0u64.to_be_bytes());
-        let mut body = b"form".to_vec();
-        frame(&mut body, &(pairs.len() as u64).to_be_bytes());
-        for (name, value) in pairs {
-            frame(&mut body, name.as_bytes());
-            frame(
-                &mut body,
-                serde_json::Value::from(vec![*value]).to_string().as_bytes(),
-            );
-        }
-        let mut canonical = Vec::new();
-        for part in [
-            &b"idemproxy-fingerprint/1"[..],
-            method.as_bytes(),
-            path.as_bytes(),
-            &query,
-            &body,
-            &0u64.to_be_bytes(),
-        ] {
-            frame(&mut canonical, part);
-        }
-        hex::encode(Sha256::digest(&canonical))
-    }
 }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::store::Fault;
 use super::{Approval, Event, EventKind, Operation, ResponseMeta, State, StoredResponse};
 use crate::clock::Timestamp;
+use crate::fingerprint::LEGACY;
 use crate::policy::Effect;
 
 /// An operation as stored: enums as their names, so a reordered enum never changes meaning.
@@ -39,6 +40,10 @@ struct OpRecord {
     /// Absent in records written before principals existed.
     #[serde(default)]
     principal: Option<String>,
+    /// Whether `fingerprint` and `fields` are keyed; absent (false) in records written before
+    /// hashes were keyed, which `decode_op` marks with `fingerprint::LEGACY`.
+    #[serde(default)]
+    keyed: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -63,7 +68,7 @@ pub(super) fn encode_op(op: &Operation) -> Result<Vec<u8>, Fault> {
         route: op.route.clone(),
         effect: op.effect.as_str().to_owned(),
         state: op.state.as_str().to_owned(),
-        fingerprint: op.fingerprint.clone(),
+        fingerprint: legacy_free(&op.fingerprint).to_owned(),
         fields: op.fields.clone(),
         idempotency_key: op.idempotency_key.clone(),
         attempts: op.attempts,
@@ -81,6 +86,7 @@ pub(super) fn encode_op(op: &Operation) -> Result<Vec<u8>, Fault> {
         fence: op.fence,
         approval: approval_str(op.approval).to_owned(),
         principal: op.principal.clone(),
+        keyed: !op.fingerprint.starts_with(LEGACY),
     };
     serde_json::to_vec(&record).map_err(|e| Fault::new(format!("cannot encode {}: {e}", op.id)))
 }
@@ -98,7 +104,11 @@ pub(super) fn decode_op(bytes: &[u8]) -> Result<Operation, Fault> {
         route: r.route,
         effect,
         state,
-        fingerprint: r.fingerprint,
+        fingerprint: if r.keyed {
+            r.fingerprint
+        } else {
+            format!("{LEGACY}{}", r.fingerprint)
+        },
         fields: r.fields,
         idempotency_key: r.idempotency_key,
         attempts: r.attempts,
@@ -203,6 +213,11 @@ pub(super) fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
     let (created, id) = raw.split_first_chunk::<8>()?;
     let id = String::from_utf8(id.to_vec()).ok()?;
     Some((i64::from_be_bytes(*created), id))
+}
+
+/// A fingerprint as stored: without the in-memory `LEGACY` mark (`keyed` says it instead).
+fn legacy_free(fingerprint: &str) -> &str {
+    fingerprint.strip_prefix(LEGACY).unwrap_or(fingerprint)
 }
 
 fn approval_str(approval: Approval) -> &'static str {
@@ -313,5 +328,26 @@ mod tests {
         assert_eq!(decode_cursor("zz"), None);
         assert_eq!(decode_cursor("0011"), None);
         assert_eq!(decode_cursor(""), None);
+    }
+
+    #[test]
+    fn records_older_versions_wrote_are_marked_legacy_and_keep_their_format() {
+        let old = br#"{"id":"p/r/x","provider":"p","route":"r","effect":"irreversible",
+            "state":"succeeded","fingerprint":"ab12","fields":{"amount":"0123"},
+            "idempotency_key":"k","attempts":1,"created_at":1,"updated_at":1,
+            "first_dispatched_at":1,"last_dispatched_at":1,"provider_request_id":null,
+            "response":null,"error":null,"fence":0,"approval":"not_required"}"#;
+        let op = decode_op(old).unwrap();
+        assert_eq!(op.fingerprint, format!("{LEGACY}ab12"));
+        assert_eq!(op.principal, None);
+        let again = encode_op(&op).unwrap();
+        let text = String::from_utf8_lossy(&again);
+        assert!(text.contains(r#""fingerprint":"ab12""#) && text.contains(r#""keyed":false"#));
+        assert_eq!(decode_op(&again).unwrap(), op);
+        let keyed = Operation {
+            fingerprint: "cd34".into(),
+            ..op
+        };
+        assert_eq!(decode_op(&encode_op(&keyed).unwrap()).unwrap(), keyed);
     }
 }
