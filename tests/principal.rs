@@ -187,3 +187,20 @@ async fn rebind_lets_the_rotated_key_through() {
             .contains("rotated the API key")
     );
 }
+
+/// A `principal_headers` entry that is no header name is a config error naming the file, the
+/// key and the entry; the proxy does not start.
+#[tokio::test]
+async fn a_bad_principal_header_is_a_config_error() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "refund-made")).await;
+    let keys = "principal_headers = [\"stripe-account\", \"not a header\"]";
+    let (status, log) = builder(&provider, keys, &refund_route(""))
+        .start_expect_failure()
+        .await;
+    assert!(!status.success());
+    let line = log
+        .lines()
+        .find(|l| l.contains("principal_headers[1]"))
+        .unwrap_or_else(|| panic!("no line names the key:\n{log}"));
+    assert!(line.contains("pay.toml"), "{line}");
+}
