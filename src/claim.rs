@@ -68,13 +68,17 @@ pub async fn claim(
                 legacy: &legacy,
             };
             let decision = decide(existing.as_ref(), intent, rules, now);
+            let refused = matches!(
+                decision,
+                Decision::Conflict(_) | Decision::PrincipalMismatch
+            );
+            // Cloned only when there is something to bring up to date (this runs on the writer).
             let stale = existing
                 .as_ref()
-                .filter(|op| is_stale(op) && !matches!(decision, Decision::Conflict(_)))
-                .cloned();
-            let current = fresh.clone();
+                .filter(|op| is_stale(op) && !refused)
+                .map(|op| (op.clone(), fresh.clone()));
             let (write, decided) = transition(existing, fresh, decision, fence, now);
-            (adopt(stale, &current, write), decided)
+            (adopt(stale, write), decided)
         })
         .await
         .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?;
@@ -197,13 +201,14 @@ fn is_stale(op: &Operation) -> bool {
     op.principal.is_none() || op.fingerprint.starts_with(LEGACY)
 }
 
-/// Brings `stale` (an operation now serving the request `current` was made from) up to date:
-/// bound to this caller's principal when it is bound to no one, and its unkeyed hashes
-/// replaced by `current`'s keyed ones (they matched, or the decision would be a conflict).
+/// Brings a stale stored operation up to date with `current`, the operation as this request
+/// would make it (`stale` holds both): bound to this caller's principal when it is bound to
+/// no one, and its unkeyed hashes replaced by `current`'s keyed ones (they matched, or the
+/// decision would be a conflict).
 /// The decision's own write records it, or a write of its own when the decision writes
 /// nothing. Without `stale`, the decision's write as it is. Pure.
-fn adopt(stale: Option<Operation>, current: &Operation, decided: Option<Write>) -> Option<Write> {
-    let Some(op) = stale else {
+fn adopt(stale: Option<(Operation, Operation)>, decided: Option<Write>) -> Option<Write> {
+    let Some((op, current)) = stale else {
         return decided;
     };
     let mut fresh = decided.unwrap_or_else(|| write(op, vec![]));
@@ -410,12 +415,13 @@ mod tests {
             ..fresh()
         };
         let (write, _) = transition(Some(unbound.clone()), fresh(), Decision::Replay, 7, NOW);
-        let write = adopt(Some(unbound.clone()), &current, write).expect("a write");
+        let write = adopt(Some((unbound.clone(), current.clone())), write).expect("a write");
         assert_eq!(write.op.principal.as_deref(), Some("caller"));
         assert_eq!(kinds(&write), [EventKind::Replayed]);
 
         let (write, _) = transition(Some(unbound.clone()), fresh(), Decision::Hold, 7, NOW);
-        let write = adopt(Some(unbound.clone()), &current, write).expect("a write of its own");
+        let stale = Some((unbound.clone(), current.clone()));
+        let write = adopt(stale, write).expect("a write of its own");
         assert_eq!(
             write.op,
             Operation {
@@ -424,10 +430,7 @@ mod tests {
             }
         );
         assert!(write.events.is_empty());
-        assert!(
-            adopt(None, &current, None).is_none(),
-            "a bound one is left alone"
-        );
+        assert!(adopt(None, None).is_none(), "a bound one is left alone");
     }
 
     #[test]
@@ -456,7 +459,7 @@ mod tests {
             ..fresh()
         };
         let (write, _) = transition(Some(old.clone()), fresh(), Decision::Replay, 7, NOW);
-        let write = adopt(Some(old), &current, write).expect("re-keyed");
+        let write = adopt(Some((old, current.clone())), write).expect("re-keyed");
         assert_eq!(write.op.fingerprint, "keyed");
         assert_eq!(write.op.fields, current.fields);
         assert_eq!(write.op.principal.as_deref(), Some("caller"));
