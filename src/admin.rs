@@ -1,5 +1,5 @@
 //! The admin API (SPEC section 7) on `admin_listen`: health, operations, operator decisions
-//! (resolve, approve, reject) and metrics.
+//! (resolve, approve, reject, rebind) and metrics.
 //!
 //! This module owns the admin routes, the bearer-token check, the refusal to expose the
 //! API beyond loopback without a token, and (with `browser`) the refusal of web pages. It reaches the ledger only through its domain API and
@@ -11,7 +11,7 @@
 //! - `browser`: `Origin`, `Host` and `Content-Type` checks, so a web page cannot drive it.
 //! - `view`: operations and events as JSON.
 //! - `query`: the read-only calls (`/ops`, `/ops/{id}`, `/ops/{id}/response`, `/metrics`).
-//! - `action`: the operator's writes (`resolve`, `approve`, `reject`).
+//! - `action`: the operator's writes (`resolve`, `approve`, `reject`, `rebind`).
 
 mod action;
 mod browser;
@@ -139,6 +139,7 @@ enum Endpoint {
     Resolve(String),
     Approve(String),
     Reject(String),
+    Rebind(String),
 }
 
 impl Endpoint {
@@ -185,6 +186,7 @@ impl Endpoint {
             Some("resolve") => post(Endpoint::Resolve(id)),
             Some("approve") => post(Endpoint::Approve(id)),
             Some("reject") => post(Endpoint::Reject(id)),
+            Some("rebind") => post(Endpoint::Rebind(id)),
             Some(_) => Err(no_path()),
         }
     }
@@ -219,6 +221,10 @@ where
         Endpoint::Reject(id) => {
             let body = read_body(app, req).await?;
             action::reject_op(app, &id, &body).await
+        }
+        Endpoint::Rebind(id) => {
+            let body = read_body(app, req).await?;
+            action::rebind_op(app, &id, &body).await
         }
     }
 }

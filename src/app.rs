@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::Timestamp;
 use crate::config::Config;
-use crate::ledger::{Ledger, LedgerOptions};
+use crate::ledger::{Ledger, LedgerError, LedgerOptions};
 use crate::metrics::Metrics;
 use crate::policy::{Dedupe, Effect, Provider};
 use crate::secret::Secret;
@@ -56,10 +56,14 @@ impl App {
         let options = LedgerOptions {
             on_commit: Some(Arc::new(move |took| observer.commit(took))),
             fail_writes: false,
+            secret_check: Some(secret.check_value()),
         };
         let (ledger, orphaned) = Ledger::open(&config.ledger, Timestamp::now(), options)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| match e {
+                LedgerError::OtherSecret { .. } => Secret::other_secret(&config.ledger).to_string(),
+                e => e.to_string(),
+            })?;
         if !orphaned.is_empty() {
             tracing::warn!(
                 orphaned = orphaned.len(),

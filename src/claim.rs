@@ -10,7 +10,7 @@
 use crate::app::App;
 use crate::clock::Timestamp;
 use crate::decide::{Decision, Intent, Resend, Rules, decide};
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{Fingerprint, LEGACY};
 use crate::ledger::{
     Approval, Event, EventKind, Operation, RequestChange, State, StoredResponse, Write,
 };
@@ -32,6 +32,8 @@ pub struct Ask {
     pub key: String,
     pub placement: KeyPlacement,
     pub fingerprint: Fingerprint,
+    /// The keyed hash of the caller's `principal_headers` (`fingerprint::principal`).
+    pub principal: String,
     /// The first attempt, sealed, kept with a new operation.
     pub sealed: Vec<u8>,
     pub actor: Actor,
@@ -70,12 +72,13 @@ pub async fn claim(
     let rules = Rules::of(provider, route);
     let id = ask.id.clone();
     // Kept for `replay_unnoted`, should the claim's write fail.
-    let fingerprint = ask.fingerprint.clone();
+    let (fingerprint, principal) = (ask.fingerprint.clone(), ask.principal.clone());
     let names = Names {
         provider: provider.name.clone(),
         route: route.name.clone(),
         effect: route.effect,
     };
+    let legacy = fingerprint.legacy.clone();
     let decided = app
         .ledger
         .update(&id, move |existing| {
@@ -84,17 +87,30 @@ pub async fn claim(
             let intent = Intent {
                 fingerprint: &fresh.fingerprint,
                 fields: &fresh.fields,
+                principal: fresh.principal.as_deref().unwrap_or_default(),
+                legacy: &legacy,
             };
             let decision = decide(existing.as_ref(), intent, rules, now);
+            let refused = matches!(
+                decision,
+                Decision::Conflict(_) | Decision::PrincipalMismatch
+            );
+            // Cloned only when there is something to bring up to date (this runs on the writer).
+            let stale = existing
+                .as_ref()
+                .filter(|op| is_stale(op) && !refused)
+                .map(|op| (op.clone(), fresh.clone()));
             let fence = if decision.claims() { fences.next() } else { 0 };
             let sealed = ask.sealed;
-            transition(existing, fresh, sealed, decision, fence, ask.actor, now)
+            let (write, decided) =
+                transition(existing, fresh, sealed, decision, fence, ask.actor, now);
+            (adopt(stale, write), decided)
         })
         .await;
     match decided {
         Ok(Decided::Step(step)) => Ok(step),
         Ok(Decided::Replay) => replay(app, &id).await,
-        Err(e) => replay_unnoted(app, &id, &fingerprint, rules, Timestamp::now(), e).await,
+        Err(e) => replay_unnoted(app, &id, &fingerprint, &principal, rules, Timestamp::now(), e).await,
     }
 }
 
@@ -116,6 +132,7 @@ async fn replay_unnoted(
     app: &App,
     id: &str,
     fingerprint: &Fingerprint,
+    principal: &str,
     rules: Rules,
     now: Timestamp,
     error: crate::ledger::LedgerError,
@@ -127,6 +144,8 @@ async fn replay_unnoted(
     let intent = Intent {
         fingerprint: &fingerprint.hex,
         fields: &fingerprint.fields,
+        principal,
+        legacy: &fingerprint.legacy,
     };
     let replays = decide(Some(&op), intent, rules, now) == Decision::Replay;
     if op.state != State::Succeeded || !replays {
@@ -167,6 +186,7 @@ fn fresh(ask: &Ask, names: Names, now: Timestamp) -> Operation {
         fence: 0,
         approval: Approval::NotRequired,
         pruned_at: None,
+        principal: Some(ask.principal.clone()),
     }
 }
 
@@ -271,9 +291,15 @@ fn transition(
             let pruned_at = op.pruned_at.unwrap_or(now);
             refuse(Problem::OperationExpired { pruned_at }, op.state)
         }
+        // Nothing written: a stranger's request leaves no trace with values in the history.
+        (Decision::PrincipalMismatch, Some(op)) => refuse(Problem::PrincipalMismatch, op.state),
         // decide() only returns these for an existing operation.
         (
-            Decision::Conflict(_) | Decision::Replay | Decision::Resend(_) | Decision::Expired,
+            Decision::Conflict(_)
+            | Decision::Replay
+            | Decision::Resend(_)
+            | Decision::Expired
+            | Decision::PrincipalMismatch,
             None,
         ) => refuse(
             Problem::LedgerUnavailable("inconsistent decision".into()),
@@ -288,6 +314,33 @@ fn keeping(op: Operation, event: Event, sealed: Vec<u8>) -> Write {
         request: RequestChange::Store(sealed),
         ..Write::of(op, vec![event])
     }
+}
+
+/// Whether `op` is bound to no caller (written by an older version, or rebound) or still
+/// has the unkeyed hashes older versions recorded.
+fn is_stale(op: &Operation) -> bool {
+    op.principal.is_none() || op.fingerprint.starts_with(LEGACY)
+}
+
+/// Brings a stale stored operation up to date with `current`, the operation as this request
+/// would make it (`stale` holds both): bound to this caller's principal when it is bound to
+/// no one, and its unkeyed hashes replaced by `current`'s keyed ones (they matched, or the
+/// decision would be a conflict).
+/// The decision's own write records it, or a write of its own when the decision writes
+/// nothing. Without `stale`, the decision's write as it is. Pure.
+fn adopt(stale: Option<(Operation, Operation)>, decided: Option<Write>) -> Option<Write> {
+    let Some((op, current)) = stale else {
+        return decided;
+    };
+    let mut fresh = decided.unwrap_or_else(|| Write::of(op, vec![]));
+    if fresh.op.principal.is_none() {
+        fresh.op.principal.clone_from(&current.principal);
+    }
+    if fresh.op.fingerprint.starts_with(LEGACY) {
+        fresh.op.fingerprint.clone_from(&current.fingerprint);
+        fresh.op.fields.clone_from(&current.fields);
+    }
+    Some(fresh)
 }
 
 fn resend_reason(why: Resend) -> &'static str {
@@ -506,5 +559,64 @@ mod tests {
                 State::Succeeded
             ))
         ));
+    }
+
+    #[test]
+    fn an_unbound_operation_is_adopted_by_the_caller_it_serves() {
+        let unbound = stored(State::Succeeded);
+        assert_eq!(unbound.principal, None);
+        let current = Operation {
+            principal: Some("caller".into()),
+            ..fresh()
+        };
+        let (write, _) = run(Some(unbound.clone()), Decision::Replay, 7);
+        let write = adopt(Some((unbound.clone(), current.clone())), write).expect("a write");
+        assert_eq!(write.op.principal.as_deref(), Some("caller"));
+        assert_eq!(kinds(&write), [EventKind::Replayed]);
+
+        let (write, _) = run(Some(unbound.clone()), Decision::Hold, 7);
+        let stale = Some((unbound.clone(), current.clone()));
+        let write = adopt(stale, write).expect("a write of its own");
+        assert_eq!(
+            write.op,
+            Operation {
+                principal: Some("caller".into()),
+                ..unbound
+            }
+        );
+        assert!(write.events.is_empty());
+        assert!(adopt(None, None).is_none(), "a bound one is left alone");
+    }
+
+    #[test]
+    fn another_principal_is_refused_and_nothing_is_written() {
+        let op = stored(State::Succeeded);
+        let (write, decided) = run(Some(op), Decision::PrincipalMismatch, 7);
+        assert!(write.is_none());
+        assert!(matches!(
+            decided,
+            Decided::Step(Step::Refuse(Problem::PrincipalMismatch, State::Succeeded))
+        ));
+    }
+
+    #[test]
+    fn unkeyed_hashes_older_versions_recorded_are_replaced_by_keyed_ones() {
+        let old = Operation {
+            fingerprint: format!("{LEGACY}aa"),
+            fields: [("amount".to_string(), "0123".to_string())].into(),
+            ..stored(State::Succeeded)
+        };
+        assert!(is_stale(&old));
+        let current = Operation {
+            fingerprint: "keyed".into(),
+            fields: [("amount".to_string(), "k1".to_string())].into(),
+            principal: Some("caller".into()),
+            ..fresh()
+        };
+        let (write, _) = run(Some(old.clone()), Decision::Replay, 7);
+        let write = adopt(Some((old, current.clone())), write).expect("re-keyed");
+        assert_eq!(write.op.fingerprint, "keyed");
+        assert_eq!(write.op.fields, current.fields);
+        assert_eq!(write.op.principal.as_deref(), Some("caller"));
     }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::clock::Timestamp;
-use crate::fingerprint::differing_fields;
+use crate::fingerprint::{LEGACY, Legacy, differing_fields};
 use crate::ledger::{Approval as Gate, Operation, State};
 use crate::policy::{Approval, Dedupe, Effect, Provider, Route};
 
@@ -42,6 +42,11 @@ impl Rules {
 pub struct Intent<'a> {
     pub fingerprint: &'a str,
     pub fields: &'a BTreeMap<String, String>,
+    /// The keyed hash of the caller's `principal_headers`.
+    pub principal: &'a str,
+    /// The same parameters fingerprinted the unkeyed way, for operations older versions
+    /// recorded (their `fingerprint` starts with `fingerprint::LEGACY`).
+    pub legacy: &'a Legacy,
 }
 
 /// What to do with a guarded request.
@@ -70,6 +75,8 @@ pub enum Decision {
     /// Pruned, its tombstone remains (SPEC 4): 410 `operation-expired`, whatever the
     /// parameters; nothing is sent, ever.
     Expired,
+    /// The operation is bound to another caller: 403, nothing replayed or sent, no field named.
+    PrincipalMismatch,
 }
 
 impl Decision {
@@ -109,8 +116,22 @@ pub fn decide(
     if op.pruned_at.is_some() {
         return Decision::Expired;
     }
-    if op.fingerprint != intent.fingerprint {
-        return Decision::Conflict(differing_fields(&op.fields, intent.fields));
+    // Before the fingerprint: another caller learns nothing of the parameters. An operation
+    // bound to no one (older versions, or rebound by an operator) is adopted by this caller.
+    if op
+        .principal
+        .as_deref()
+        .is_some_and(|p| p != intent.principal)
+    {
+        return Decision::PrincipalMismatch;
+    }
+    let (fingerprint, fields) = if op.fingerprint.starts_with(LEGACY) {
+        (intent.legacy.hex.as_str(), &intent.legacy.fields)
+    } else {
+        (intent.fingerprint, intent.fields)
+    };
+    if op.fingerprint != fingerprint {
+        return Decision::Conflict(differing_fields(&op.fields, fields));
     }
     match op.state {
         State::Prepared if op.approval == Gate::Approved => Decision::Resend(Resend::Approved),
@@ -170,14 +191,22 @@ mod tests {
         Operation {
             fingerprint: "fp1".into(),
             fields: fields("100"),
+            principal: Some("caller1".into()),
             ..Operation::example("p/r/x", state, T0)
         }
     }
+
+    static NO_LEGACY: std::sync::LazyLock<Legacy> = std::sync::LazyLock::new(|| Legacy {
+        hex: format!("{LEGACY}old"),
+        fields: BTreeMap::new(),
+    });
 
     fn same(f: &BTreeMap<String, String>) -> Intent<'_> {
         Intent {
             fingerprint: "fp1",
             fields: f,
+            principal: "caller1",
+            legacy: &NO_LEGACY,
         }
     }
 
@@ -198,6 +227,7 @@ mod tests {
         let intent = Intent {
             fingerprint: "fp2",
             fields: &f,
+            ..same(&f)
         };
         for state in State::ALL {
             assert_eq!(
@@ -321,6 +351,8 @@ mod tests {
             Intent {
                 fingerprint: "fp2",
                 fields: &other,
+                principal: "someone else",
+                legacy: &NO_LEGACY,
             },
         ];
         for state in [State::Succeeded, State::Failed] {
@@ -357,6 +389,73 @@ mod tests {
         assert_eq!(
             decide(Some(&op(State::Unknown)), same(&f), k, T0),
             Decision::Resend(Resend::WithinKeyRetention)
+        );
+    }
+
+    #[test]
+    fn another_principal_is_refused_in_every_state_before_the_fingerprint() {
+        let f = fields("200");
+        for state in State::ALL {
+            for fingerprint in ["fp1", "fp2"] {
+                let intent = Intent {
+                    fingerprint,
+                    principal: "caller2",
+                    ..same(&f)
+                };
+                assert_eq!(
+                    decide(Some(&op(state)), intent, rules(), T0),
+                    Decision::PrincipalMismatch,
+                    "{state:?} {fingerprint}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_unbound_operation_is_decided_as_if_bound_to_this_caller() {
+        let f = fields("100");
+        let unbound = Operation {
+            principal: None,
+            ..op(State::Succeeded)
+        };
+        let stranger = Intent {
+            principal: "caller2",
+            ..same(&f)
+        };
+        assert_eq!(
+            decide(Some(&unbound), stranger, rules(), T0),
+            Decision::Replay
+        );
+    }
+
+    #[test]
+    fn an_operation_older_versions_recorded_compares_with_the_unkeyed_fingerprint() {
+        let f = fields("100");
+        let legacy = Legacy {
+            hex: format!("{LEGACY}aa"),
+            fields: fields("100"),
+        };
+        let old = Operation {
+            fingerprint: format!("{LEGACY}aa"),
+            principal: None,
+            ..op(State::Succeeded)
+        };
+        let intent = Intent {
+            legacy: &legacy,
+            ..same(&f)
+        };
+        assert_eq!(decide(Some(&old), intent, rules(), T0), Decision::Replay);
+        let other = Legacy {
+            hex: format!("{LEGACY}bb"),
+            fields: fields("200"),
+        };
+        let intent = Intent {
+            legacy: &other,
+            ..same(&f)
+        };
+        assert_eq!(
+            decide(Some(&old), intent, rules(), T0),
+            Decision::Conflict(vec!["amount".into()])
         );
     }
 }

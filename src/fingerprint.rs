@@ -1,8 +1,16 @@
-//! The parameter fingerprint: "same parameters = same intent" (SPEC section 3).
+//! The parameter fingerprint: "same parameters = same intent" (SPEC section 3), and the
+//! principal: "same caller", a keyed hash of the provider's `principal_headers`.
 //!
-//! This module owns the canonical form of a request's parameters, its sha256, and the short
-//! per-field hashes that let a 409 name the fields that differ. It never keeps or returns a
-//! parameter value: only hashes leave it, because the ledger must never hold request bodies.
+//! This module owns the canonical form of a request's parameters, its keyed hash, and the
+//! short per-field keyed hashes that let a 409 name the fields that differ. It never keeps or
+//! returns a parameter value, and of what it returns only HMAC-SHA256 tags under the
+//! installation secret may be stored (a CVC has 1,000 values; an unkeyed hash of it is the CVC).
+//!
+//! While it walks the request it digests values with plain sha256 in memory (kept, in memory
+//! only, as the [`Legacy`] fingerprint that recognises operations older versions recorded);
+//! `compute` then keys everything in one place: the fingerprint is the mac of the canonical form (domain
+//! [`FINGERPRINT_DOMAIN`]), a field's hash the first 16 hex of the mac of its path and its
+//! digest (domain [`FIELD_DOMAIN`]), so the same value in two fields hashes differently.
 //!
 //! # Field paths
 //!
@@ -34,6 +42,16 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::body::{Body, decode_pairs};
+use crate::secret::Secret;
+
+/// The mac domain of the fingerprint.
+pub const FINGERPRINT_DOMAIN: &str = "fingerprint";
+/// The mac domain of the per-field hashes.
+pub const FIELD_DOMAIN: &str = "field";
+
+/// The mark of a fingerprint recorded before hashes were keyed (unkeyed sha256): the ledger
+/// reads such records with this prefix on their `fingerprint` (see [`Legacy`]).
+pub const LEGACY: &str = "sha256:";
 
 /// The most entries `Fingerprint::fields` holds at full detail.
 pub const MAX_FIELDS: usize = 256;
@@ -41,10 +59,34 @@ pub const MAX_FIELDS: usize = 256;
 /// A request's parameter fingerprint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fingerprint {
-    /// Lowercase hex sha256 of the canonical form.
+    /// Lowercase hex HMAC-SHA256 of the canonical form under the installation secret.
     pub hex: String,
-    /// Field path -> first 16 hex characters of the sha256 of its canonical value.
+    /// Field path -> first 16 hex characters of its keyed hash (see the module doc).
     pub fields: BTreeMap<String, String>,
+    /// The same request as versions before keyed hashes fingerprinted it. In memory only.
+    pub legacy: Legacy,
+}
+
+/// A fingerprint as versions before keyed hashes computed it: `hex` is [`LEGACY`] and the
+/// sha256 of the canonical form, `fields` the first 16 hex of each digest. It exists only to
+/// recognise an operation those versions recorded (which the claim then re-keys) and is
+/// never stored: the ledger gets only keyed hashes from new requests.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Legacy {
+    pub hex: String,
+    pub fields: BTreeMap<String, String>,
+}
+
+impl Legacy {
+    fn of(canonical: &[u8], digests: &BTreeMap<String, String>) -> Legacy {
+        Legacy {
+            hex: format!("{LEGACY}{}", digest(canonical)),
+            fields: digests
+                .iter()
+                .map(|(path, d)| (path.clone(), d.chars().take(16).collect()))
+                .collect(),
+        }
+    }
 }
 
 /// What a fingerprint is computed from.
@@ -61,13 +103,16 @@ pub struct Inputs<'a> {
     pub ignore: &'a [String],
     /// JSON pointer of `key_json_field`; that field never counts.
     pub key_field: Option<&'a str>,
+    /// The installation secret every hash is keyed with.
+    pub secret: &'a Secret,
 }
 
-/// Computes the fingerprint: sha256 over length-prefixed sections for method, path, query
-/// (grouped by name, names sorted, value order kept), body (JSON by value with keys sorted,
-/// forms like the query, anything else as bytes) and the `fingerprint_headers` in configured
-/// order, less ignored fields and the key field. Never panics.
+/// Computes the fingerprint: a mac under `inputs.secret` over length-prefixed sections for method,
+/// path, query (grouped by name, names sorted, value order kept), body (JSON by value with
+/// keys sorted, forms like the query, anything else as bytes) and the `fingerprint_headers`
+/// in configured order, less ignored fields and the key field. Never panics.
 pub fn compute(inputs: &Inputs) -> Fingerprint {
+    let secret = inputs.secret;
     let excluded = Excluded::new(inputs.ignore, inputs.key_field);
     let query = query_section(inputs.query, &excluded);
     let body = body_section(inputs.body, &excluded);
@@ -88,15 +133,48 @@ pub fn compute(inputs: &Inputs) -> Fingerprint {
     let mut base = vec![
         (
             "method".to_string(),
-            short(inputs.method.as_str().as_bytes()),
+            digest(inputs.method.as_str().as_bytes()),
         ),
-        ("path".to_string(), short(inputs.path.as_bytes())),
+        ("path".to_string(), digest(inputs.path.as_bytes())),
     ];
-    base.extend(headers.iter().map(|(n, v)| (n.clone(), short(v))));
+    base.extend(headers.iter().map(|(n, v)| (n.clone(), digest(v))));
+    let digests = assemble(base, &query, &body);
     Fingerprint {
-        hex: hex::encode(Sha256::digest(&canonical)),
-        fields: assemble(base, &query, &body),
+        hex: secret.mac_hex(FINGERPRINT_DOMAIN, &canonical),
+        legacy: Legacy::of(&canonical, &digests),
+        fields: keyed(digests, secret),
     }
+}
+
+/// Each field's in-memory digest replaced by the first 16 hex of the mac of its path and
+/// that digest: what the ledger keeps.
+fn keyed(digests: BTreeMap<String, String>, secret: &Secret) -> BTreeMap<String, String> {
+    digests
+        .into_iter()
+        .map(|(path, digest)| {
+            let mut data = Vec::with_capacity(8 + path.len() + digest.len());
+            frame(&mut data, path.as_bytes());
+            data.extend_from_slice(digest.as_bytes());
+            let mut mac = secret.mac_hex(FIELD_DOMAIN, &data);
+            mac.truncate(16);
+            (path, mac)
+        })
+        .collect()
+}
+
+/// The mac domain of principals.
+pub const PRINCIPAL_DOMAIN: &str = "principal";
+
+/// The caller's principal (SPEC 3): a mac under `secret` over the values of `names` in
+/// order (the provider's `principal_headers`, `authorization` first), each header framed
+/// with its count of values, so a missing header is a principal too ("no credentials").
+pub fn principal(headers: &HeaderMap, names: &[HeaderName], secret: &Secret) -> String {
+    let mut data = Vec::new();
+    for (name, values) in header_fields(headers, names) {
+        frame(&mut data, name.as_bytes());
+        frame(&mut data, &values);
+    }
+    secret.mac_hex(PRINCIPAL_DOMAIN, &data)
 }
 
 /// Field paths whose hashes differ, or that exist on one side only; sorted; never values.
@@ -194,7 +272,7 @@ fn query_section(query: Option<&str>, excluded: &Excluded) -> Section {
         // Not UTF-8 once decoded: compare the raw text rather than guess at its characters.
         let mut canonical = b"raw".to_vec();
         frame(&mut canonical, raw.as_bytes());
-        let top = vec![("query".to_string(), short(raw.as_bytes()))];
+        let top = vec![("query".to_string(), digest(raw.as_bytes()))];
         return Section {
             canonical,
             top,
@@ -220,7 +298,7 @@ fn body_section(body: &Body, excluded: &Excluded) -> Section {
         Body::Bytes(bytes) | Body::Malformed { bytes, .. } => {
             let mut canonical = b"bytes".to_vec();
             frame(&mut canonical, bytes);
-            let top = vec![("body".to_string(), short(bytes))];
+            let top = vec![("body".to_string(), digest(bytes))];
             Section {
                 canonical,
                 top,
@@ -251,7 +329,7 @@ fn grouped_section(tag: &[u8], groups: BTreeMap<String, Vec<String>>, prefix: &s
         let encoded = Value::from(values).to_string();
         frame(&mut canonical, name.as_bytes());
         frame(&mut canonical, encoded.as_bytes());
-        top.push((format!("{prefix}{name}"), short(encoded.as_bytes())));
+        top.push((format!("{prefix}{name}"), digest(encoded.as_bytes())));
     }
     Section {
         canonical,
@@ -271,7 +349,7 @@ fn json_section(value: &Value, excluded: &Excluded) -> Section {
     walk.value(value, "", 0);
     if !(value.is_object() || value.is_array()) {
         walk.top
-            .push(("body".to_string(), short(walk.text.as_bytes())));
+            .push(("body".to_string(), digest(walk.text.as_bytes())));
     }
     let mut canonical = b"json".to_vec();
     frame(&mut canonical, walk.text.as_bytes());
@@ -353,7 +431,7 @@ impl Walk<'_> {
             Value::Array(a) => a.is_empty(),
             _ => true,
         };
-        let hash = short(&self.text.as_bytes()[start..]);
+        let hash = digest(&self.text.as_bytes()[start..]);
         if depth == 0 {
             self.top.push((path, hash));
         } else if is_leaf && !self.overflow {
@@ -395,21 +473,21 @@ fn assemble(
     }
     let mut coarse = base.clone();
     if !query.top.is_empty() {
-        coarse.push(("query".to_string(), short(&query.canonical)));
+        coarse.push(("query".to_string(), digest(&query.canonical)));
     }
     if !body.top.is_empty() {
-        coarse.push(("body".to_string(), short(&body.canonical)));
+        coarse.push(("body".to_string(), digest(&body.canonical)));
     }
     collect(coarse.iter())
 }
 
-/// Collects entries; a path seen twice keeps one hash covering both values.
+/// Collects entries; a path seen twice keeps one digest covering both values.
 fn collect<'a>(entries: impl Iterator<Item = &'a (String, String)>) -> BTreeMap<String, String> {
     let mut fields = BTreeMap::new();
     for (path, hash) in entries {
         fields
             .entry(path.clone())
-            .and_modify(|old: &mut String| *old = short(format!("{old}{hash}").as_bytes()))
+            .and_modify(|old: &mut String| *old = digest(format!("{old}{hash}").as_bytes()))
             .or_insert_with(|| hash.clone());
     }
     fields
@@ -421,10 +499,9 @@ fn frame(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-/// The first 16 hex characters of the sha256 of `bytes`.
-fn short(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    hex::encode(&digest[..8])
+/// The lowercase hex sha256 of `bytes`; in memory only (`keyed` keys it before it leaves).
+fn digest(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
 }
 
 #[cfg(test)]
@@ -475,6 +552,10 @@ mod tests {
         }
 
         fn fp(&self) -> Fingerprint {
+            self.fp_with(&Secret::from_bytes([7; 32]))
+        }
+
+        fn fp_with(&self, secret: &Secret) -> Fingerprint {
             compute(&Inputs {
                 method: &self.method,
                 path: &self.path,
@@ -484,6 +565,7 @@ mod tests {
                 fingerprint_headers: &self.fingerprint_headers,
                 ignore: &self.ignore,
                 key_field: self.key_field.as_deref(),
+                secret,
             })
         }
     }
@@ -494,6 +576,23 @@ mod tests {
 
     fn keys(fp: &Fingerprint) -> Vec<&str> {
         fp.fields.keys().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn every_hash_depends_on_the_secret_and_no_field_hash_on_its_value_alone() {
+        let req = Req::form(&[("card[cvc]", "123"), ("other_cvc", "123")]);
+        let (a, b) = (req.fp(), req.fp_with(&Secret::from_bytes([8; 32])));
+        assert_ne!(a.hex, b.hex);
+        for (path, hash) in &a.fields {
+            assert_ne!(Some(hash), b.fields.get(path), "{path}");
+        }
+        assert_eq!(a, req.fp(), "the same secret gives the same hashes");
+        assert_ne!(
+            a.fields["card[cvc]"], a.fields["other_cvc"],
+            "the path is keyed in"
+        );
+        let unkeyed = hex::encode(&Sha256::digest(br#"["123"]"#)[..8]);
+        assert!(!a.fields.values().any(|h| *h == unkeyed));
     }
 
     #[test]

@@ -27,6 +27,7 @@ use crate::ledger::{Operation, State, StoredResponse};
 use crate::policy::{Captures, KeyPlacement, OnMissingId, Provider, Route};
 use crate::problem::{Context, Problem};
 use crate::proxy::{ProxyBody, Target, full};
+use crate::secret::Secret;
 use crate::template::{self, render_first};
 use crate::upstream;
 
@@ -47,6 +48,8 @@ struct Identified {
     key: String,
     placement: KeyPlacement,
     fingerprint: Fingerprint,
+    /// The keyed hash of the caller's `principal_headers`.
+    principal: String,
     /// The request as it came, cleaned, without a key: the base of a re-send whose first
     /// request is no longer kept, and the source of the caller's headers for any re-send.
     plain: Outgoing,
@@ -88,7 +91,7 @@ async fn run(
     let provider = target.provider;
     // The body's bytes stay reserved in the buffered-bytes budget until the request is done.
     let (parts, bytes, _reserved) = read_body(app, req).await?;
-    let op = match identify(provider, route, target, captures, parts, bytes)? {
+    let op = match identify(provider, route, target, captures, parts, bytes, &app.secret)? {
         Identity::Op(op) => *op,
         Identity::Pass(outgoing) => {
             return Ok((
@@ -208,6 +211,7 @@ async fn claim_and_send(
         key: op.key.clone(),
         placement: op.placement.clone(),
         fingerprint: op.fingerprint.clone(),
+        principal: op.principal.clone(),
         sealed,
         actor: Actor::Agent,
     };
@@ -341,6 +345,7 @@ fn identify(
     captures: &Captures,
     parts: Parts,
     bytes: Bytes,
+    secret: &Secret,
 ) -> Result<Identity, Problem> {
     let parsed = body::parse(parts.headers.get(header::CONTENT_TYPE), bytes.clone());
     let key_field = match &provider.key {
@@ -356,6 +361,7 @@ fn identify(
         fingerprint_headers: &route.fingerprint_headers,
         ignore: &route.fingerprint_ignore,
         key_field,
+        secret,
     });
     let inputs = template::Inputs {
         headers: &parts.headers,
@@ -383,6 +389,7 @@ fn identify(
         }
     })?;
     let key = identity::key(&id, provider.key_format);
+    let principal = fingerprint::principal(&parts.headers, &provider.principal_headers, secret);
     let plain = outgoing(provider, target, parts, bytes)?;
     let first = place_key(plain.clone(), &key, &provider.key).map_err(Problem::InvalidBody)?;
     Ok(Identity::Op(Box::new(Identified {
@@ -390,6 +397,7 @@ fn identify(
         key,
         placement: provider.key.clone(),
         fingerprint,
+        principal,
         plain,
         first,
     })))

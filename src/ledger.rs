@@ -132,6 +132,9 @@ pub struct Operation {
     /// Set only on an operation rebuilt from its tombstone (SPEC 4): when retention pruned
     /// it. Such an operation is never written back; every request for it is refused (410).
     pub pruned_at: Option<Timestamp>,
+    /// Keyed hash of the caller's `principal_headers` (SPEC 3); `None`: bound to no one yet
+    /// (written by an older version, or rebound by an operator), adopted by the next caller.
+    pub principal: Option<String>,
 }
 
 impl Operation {
@@ -162,6 +165,7 @@ impl Operation {
             fence: 0,
             approval: Approval::NotRequired,
             pruned_at: None,
+            principal: None,
         }
     }
 }
@@ -205,10 +209,11 @@ pub enum EventKind {
     OperatorResolved,
     OperatorApproved,
     OperatorRejected,
+    OperatorRebound,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 15] = [
+    pub const ALL: [EventKind; 16] = [
         EventKind::Prepared,
         EventKind::Claimed,
         EventKind::ProviderRequested,
@@ -224,6 +229,7 @@ impl EventKind {
         EventKind::OperatorResolved,
         EventKind::OperatorApproved,
         EventKind::OperatorRejected,
+        EventKind::OperatorRebound,
     ];
 
     /// The kind named by `s` (as `as_str` spells it).
@@ -248,6 +254,7 @@ impl EventKind {
             EventKind::OperatorResolved => "operator.resolved",
             EventKind::OperatorApproved => "operator.approved",
             EventKind::OperatorRejected => "operator.rejected",
+            EventKind::OperatorRebound => "operator.rebound",
         }
     }
 }
@@ -333,6 +340,9 @@ pub enum LedgerError {
     Unavailable(String),
     #[error("invalid cursor")]
     BadCursor,
+    /// `LedgerOptions::secret_check` differs from the check value the ledger keeps.
+    #[error("the ledger at {path} was first used with another installation secret")]
+    OtherSecret { path: String },
 }
 
 /// How to open the ledger.
@@ -344,6 +354,9 @@ pub struct LedgerOptions {
     /// `IDEMPROXY_FAIL=ledger.commit` in the environment sets it too. The recovery write of
     /// `open` is exempt, so a proxy under injection still starts.
     pub fail_writes: bool,
+    /// The installation secret's `check_value()`: the first open keeps it, a later open with
+    /// another is `OtherSecret` and changes nothing. `None` (tests reading a file) skips it.
+    pub secret_check: Option<String>,
 }
 
 impl fmt::Debug for LedgerOptions {
@@ -354,6 +367,7 @@ impl fmt::Debug for LedgerOptions {
                 &self.on_commit.as_ref().map(|_| "Fn(Duration)"),
             )
             .field("fail_writes", &self.fail_writes)
+            .field("secret_check", &self.secret_check.is_some())
             .finish()
     }
 }
@@ -417,8 +431,9 @@ impl Ledger {
         opts: LedgerOptions,
     ) -> Result<(Ledger, Vec<Operation>), LedgerError> {
         let owned = path.to_path_buf();
+        let check = opts.secret_check.clone();
         let (db, epoch, orphaned) =
-            match tokio::task::spawn_blocking(move || open_blocking(&owned, now)).await {
+            match tokio::task::spawn_blocking(move || open_blocking(&owned, now, check)).await {
                 Ok(opened) => opened?,
                 Err(e) => return Err(open_error(path, e)),
             };
@@ -655,21 +670,45 @@ fn fault_injected() -> bool {
 
 type Opened = (Database, u64, Vec<Operation>);
 
-fn open_blocking(path: &Path, now: Timestamp) -> Result<Opened, LedgerError> {
+fn open_blocking(
+    path: &Path,
+    now: Timestamp,
+    secret_check: Option<String>,
+) -> Result<Opened, LedgerError> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| open_error(path, e))?;
     }
     let db = Database::create(path).map_err(|e| open_error(path, e))?;
-    let (epoch, orphaned) = recover(&db, now).map_err(|fault| open_error(path, fault))?;
+    let (epoch, orphaned) = match recover(&db, now, secret_check.as_deref()) {
+        Ok(Some(recovered)) => recovered,
+        Ok(None) => {
+            return Err(LedgerError::OtherSecret {
+                path: path.display().to_string(),
+            });
+        }
+        Err(fault) => return Err(open_error(path, fault)),
+    };
     Ok((db, epoch, orphaned))
 }
 
-/// The start-up write: bump the boot epoch and orphan what a dead process left in flight.
-fn recover(db: &Database, now: Timestamp) -> Result<(u64, Vec<Operation>), Fault> {
+/// The start-up write: check (or keep) the secret's check value, bump the boot epoch and
+/// orphan what a dead process left in flight. `None`, with nothing written, when the ledger
+/// keeps another check value.
+fn recover(
+    db: &Database,
+    now: Timestamp,
+    secret_check: Option<&str>,
+) -> Result<Option<(u64, Vec<Operation>)>, Fault> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
+    if let Some(check) = secret_check
+        && !store::keep_secret_check(&txn, check)?
+    {
+        txn.abort()?;
+        return Ok(None);
+    }
     let epoch = store::bump_epoch(&txn)?;
     let orphaned = Tables::open(&txn)?.orphan_in_flight(now)?;
     txn.commit()?;
-    Ok((epoch, orphaned))
+    Ok(Some((epoch, orphaned)))
 }

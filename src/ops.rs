@@ -1,6 +1,6 @@
 //! `idemproxy ops`: the operator's command line, a client of the admin API (SPEC section 9).
 //!
-//! It owns the verbs (`list`, `show`, `resolve`, `approve`, `reject`), turning each into one
+//! It owns the verbs (`list`, `show`, `resolve`, `approve`, `reject`, `rebind`), turning each into one
 //! admin call, and the human-readable tables; `--json` prints the API's JSON as it came. It
 //! never opens the ledger: everything goes through the running proxy's admin API, so its
 //! checks (states, token) apply. It prints no token.
@@ -98,6 +98,13 @@ pub enum Verb {
     },
     /// Reject a prepared operation for good.
     Reject {
+        /// The operation ID as `ops list` shows it (not percent-encoded).
+        id: String,
+        #[arg(long, value_name = "TEXT")]
+        reason: String,
+    },
+    /// Unbind an operation from its caller (after a key rotation); the next caller adopts it.
+    Rebind {
         /// The operation ID as `ops list` shows it (not percent-encoded).
         id: String,
         #[arg(long, value_name = "TEXT")]
@@ -223,6 +230,7 @@ pub fn plan(verb: &Verb, read: &dyn Fn(&Path) -> Result<String, String>) -> Resu
             post(op(id, "/approve"), body)
         }
         Verb::Reject { id, reason } => post(op(id, "/reject"), json!({ "reason": reason })),
+        Verb::Rebind { id, reason } => post(op(id, "/rebind"), json!({ "reason": reason })),
     })
 }
 

@@ -427,6 +427,9 @@ pub struct Provider {
     pub routes: Vec<Route>,
     /// The policy file this came from, for messages.
     pub file: PathBuf,
+    /// Request headers whose keyed hash binds an operation to its caller; `authorization`
+    /// first, always.
+    pub principal_headers: Vec<HeaderName>,
 }
 
 impl Provider {
@@ -458,6 +461,7 @@ impl Provider {
             outcomes: Outcomes::default(),
             routes: vec![],
             file: PathBuf::new(),
+            principal_headers: vec![http::header::AUTHORIZATION],
         }
     }
 

@@ -72,6 +72,9 @@ pub enum Problem {
     BodyTimeout { after: Duration },
     #[error("too many request bodies are being buffered")]
     Overloaded,
+    // The caller's: the operation is another principal's.
+    #[error("the operation belongs to another caller")]
+    PrincipalMismatch,
 }
 
 /// What is known about the operation a problem concerns.
@@ -124,6 +127,7 @@ impl Problem {
             Problem::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Problem::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             Problem::OperationExpired { .. } => StatusCode::GONE,
+            Problem::PrincipalMismatch => StatusCode::FORBIDDEN,
         }
     }
 
@@ -152,6 +156,7 @@ impl Problem {
             Problem::BodyTimeout { .. } => "body-timeout",
             Problem::Overloaded => "overloaded",
             Problem::OperationExpired { .. } => "operation-expired",
+            Problem::PrincipalMismatch => "principal-mismatch",
         }
     }
 
@@ -179,6 +184,7 @@ impl Problem {
             Problem::BodyTimeout { .. } => "Body timeout",
             Problem::Overloaded => "Overloaded",
             Problem::OperationExpired { .. } => "Operation expired",
+            Problem::PrincipalMismatch => "Principal mismatch",
         }
     }
 
@@ -273,6 +279,11 @@ impl Problem {
             Problem::OperationExpired { .. } => "This operation was completed and its record \
                 pruned; only its tombstone remains, so it is never sent again. Nothing was sent. \
                 Use a new operation ID for a new intent."
+                .into(),
+            Problem::PrincipalMismatch => "This operation was first requested by another caller \
+                (other credentials, or other values of the provider's `principal_headers`). \
+                Nothing was replayed and nothing was sent. Use a new operation ID, or, after a \
+                key rotation, ask an operator to run `idemproxy ops rebind ID --reason ...`."
                 .into(),
         }
     }

@@ -38,6 +38,17 @@ pub enum SecretError {
     Io { path: String, reason: String },
     #[error("no random bytes for a new secret: {0}")]
     Random(String),
+    #[error(
+        "the ledger {ledger} was first used with another installation secret than the one from \
+         {origin}; start it with the secret it was made with: set {SECRET_ENV} to it, or \
+         restore the secret file {file} from your backup (or move the ledger aside to start \
+         afresh, leaving its operations behind)"
+    )]
+    OtherSecret {
+        ledger: String,
+        origin: String,
+        file: String,
+    },
 }
 
 /// The per-installation secret, with the two keys derived from it.
@@ -64,11 +75,32 @@ impl Secret {
                 .map(Secret::from_bytes)
                 .ok_or(SecretError::BadEnv);
         }
-        let path = match std::env::var_os(SECRET_FILE_ENV) {
+        Self::from_file(&Self::file_path(ledger))
+    }
+
+    /// Where `load` takes the secret from, for messages: the variable's name or the file's path.
+    pub fn origin(ledger: &Path) -> String {
+        match std::env::var(SECRET_ENV) {
+            Ok(hex) if !hex.trim().is_empty() => SECRET_ENV.to_string(),
+            _ => format!("the secret file {}", Self::file_path(ledger).display()),
+        }
+    }
+
+    /// The refusal to serve `ledger` with a secret other than the one it was first used with.
+    pub fn other_secret(ledger: &Path) -> SecretError {
+        SecretError::OtherSecret {
+            ledger: ledger.display().to_string(),
+            origin: Self::origin(ledger),
+            file: Self::file_path(ledger).display().to_string(),
+        }
+    }
+
+    /// `IDEMPROXY_SECRET_FILE`, else `<ledger>.secret`.
+    fn file_path(ledger: &Path) -> PathBuf {
+        match std::env::var_os(SECRET_FILE_ENV) {
             Some(p) if !p.is_empty() => PathBuf::from(p),
             _ => Self::default_path(ledger),
-        };
-        Self::from_file(&path)
+        }
     }
 
     /// `<ledger>.secret`: beside the ledger file, never inside it.

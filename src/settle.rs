@@ -28,7 +28,7 @@ use crate::claim::{Actor, Ask, Claimed, Step, claim};
 use crate::clock::Timestamp;
 use crate::decide::{Decision, Intent, Rules, decide};
 use crate::dispatch::{self, Outgoing};
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{Fingerprint, LEGACY, Legacy};
 use crate::kept::KeptRequest;
 use crate::ledger::{Filter, Operation, State};
 use crate::policy::{Provider, Route};
@@ -174,9 +174,20 @@ async fn settle(app: &Arc<App>, op: Operation) -> Action {
     let Some((provider, route)) = route_of(app, &op) else {
         return Action::Left;
     };
+    // Recorded by an older version (bound to no caller, or unkeyed): only a caller's own
+    // request can bring it up to date.
+    let Some(principal) = op.principal.clone() else {
+        return Action::Left;
+    };
+    if op.fingerprint.starts_with(LEGACY) {
+        return Action::Left;
+    }
+    let legacy = Legacy::default();
     let intent = Intent {
         fingerprint: &op.fingerprint,
         fields: &op.fields,
+        principal: &principal,
+        legacy: &legacy,
     };
     let rules = Rules::of(provider, route);
     match decide(Some(&op), intent, rules, Timestamp::now()) {
@@ -235,7 +246,9 @@ async fn resend(app: &Arc<App>, provider: &Provider, route: &Route, op: Operatio
         fingerprint: Fingerprint {
             hex: op.fingerprint.clone(),
             fields: op.fields.clone(),
+            legacy: Legacy::default(),
         },
+        principal: op.principal.clone().unwrap_or_default(),
         sealed: Vec::new(),
         actor: Actor::Settler,
     };

@@ -88,3 +88,72 @@ async fn secrets_appear_nowhere_in_the_ledger_file_or_the_logs() {
         assert!(!log.contains(secret), "{secret} is in the log:\n{log}");
     }
 }
+
+/// A CVC (1,000 possible values) and a card number whose first six and last four digits
+/// are known (a million possible values): the ledger file holds one hash per field and the
+/// admin API shows the fingerprint, so anyone holding either could try every value.
+const LOW_CVC: &str = "123";
+const CARD: &str = "4242421234564242";
+
+/// Item 8: with the formulas of the unkeyed versions (`guarded::unkeyed`), no possible CVC
+/// or card number matches a hash in the ledger file, in the operation read back from it,
+/// or in the admin API's view of the operation.
+#[tokio::test]
+async fn low_entropy_values_cannot_be_guessed_back_from_the_ledger_or_the_admin_api() {
+    let provider = FakeProvider::start(Behavior::fixed(200, ANSWER)).await;
+    let mut proxy = start(&provider, "").await;
+    let id = op_id("wf-low");
+    let body = format!("amount=500&card[number]={CARD}&card[cvc]={LOW_CVC}");
+    let first = refund(&proxy, "wf-low", &body).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text());
+    let admin_path = format!("/ops/{}", id.replace('/', "%2F"));
+    let admin = common::send(http::Method::GET, &proxy.admin_url(&admin_path), &[], "")
+        .await
+        .expect("the admin API answers");
+    assert_eq!(admin.status, StatusCode::OK, "{}", admin.text());
+
+    let stored = ledger(&mut proxy, &id).await;
+    assert!(
+        stored.op.fields.contains_key("card[cvc]"),
+        "a hash per field is kept (control)"
+    );
+    let file = std::fs::read(proxy.ledger_path()).expect("ledger file");
+    let mut seen = hex_runs(&file);
+    seen.extend(hex_runs(&admin.body));
+    seen.extend(stored.op.fields.values().cloned());
+    seen.insert(stored.op.fingerprint.clone());
+
+    let cvc = (0..1000)
+        .map(|n| format!("{n:03}"))
+        .find(|cvc| seen.contains(&unkeyed::field(cvc)));
+    assert_eq!(cvc, None, "the CVC was guessed back from a field hash");
+    let number = (0..1_000_000)
+        .map(|n| format!("424242{n:06}4242"))
+        .find(|number| seen.contains(&unkeyed::field(number)));
+    assert_eq!(
+        number, None,
+        "the card number was guessed back from a field hash"
+    );
+    let by_fingerprint = (0..1000).map(|n| format!("{n:03}")).find(|cvc| {
+        let pairs = [
+            ("amount", "500"),
+            ("card[cvc]", cvc),
+            ("card[number]", CARD),
+        ];
+        seen.contains(&unkeyed::fingerprint("POST", "/v1/refunds", &pairs))
+    });
+    assert_eq!(
+        by_fingerprint, None,
+        "the CVC was guessed back from the fingerprint"
+    );
+}
+
+/// Every run of lowercase hex digits in `bytes` that is as long as a field hash (16) or a
+/// fingerprint (64).
+fn hex_runs(bytes: &[u8]) -> std::collections::HashSet<String> {
+    bytes
+        .split(|b| !(b.is_ascii_digit() || (b'a'..=b'f').contains(b)))
+        .filter(|run| run.len() == 16 || run.len() == 64)
+        .map(|run| String::from_utf8_lossy(run).into_owned())
+        .collect()
+}

@@ -1,4 +1,4 @@
-//! The operator's writes: `POST /ops/{id}/resolve`, `/approve` and `/reject`.
+//! The operator's writes: `POST /ops/{id}/resolve`, `/approve`, `/reject` and `/rebind`.
 //!
 //! Each is one `ledger.update` whose closure checks the operation's state inside the write
 //! transaction, so two operators (or an operator and an agent) racing on one operation cannot
@@ -178,6 +178,22 @@ pub fn parse_reject(bytes: &[u8]) -> Result<String, AdminError> {
     })
 }
 
+/// A rebind body: the reason is required, since it is the only record of why another
+/// caller may now have the operation.
+pub fn parse_rebind(bytes: &[u8]) -> Result<String, AdminError> {
+    let given = if bytes.iter().all(u8::is_ascii_whitespace) {
+        ReasonBody::default()
+    } else {
+        json::<ReasonBody>(bytes)?
+    };
+    reason(given.reason)?.ok_or_else(|| {
+        AdminError::BadRequest(
+            "Rebinding needs a `reason` (e.g. \"rotated the API key\"); it is kept in the history."
+                .into(),
+        )
+    })
+}
+
 /// What an update closure returns: the write, and the updated operation or the refusal.
 pub type Outcome = (Option<Write>, Result<Operation, AdminError>);
 
@@ -335,6 +351,24 @@ pub fn reject(existing: Option<Operation>, id: &str, reason: String, now: Timest
     commit(op, EventKind::OperatorRejected, detail, now, None)
 }
 
+/// Any state -> the same state bound to no caller: the next request's principal adopts it
+/// (SPEC 3, key rotation). Nothing is sent.
+pub fn rebind(existing: Option<Operation>, id: &str, reason: String, now: Timestamp) -> Outcome {
+    let Some(op) = existing else {
+        return refuse(AdminError::NotFound(id.to_string()));
+    };
+    let detail = with_reason(
+        "an operator unbound it from its caller; the next caller's credentials adopt it",
+        Some(&reason),
+    );
+    let op = Operation {
+        principal: None,
+        updated_at: now,
+        ..op
+    };
+    commit(op, EventKind::OperatorRebound, detail, now, None)
+}
+
 /// `POST /ops/{id}/resolve`.
 pub async fn resolve_op(
     app: &App,
@@ -396,5 +430,22 @@ pub async fn reject_op(
         .update(id, move |existing| reject(existing, &owned, why, now))
         .await??;
     tracing::info!(operation = %op.id, "operator rejected an operation");
+    Ok(view::json_response(&view::operation(&op)))
+}
+
+/// `POST /ops/{id}/rebind`.
+pub async fn rebind_op(
+    app: &App,
+    id: &str,
+    body: &[u8],
+) -> Result<Response<ProxyBody>, AdminError> {
+    let why = parse_rebind(body)?;
+    let owned = id.to_string();
+    let now = Timestamp::now();
+    let op = app
+        .ledger
+        .update(id, move |existing| rebind(existing, &owned, why, now))
+        .await??;
+    tracing::info!(operation = %op.id, "operator unbound an operation from its caller");
     Ok(view::json_response(&view::operation(&op)))
 }

@@ -324,3 +324,38 @@ fn approve_and_reject_bodies() {
     let long = format!(r#"{{"reason":"{}"}}"#, "x".repeat(MAX_REASON + 1));
     assert!(parse_reject(long.as_bytes()).is_err());
 }
+
+#[test]
+fn rebind_unbinds_in_any_state_and_needs_a_reason() {
+    use super::action::{parse_rebind, rebind};
+    for state in State::ALL {
+        let bound = Operation {
+            principal: Some("caller".into()),
+            ..op(state, Approval::NotRequired)
+        };
+        let (write, result) = rebind(Some(bound.clone()), ID, "rotated".into(), NOW);
+        let rebound = result.expect("rebound");
+        assert_eq!(rebound.principal, None);
+        assert_eq!(
+            (rebound.state, rebound.fence),
+            (state, bound.fence),
+            "{state:?}"
+        );
+        let write = write.expect("written");
+        assert_eq!(write.events[0].kind, EventKind::OperatorRebound);
+        assert!(write.events[0].detail.contains("rotated"));
+    }
+    let (write, result) = rebind(None, ID, "x".into(), NOW);
+    assert!(write.is_none() && matches!(result, Err(AdminError::NotFound(_))));
+    assert_eq!(
+        parse_rebind(br#"{"reason":" new key "}"#),
+        Ok("new key".into())
+    );
+    assert!(parse_rebind(b"{}").is_err());
+    assert!(parse_rebind(b"").is_err());
+    let rebind_path = format!("/ops/{}/rebind", ID.replace('/', "%2F"));
+    assert_eq!(
+        Endpoint::of(&Method::POST, &rebind_path),
+        Ok(Endpoint::Rebind(ID.into()))
+    );
+}

@@ -81,6 +81,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
     let unmatched = s.choice("unmatched", raw.unmatched, Unmatched::Pass, UNMATCHED);
     let path_case = s.choice("path_case", raw.path_case, PathCase::Sensitive, PATH_CASES);
     let outcomes = outcomes(s, raw.outcomes.unwrap_or_default());
+    let principal = principal_headers(s, raw.principal_headers);
     let rest = (|| {
         Some(Provider {
             name: name.clone()?,
@@ -101,6 +102,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
             outcomes: outcomes?,
             routes: Vec::new(),
             file: PathBuf::new(),
+            principal_headers: principal?,
         })
     })();
     ProviderHead {
@@ -272,4 +274,19 @@ pub(super) fn required<T>(
         }
         Some(v) => s.check(key, check(v)),
     }
+}
+
+/// `principal_headers`: `authorization` first, always (SPEC 2), then the listed others.
+pub(super) fn principal_headers(
+    s: &mut Scope,
+    raw: Option<Vec<String>>,
+) -> Option<Vec<HeaderName>> {
+    let listed = headers(s, "principal_headers", raw, &[])?;
+    let mut names = vec![http::header::AUTHORIZATION];
+    for name in listed {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    Some(names)
 }

@@ -74,6 +74,7 @@ pub(super) struct RawProvider {
     pub settle_headers: Option<std::collections::BTreeMap<String, String>>,
     pub unmatched: Option<String>,
     pub path_case: Option<String>,
+    pub principal_headers: Option<Vec<String>>,
     pub outcomes: Option<RawOutcomes>,
 }
 

@@ -143,6 +143,7 @@ fn provider(up: &Upstreamed) -> Result<Provider, DemoError> {
         outcomes: Outcomes::default(),
         routes: vec![refund_route()?],
         file: PathBuf::from(format!("(demo policy {})", up.name)),
+        principal_headers: vec![header("authorization")],
     })
 }
 

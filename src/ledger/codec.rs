@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::store::Fault;
 use super::{Approval, Event, EventKind, Operation, ResponseMeta, State, StoredResponse};
 use crate::clock::Timestamp;
+use crate::fingerprint::LEGACY;
 use crate::policy::{Effect, KeyPlacement};
 
 /// An operation as stored: enums as their names, so a reordered enum never changes meaning.
@@ -47,6 +48,13 @@ struct OpRecord {
     /// Only in a tombstone's record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pruned_at: Option<i64>,
+    /// Absent in records written before principals existed.
+    #[serde(default)]
+    principal: Option<String>,
+    /// Whether `fingerprint` and `fields` are keyed; absent (false) in records written before
+    /// hashes were keyed, which `decode_op` marks with `fingerprint::LEGACY`.
+    #[serde(default)]
+    keyed: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -79,7 +87,7 @@ pub(super) fn encode_op(op: &Operation) -> Result<Vec<u8>, Fault> {
         route: op.route.clone(),
         effect: op.effect.as_str().to_owned(),
         state: op.state.as_str().to_owned(),
-        fingerprint: op.fingerprint.clone(),
+        fingerprint: legacy_free(&op.fingerprint).to_owned(),
         fields: op.fields.clone(),
         idempotency_key: op.idempotency_key.clone(),
         key_at: op.key_placement.as_ref().map(key_at_str),
@@ -99,6 +107,8 @@ pub(super) fn encode_op(op: &Operation) -> Result<Vec<u8>, Fault> {
         fence: op.fence,
         approval: approval_str(op.approval).to_owned(),
         pruned_at: op.pruned_at.map(|t| t.0),
+        principal: op.principal.clone(),
+        keyed: !op.fingerprint.starts_with(LEGACY),
     };
     serde_json::to_vec(&record).map_err(|e| Fault::new(format!("cannot encode {}: {e}", op.id)))
 }
@@ -126,7 +136,11 @@ pub(super) fn decode_op(bytes: &[u8]) -> Result<Operation, Fault> {
         route: r.route,
         effect,
         state,
-        fingerprint: r.fingerprint,
+        fingerprint: if r.keyed {
+            r.fingerprint
+        } else {
+            format!("{LEGACY}{}", r.fingerprint)
+        },
         fields: r.fields,
         idempotency_key: r.idempotency_key,
         key_placement,
@@ -146,6 +160,7 @@ pub(super) fn decode_op(bytes: &[u8]) -> Result<Operation, Fault> {
         fence: r.fence,
         approval,
         pruned_at: r.pruned_at.map(Timestamp),
+        principal: r.principal,
     })
 }
 
@@ -250,6 +265,11 @@ fn parse_key_at(s: &str) -> Option<KeyPlacement> {
     }
     s.strip_prefix("json:")
         .map(|pointer| KeyPlacement::JsonField(pointer.to_owned()))
+}
+
+/// A fingerprint as stored: without the in-memory `LEGACY` mark (`keyed` says it instead).
+fn legacy_free(fingerprint: &str) -> &str {
+    fingerprint.strip_prefix(LEGACY).unwrap_or(fingerprint)
 }
 
 fn approval_str(approval: Approval) -> &'static str {
@@ -360,5 +380,26 @@ mod tests {
         assert_eq!(decode_cursor("zz"), None);
         assert_eq!(decode_cursor("0011"), None);
         assert_eq!(decode_cursor(""), None);
+    }
+
+    #[test]
+    fn records_older_versions_wrote_are_marked_legacy_and_keep_their_format() {
+        let old = br#"{"id":"p/r/x","provider":"p","route":"r","effect":"irreversible",
+            "state":"succeeded","fingerprint":"ab12","fields":{"amount":"0123"},
+            "idempotency_key":"k","attempts":1,"created_at":1,"updated_at":1,
+            "first_dispatched_at":1,"last_dispatched_at":1,"provider_request_id":null,
+            "response":null,"error":null,"fence":0,"approval":"not_required"}"#;
+        let op = decode_op(old).unwrap();
+        assert_eq!(op.fingerprint, format!("{LEGACY}ab12"));
+        assert_eq!(op.principal, None);
+        let again = encode_op(&op).unwrap();
+        let text = String::from_utf8_lossy(&again);
+        assert!(text.contains(r#""fingerprint":"ab12""#) && text.contains(r#""keyed":false"#));
+        assert_eq!(decode_op(&again).unwrap(), op);
+        let keyed = Operation {
+            fingerprint: "cd34".into(),
+            ..op
+        };
+        assert_eq!(decode_op(&encode_op(&keyed).unwrap()).unwrap(), keyed);
     }
 }

@@ -32,6 +32,9 @@ const REQUESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("requests");
 const INDEX: TableDefinition<(&str, i64, &str), ()> = TableDefinition::new("index");
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// The installation secret's check value (never the secret), under [`SECRET_CHECK`].
+const CHECKS: TableDefinition<&str, &str> = TableDefinition::new("checks");
+const SECRET_CHECK: &str = "installation_secret";
 
 /// The index prefix holding every operation.
 const ALL: &str = "c";
@@ -113,6 +116,20 @@ fn state_prefix(state: State) -> String {
 /// `prefix` and `prefix + "\0"`, so the exclusive end never cuts a longer prefix's entries in.
 fn prefix_end(prefix: &str) -> String {
     format!("{prefix}\0")
+}
+
+/// Keeps `check` when the ledger has no secret check value yet; whether the one it keeps
+/// (now) is `check`.
+pub(super) fn keep_secret_check(txn: &WriteTransaction, check: &str) -> Result<bool, Fault> {
+    let mut checks = txn.open_table(CHECKS)?;
+    let kept = checks.get(SECRET_CHECK)?.map(|v| v.value().to_owned());
+    match kept {
+        Some(kept) => Ok(kept == check),
+        None => {
+            checks.insert(SECRET_CHECK, check)?;
+            Ok(true)
+        }
+    }
 }
 
 /// Bumps the persisted boot epoch, creating every table on first use; returns the new epoch.

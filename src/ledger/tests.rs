@@ -134,6 +134,7 @@ async fn closure_returning_none_writes_nothing() {
             counter.fetch_add(1, Ordering::SeqCst);
         })),
         fail_writes: false,
+        secret_check: None,
     };
     let (ledger, _) = open_with(&dir, Timestamp(T0), opts).await;
     let answer = ledger.update("p/r/x", |_| (None, 42)).await.unwrap();
@@ -477,6 +478,7 @@ async fn fail_writes_answers_unavailable_and_writes_nothing() {
     let opts = LedgerOptions {
         on_commit: None,
         fail_writes: true,
+        secret_check: None,
     };
     let (ledger, _) = open_with(&dir, Timestamp(T0), opts).await;
     let write = Write {
@@ -726,4 +728,29 @@ async fn an_abandoned_claim_becomes_unknown_only_under_its_own_fence() {
     assert!(ledger.writable());
     let left = ledger.inner.shared.dead_claims();
     assert!(left.is_empty(), "swept claims are forgotten: {left:?}");
+}
+
+#[tokio::test]
+async fn the_first_secret_check_is_kept_and_another_refused_without_a_write() {
+    let dir = TempDir::new().unwrap();
+    let with = |check: Option<&str>| LedgerOptions {
+        secret_check: check.map(str::to_owned),
+        ..LedgerOptions::default()
+    };
+    let (ledger, _) = open_with(&dir, Timestamp(T0), with(Some("check-a"))).await;
+    let write = Write::of(op("p/r/x", State::InFlight, T0), vec![]);
+    ledger
+        .update("p/r/x", move |_| (Some(write), ()))
+        .await
+        .unwrap();
+    drop(ledger);
+    let path = dir.path().join("data/ledger.redb");
+    let refused = Ledger::open(&path, Timestamp(T0 + 1), with(Some("check-b"))).await;
+    assert!(matches!(refused, Err(LedgerError::OtherSecret { .. })));
+    // Nothing was orphaned by the refused open; no check (a test reading the file) passes.
+    let (ledger, orphaned) = open_with(&dir, Timestamp(T0 + 2), with(None)).await;
+    assert_eq!(orphaned.len(), 1);
+    drop(ledger);
+    let (_, orphaned) = open_with(&dir, Timestamp(T0 + 3), with(Some("check-a"))).await;
+    assert!(orphaned.is_empty());
 }

@@ -151,3 +151,15 @@ fn the_admin_url_comes_from_the_config_or_the_default() {
     std::fs::write(&path, "admin_listen = \"0.0.0.0:9911\"\n").expect("write");
     assert_eq!(admin_from_config(&path), "http://127.0.0.1:9911");
 }
+
+#[test]
+fn rebind_posts_its_reason() {
+    let rebind = Verb::Rebind {
+        id: "p/r/wf 1".into(),
+        reason: "rotated the key".into(),
+    };
+    let call = plan(&rebind, &no_file).expect("call");
+    assert_eq!(call.method, Method::POST);
+    assert_eq!(call.path, "/ops/p%2Fr%2Fwf%201/rebind");
+    assert_eq!(call.body, Some(json!({"reason": "rotated the key"})));
+}

@@ -61,7 +61,8 @@ impl ProxyBuilder {
     }
 
     /// Sets an environment variable for the proxy (and for `run_cli`); `IDEMPROXY_LOG`
-    /// defaults to `debug`, `IDEMPROXY_ADMIN_TOKEN` is unset unless given here.
+    /// defaults to `debug`; `IDEMPROXY_ADMIN_TOKEN`, `IDEMPROXY_SECRET` and `IDEMPROXY_SECRET_FILE`
+    /// are unset unless given here.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.to_string(), value.to_string()));
         self
@@ -135,6 +136,8 @@ impl ConfigDir {
             .args(&self.bin.1)
             .env_remove("IDEMPROXY_ADMIN_TOKEN")
             .env_remove("IDEMPROXY_LOG")
+            .env_remove("IDEMPROXY_SECRET")
+            .env_remove("IDEMPROXY_SECRET_FILE")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null());
         command
@@ -300,6 +303,24 @@ impl Proxy {
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!("idemproxy restart: {why}; stderr:\n{}", self.log_text())
+            }
+        }
+    }
+
+    /// Starts the proxy again on the same dir (terminating it first if it still runs),
+    /// expecting it to refuse to start; returns its exit status and the whole log. The
+    /// proxy is left stopped; `restart` may follow.
+    pub async fn restart_expect_failure(&mut self) -> (ExitStatus, String) {
+        if self.child.is_some() {
+            self.terminate().await;
+        }
+        let mut child = self.config.spawn();
+        match wait_ready(&mut child).await {
+            Err(NotReady::Exited) => (wait_exit(child).await, self.log_text()),
+            outcome => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("idemproxy should have refused to start but {outcome:?}")
             }
         }
     }

@@ -158,3 +158,52 @@ pub async fn closed_port() -> SocketAddr {
         .expect("bind");
     listener.local_addr().expect("local addr")
 }
+
+/// The hashes as versions before the installation secret computed them (plain sha256), for
+/// tests that guess values back or write a ledger as those versions did.
+pub mod unkeyed {
+    use sha2::{Digest, Sha256};
+
+    fn frame(out: &mut Vec<u8>, bytes: &[u8]) {
+        out.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+        out.extend_from_slice(bytes);
+    }
+
+    /// The first 16 hex of the sha256 of `bytes`: the `method` and `path` fields' hashes.
+    pub fn short(bytes: &[u8]) -> String {
+        hex::encode(&Sha256::digest(bytes)[..8])
+    }
+
+    /// A form field's hash: the first 16 hex of sha256 of its values as a JSON array.
+    pub fn field(value: &str) -> String {
+        short(serde_json::Value::from(vec![value]).to_string().as_bytes())
+    }
+
+    /// The fingerprint of a form request without query or fingerprint headers; `pairs`
+    /// one value per name, sorted by name.
+    pub fn fingerprint(method: &str, path: &str, pairs: &[(&str, &str)]) -> String {
+        let mut query = b"pairs".to_vec();
+        frame(&mut query, &0u64.to_be_bytes());
+        let mut body = b"form".to_vec();
+        frame(&mut body, &(pairs.len() as u64).to_be_bytes());
+        for (name, value) in pairs {
+            frame(&mut body, name.as_bytes());
+            frame(
+                &mut body,
+                serde_json::Value::from(vec![*value]).to_string().as_bytes(),
+            );
+        }
+        let mut canonical = Vec::new();
+        for part in [
+            &b"idemproxy-fingerprint/1"[..],
+            method.as_bytes(),
+            path.as_bytes(),
+            &query,
+            &body,
+            &0u64.to_be_bytes(),
+        ] {
+            frame(&mut canonical, part);
+        }
+        hex::encode(Sha256::digest(&canonical))
+    }
+}
