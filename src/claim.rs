@@ -110,7 +110,18 @@ pub async fn claim(
     match decided {
         Ok(Decided::Step(step)) => Ok(step),
         Ok(Decided::Replay) => replay(app, &id).await,
-        Err(e) => replay_unnoted(app, &id, &fingerprint, &principal, rules, Timestamp::now(), e).await,
+        Err(e) => {
+            replay_unnoted(
+                app,
+                &id,
+                &fingerprint,
+                &principal,
+                rules,
+                Timestamp::now(),
+                e,
+            )
+            .await
+        }
     }
 }
 

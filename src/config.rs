@@ -18,8 +18,8 @@
 //! - `forward`: providers a forward-proxy request could not tell apart.
 //! - `retention`: `[retention]` and its check against the providers.
 
-mod hazards;
 mod forward;
+mod hazards;
 mod inbound;
 mod provider;
 mod raw;
