@@ -211,6 +211,28 @@ mod tests {
     }
 
     #[test]
+    fn only_decisions_that_write_a_claim_take_a_fencing_token() {
+        let claiming = [Decision::Create, Decision::Resend(Resend::AfterFailure)];
+        assert!(claiming.iter().all(Decision::claims));
+        let others = [
+            Decision::Prepare,
+            Decision::Conflict(vec![]),
+            Decision::AwaitApproval,
+            Decision::Replay,
+            Decision::Rejected,
+            Decision::Wait,
+            Decision::Reconcile,
+            Decision::Hold,
+            Decision::Expired,
+            Decision::PrincipalMismatch,
+        ];
+        assert!(
+            !others.iter().any(Decision::claims),
+            "replays take no token"
+        );
+    }
+
+    #[test]
     fn none_creates_or_prepares() {
         let f = fields("100");
         assert_eq!(decide(None, same(&f), rules(), T0), Decision::Create);

@@ -284,6 +284,8 @@ async fn lookup(
     }
     req.headers_mut()
         .insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+    // A found body is stored and replayed: the same hygiene as a guarded request.
+    upstream::forwarding_headers(req.headers_mut(), &app.via, http::Version::HTTP_11, true);
     let max = app.config.limits.max_stored_response;
     let started = Instant::now();
     let exchange = async {
