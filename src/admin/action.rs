@@ -387,16 +387,14 @@ pub async fn resolve_op(
         .map(|p| p.redact_headers.clone())
         .unwrap_or_default();
     let resolution = parse_resolution(body, &redact, app.config.limits.max_stored_response)?;
-    let owned = id.to_string();
-    let now = Timestamp::now();
-    let op = app
-        .ledger
-        .update(id, move |existing| {
-            resolve(existing, &owned, resolution, now)
-        })
-        .await??;
-    tracing::info!(operation = %op.id, state = op.state.as_str(), "operator resolved an operation");
-    Ok(view::json_response(&view::operation(&op)))
+    act(
+        app,
+        id,
+        resolution,
+        resolve,
+        "operator resolved an operation",
+    )
+    .await
 }
 
 /// `POST /ops/{id}/approve`.
@@ -406,14 +404,7 @@ pub async fn approve_op(
     body: &[u8],
 ) -> Result<Response<ProxyBody>, AdminError> {
     let why = parse_approve(body)?;
-    let owned = id.to_string();
-    let now = Timestamp::now();
-    let op = app
-        .ledger
-        .update(id, move |existing| approve(existing, &owned, why, now))
-        .await??;
-    tracing::info!(operation = %op.id, "operator approved an operation");
-    Ok(view::json_response(&view::operation(&op)))
+    act(app, id, why, approve, "operator approved an operation").await
 }
 
 /// `POST /ops/{id}/reject`.
@@ -423,14 +414,7 @@ pub async fn reject_op(
     body: &[u8],
 ) -> Result<Response<ProxyBody>, AdminError> {
     let why = parse_reject(body)?;
-    let owned = id.to_string();
-    let now = Timestamp::now();
-    let op = app
-        .ledger
-        .update(id, move |existing| reject(existing, &owned, why, now))
-        .await??;
-    tracing::info!(operation = %op.id, "operator rejected an operation");
-    Ok(view::json_response(&view::operation(&op)))
+    act(app, id, why, reject, "operator rejected an operation").await
 }
 
 /// `POST /ops/{id}/rebind`.
@@ -440,12 +424,31 @@ pub async fn rebind_op(
     body: &[u8],
 ) -> Result<Response<ProxyBody>, AdminError> {
     let why = parse_rebind(body)?;
+    act(
+        app,
+        id,
+        why,
+        rebind,
+        "operator unbound an operation from its caller",
+    )
+    .await
+}
+
+/// One operator action: `apply` (pure) decides and writes in one ledger update, then the
+/// operation as it now is is logged (`done`) and answered.
+async fn act<A: Send + 'static>(
+    app: &App,
+    id: &str,
+    action: A,
+    apply: fn(Option<Operation>, &str, A, Timestamp) -> Outcome,
+    done: &'static str,
+) -> Result<Response<ProxyBody>, AdminError> {
     let owned = id.to_string();
     let now = Timestamp::now();
     let op = app
         .ledger
-        .update(id, move |existing| rebind(existing, &owned, why, now))
+        .update(id, move |existing| apply(existing, &owned, action, now))
         .await??;
-    tracing::info!(operation = %op.id, "operator unbound an operation from its caller");
+    tracing::info!(operation = %op.id, state = op.state.as_str(), "{done}");
     Ok(view::json_response(&view::operation(&op)))
 }

@@ -202,7 +202,7 @@ impl ConfigDir {
     }
 
     /// Starts a proxy that must refuse to start; returns its exit status and stderr.
-    pub async fn start_expect_failure(self) -> (ExitStatus, String) {
+    pub async fn start_expect_failure(&self) -> (ExitStatus, String) {
         let mut child = self.spawn();
         match wait_ready(&mut child).await {
             Err(NotReady::Exited) => (wait_exit(child).await, self.log_text()),
@@ -314,15 +314,7 @@ impl Proxy {
         if self.child.is_some() {
             self.terminate().await;
         }
-        let mut child = self.config.spawn();
-        match wait_ready(&mut child).await {
-            Err(NotReady::Exited) => (wait_exit(child).await, self.log_text()),
-            outcome => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("idemproxy should have refused to start but {outcome:?}")
-            }
-        }
+        self.config.start_expect_failure().await
     }
 
     /// `ConfigDir::run_cli` with this proxy's environment (e.g. its admin token).
