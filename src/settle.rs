@@ -138,9 +138,10 @@ async fn pass(app: &Arc<App>, backoff: &mut HashMap<String, (Duration, Instant)>
                 continue;
             }
             let action = settle(app, op.clone()).await;
+            // Nothing it may do yet is looked at again later, less and less often.
             let wait = match (action, backoff.get(&op.id)) {
-                (Action::Left, _) => LONGEST.min(FIRST * 4),
                 (_, Some((last, _))) => (*last * 2).min(LONGEST),
+                (Action::Left, None) => FIRST * 4,
                 (_, None) => FIRST,
             };
             backoff.insert(op.id, (wait, Instant::now() + wait));
@@ -266,15 +267,15 @@ async fn reconcile(app: &Arc<App>, provider: &Provider, route: &Route, op: Opera
     let Some(headers) = headers_for(app, provider, &op.id) else {
         return Action::Left;
     };
-    let kept = kept(app, &op.id).await;
-    let captures = kept
-        .as_ref()
-        .and_then(|k| captures(provider, route, k))
-        .unwrap_or_default();
+    // Without the kept request a proven absence could not be re-sent: leave it to the agent.
+    let Some(kept) = kept(app, &op.id).await else {
+        return Action::Left;
+    };
+    let captures = captures(provider, route, &kept).unwrap_or_default();
     let verdict = crate::reconcile::run(app, provider, route, &captures, &op.id, &headers).await;
     app.metrics
         .settler(&provider.name, &route.name, "reconciled");
-    if let (crate::reconcile::Verdict::Resend(claimed), Some(kept)) = (verdict, kept) {
+    if let crate::reconcile::Verdict::Resend(claimed) = verdict {
         send(app, provider, &op, kept, headers, claimed).await;
     }
     Action::Reconciled

@@ -182,3 +182,35 @@ async fn a_policy_edit_does_not_change_the_key_of_an_operation_already_sent() {
 fn builder_policy(provider: &FakeProvider, keys: &str) -> String {
     provider.policy(PROVIDER, &format!("{keys}\n{}", refund_route("")))
 }
+
+/// Item 0 after an operator resolved an unknown operation as failed: the agent may retry it,
+/// and the retry repeats the first request (an operator's "failed" can be wrong; the provider
+/// may still hold the key with the first parameters).
+#[tokio::test]
+async fn a_resend_after_an_operators_failed_resolution_repeats_the_first_body() {
+    let provider = FakeProvider::start(Behavior::echo().drop_first_response(1)).await;
+    let proxy = builder(&provider, "dedupe = \"none\"", &traced_route(""))
+        .start()
+        .await;
+    let id = op_id("wf-r");
+
+    let lost = refund(&proxy, "wf-r", "amount=500&metadata[trace_id]=t1").await;
+    problem(&lost, StatusCode::ACCEPTED, "outcome-unknown");
+    let resolve = proxy.admin_url(&format!("/ops/{}/resolve", id.replace('/', "%2F")));
+    let resolved = send(
+        Method::POST,
+        &resolve,
+        &[("content-type", "application/json")],
+        r#"{"outcome":"failed","reason":"checked the dashboard"}"#,
+    )
+    .await
+    .expect("admin answers");
+    assert_eq!(resolved.status, StatusCode::OK, "{}", resolved.text());
+
+    let retry = refund(&proxy, "wf-r", "amount=500&metadata[trace_id]=t2").await;
+    assert_eq!(retry.status, StatusCode::OK, "{}", retry.text());
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(body_text(&requests[1]), "amount=500&metadata[trace_id]=t1");
+    assert_eq!(requests[1].body, requests[0].body);
+}

@@ -222,9 +222,10 @@ fn commit(
         attempt: op.attempts,
         detail,
     };
-    // Resolved or rejected, the operation is never sent again from its kept request.
-    let request = match op.state {
-        State::Succeeded | State::Failed => RequestChange::Erase,
+    // Succeeded or rejected, the operation is never sent again: its kept request goes. One
+    // resolved as failed may still be retried, and its retry must repeat the first request.
+    let request = match (op.state, op.approval) {
+        (State::Succeeded, _) | (_, Approval::Rejected) => RequestChange::Erase,
         _ => RequestChange::Keep,
     };
     let write = Write {
