@@ -7,8 +7,8 @@
 //! with the margin for the send itself, or an idempotent route) it claims and re-sends the
 //! kept first request with the operation's own key; where the route has a lookup it runs the
 //! reconciliation; otherwise it leaves the operation to an operator. It leaves an operation
-//! alone for its first second as `unknown` (the agent's own retry goes first) and then backs
-//! off per operation (1 s, 2 s, 4 s … up to `LONGEST`). The claim transaction is the same as an agent's, so a
+//! alone for its first two seconds as `unknown` (the agent's own retry goes first) and then
+//! backs off per operation (1 s, 2 s, 4 s … up to `LONGEST`). The claim transaction is the same as an agent's, so a
 //! settler and an agent racing on one operation never both send.
 //!
 //! Credentials never enter the ledger: the settler sends the headers of the operation's last
@@ -40,7 +40,7 @@ const FIRST: Duration = Duration::from_secs(1);
 const LONGEST: Duration = Duration::from_secs(300);
 /// How long an operation has been `unknown` before the settler acts: the agent's own retry,
 /// which usually comes at once, goes first.
-const QUIET: Duration = Duration::from_secs(1);
+const QUIET: Duration = Duration::from_secs(2);
 /// Unknown operations read per ledger page.
 const PAGE: usize = 200;
 /// Callers' headers kept in memory at most (the oldest are forgotten first).

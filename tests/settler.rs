@@ -143,8 +143,8 @@ async fn without_credentials_the_settler_waits_for_the_agent() {
     provider.release();
     proxy.restart().await;
 
-    // Several settler passes (every 500 ms) go by.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Past the settler's quiet time (2 s as unknown), several of its passes (every 500 ms).
+    tokio::time::sleep(Duration::from_millis(3500)).await;
     assert_eq!(state(&proxy, &id).await, "unknown");
     assert_eq!(
         provider.request_count(),
