@@ -198,7 +198,10 @@ where
     B::Error: Into<crate::proxy::BoxError>,
 {
     let endpoint = Endpoint::of(req.method(), req.uri().path())?;
-    if let Endpoint::Resolve(id) | Endpoint::Approve(id) | Endpoint::Reject(id) = &endpoint
+    if let Endpoint::Resolve(id)
+    | Endpoint::Approve(id)
+    | Endpoint::Reject(id)
+    | Endpoint::Rebind(id) = &endpoint
         && let Some(gone) = query::expired(app, id).await?
     {
         return Ok(gone);

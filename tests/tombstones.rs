@@ -134,6 +134,9 @@ async fn a_pruned_rejected_operation_is_refused_410() {
     // An operator acting on the pruned operation gets the same 410.
     let again = admin(&proxy, Method::POST, &reject, r#"{"reason":"again"}"#).await;
     assert_expired(&again, &id, "failed");
+    let rebind = format!("{}/rebind", show_path(&id));
+    let rebound = admin(&proxy, Method::POST, &rebind, r#"{"reason":"rotated"}"#).await;
+    assert_expired(&rebound, &id, "failed");
     assert_eq!(
         provider.request_count(),
         0,

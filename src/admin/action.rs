@@ -261,9 +261,12 @@ pub fn resolve(
         );
         return conflict(&op, detail);
     }
+    // An operator's resolution settles what earlier attempts did: a later attempt's failure
+    // is then that attempt's alone.
     let base = Operation {
         updated_at: now,
         fence: 0,
+        maybe_effect_at: None,
         ..op
     };
     match resolution {

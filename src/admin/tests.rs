@@ -11,7 +11,7 @@ use super::action::{
 use super::*;
 use crate::clock::Timestamp;
 use crate::config::{Limits, Retention};
-use crate::ledger::{Approval, EventKind, Operation, State};
+use crate::ledger::{Approval, EventKind, Operation, RequestChange, State};
 
 const NOW: Timestamp = Timestamp(5_000);
 const ID: &str = "stripe/create_refund/wf-81";
@@ -213,18 +213,32 @@ fn resolve_only_from_unknown() {
     assert_eq!(write.events.len(), 1);
     assert_eq!(write.events[0].kind, EventKind::OperatorResolved);
 
+    assert_eq!(
+        write.request,
+        RequestChange::Erase,
+        "succeeded: never sent again"
+    );
+
     let failed = Resolution::Failed {
         reason: "provider shows nothing".into(),
     };
-    let (write, result) = resolve(
-        Some(op(State::Unknown, Approval::NotRequired)),
-        ID,
-        failed.clone(),
-        NOW,
-    );
+    let doubted = Operation {
+        maybe_effect_at: Some(NOW),
+        ..op(State::Unknown, Approval::NotRequired)
+    };
+    let (write, result) = resolve(Some(doubted), ID, failed.clone(), NOW);
     let resolved = result.expect("resolved");
     assert_eq!(resolved.state, State::Failed);
     assert_eq!(resolved.error.as_deref(), Some("provider shows nothing"));
+    assert_eq!(
+        resolved.maybe_effect_at, None,
+        "the operator settled the doubt"
+    );
+    assert_eq!(
+        write.as_ref().map(|w| w.request.clone()),
+        Some(RequestChange::Keep),
+        "a retry repeats the first request"
+    );
     let detail = write
         .map(|w| w.events[0].detail.clone())
         .unwrap_or_default();

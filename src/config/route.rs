@@ -212,7 +212,7 @@ pub(super) fn reconcile(
 /// dispatch, before the provider can show the effect, prove "no effect" and re-send it.
 fn final_after(raw: Option<&Value>) -> Result<Duration, String> {
     match duration(raw, Duration::from_secs(60), Duration::ZERO)? {
-        Duration::ZERO => Err(
+        d if d < Duration::from_millis(1) => Err(
             "must be at least 1ms: with 0s a not-found read right after a \
              dispatch, before the provider can show the effect, would count as \"no effect\" \
              and re-send it (give the provider's delay, e.g. \"60s\")"
