@@ -317,6 +317,12 @@ impl Proxy {
         self.config.start_expect_failure().await
     }
 
+    /// Sets an environment variable for the next `restart` (e.g. a fault injection).
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.config.env.retain(|(k, _)| k != key);
+        self.config.env.push((key.to_string(), value.to_string()));
+    }
+
     /// `ConfigDir::run_cli` with this proxy's environment (e.g. its admin token).
     pub async fn run_cli(&self, args: &[&str]) -> (ExitStatus, String, String) {
         self.config.run_cli(args).await
