@@ -40,6 +40,8 @@ pub struct App {
     pub via: Via,
     /// The request-body bytes all guarded requests together may buffer (`max_buffered`).
     pub budget: Arc<crate::budget::Budget>,
+    /// Replays counted in memory until the next coalesced write (`replays`).
+    pub replays: Arc<crate::replays::Tally>,
 }
 
 impl App {
@@ -83,6 +85,7 @@ impl App {
             via: Via::of(&secret),
             secret,
             credentials: Default::default(),
+            replays: Default::default(),
         };
         for op in &orphaned {
             app.escalate(&op.provider, &op.route, &op.id);

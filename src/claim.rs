@@ -1,6 +1,11 @@
 //! The claim: in one ledger transaction, read the operation, decide (SPEC section 5, step 2)
 //! and record the decision.
 //!
+//! A decision that writes nothing never waits for the writer: the claim first decides on a
+//! read snapshot, and the replay of a `succeeded` operation (counted in memory, see
+//! `replays`) or the refusal of a rejected one is answered from it (`read_only`). Only an
+//! operation that must be brought up to date (`is_stale`) takes these through the writer.
+//!
 //! `claim` is the only place a new attempt is authorised: the operation is written
 //! `in_flight` under a fresh fencing token before anything may be sent, and a new operation
 //! is written together with its sealed first request (`kept`), so every later attempt can
@@ -68,10 +73,14 @@ pub async fn claim(
     route: &Route,
     ask: Ask,
 ) -> Result<Step, Problem> {
-    let fences = app.ledger.fences();
     let rules = Rules::of(provider, route);
+    if let Some(step) = read_only(app, &Probe::of(&ask), rules, Fresh::Only).await {
+        return Ok(step);
+    }
+    let fences = app.ledger.fences();
     let id = ask.id.clone();
-    // Kept for `replay_unnoted`, should the claim's write fail.
+    let actor = ask.actor;
+    // Kept for `read_only`, should the claim's write fail.
     let (fingerprint, principal) = (ask.fingerprint.clone(), ask.principal.clone());
     let names = Names {
         provider: provider.name.clone(),
@@ -109,19 +118,89 @@ pub async fn claim(
         .await;
     match decided {
         Ok(Decided::Step(step)) => Ok(step),
-        Ok(Decided::Replay) => replay(app, &id).await,
-        Err(e) => {
-            replay_unnoted(
-                app,
-                &id,
-                &fingerprint,
-                &principal,
-                rules,
-                Timestamp::now(),
-                e,
-            )
-            .await
+        Ok(Decided::Replay) => {
+            let step = replay(app, &id).await?;
+            if actor == Actor::Agent {
+                app.replays.note(&id, Timestamp::now());
+            }
+            Ok(step)
         }
+        Err(e) => {
+            // A decision that needs no write is answered all the same, even for an operation
+            // whose bringing up to date (`adopt`) could not be written; the rest needs its write.
+            let probe = Probe {
+                id: &id,
+                fingerprint: &fingerprint,
+                principal: &principal,
+                actor,
+            };
+            let answered = read_only(app, &probe, rules, Fresh::OrStale).await;
+            answered.ok_or_else(|| Problem::LedgerUnavailable(e.to_string()))
+        }
+    }
+}
+
+/// What `read_only` needs of an `Ask`.
+struct Probe<'a> {
+    id: &'a str,
+    fingerprint: &'a Fingerprint,
+    principal: &'a str,
+    actor: Actor,
+}
+
+impl<'a> Probe<'a> {
+    fn of(ask: &'a Ask) -> Probe<'a> {
+        Probe {
+            id: &ask.id,
+            fingerprint: &ask.fingerprint,
+            principal: &ask.principal,
+            actor: ask.actor,
+        }
+    }
+}
+
+/// Which operations `read_only` may answer for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fresh {
+    /// Only those needing no bringing up to date (`is_stale`): the others go to the writer.
+    Only,
+    /// Any: their bringing up to date could not be written and waits for a later request.
+    OrStale,
+}
+
+/// The decisions that write nothing, taken on a read snapshot without the writer: the replay
+/// of a `succeeded` operation (its stored response; an agent's replay is counted in
+/// `app.replays`) and the refusal of an operator-rejected one. `None`: the claim transaction
+/// decides (another decision, no such live operation, a failed read, a stale operation).
+async fn read_only(app: &App, probe: &Probe<'_>, rules: Rules, fresh: Fresh) -> Option<Step> {
+    let op = app.ledger.get(probe.id).await.ok()??;
+    if fresh == Fresh::Only && is_stale(&op) {
+        return None;
+    }
+    let intent = Intent {
+        fingerprint: &probe.fingerprint.hex,
+        fields: &probe.fingerprint.fields,
+        principal: probe.principal,
+        legacy: &probe.fingerprint.legacy,
+    };
+    let now = Timestamp::now();
+    match decide(Some(&op), intent, rules, now) {
+        Decision::Replay => {
+            // Pruned since the snapshot: the claim transaction finds its tombstone.
+            let stored = app.ledger.response(probe.id).await.ok()??;
+            if probe.actor == Actor::Agent {
+                app.replays.note(probe.id, now);
+            }
+            Some(Step::Replay(stored))
+        }
+        Decision::Rejected => {
+            let reason = op.error;
+            Some(Step::Refuse(
+                Problem::OperationRejected { reason },
+                State::Failed,
+            ))
+        }
+        _ => None,
     }
 }
 
@@ -134,36 +213,6 @@ async fn replay(app: &App, id: &str) -> Result<Step, Problem> {
         )),
         Err(e) => Err(Problem::LedgerUnavailable(e.to_string())),
     }
-}
-
-/// The claim's write failed. A replay of a `succeeded` operation is answered all the same:
-/// its answer is durable, its `operation.replayed` event best-effort. Anything else needs its
-/// write, so it is `ledger-unavailable` (and nothing is sent).
-async fn replay_unnoted(
-    app: &App,
-    id: &str,
-    fingerprint: &Fingerprint,
-    principal: &str,
-    rules: Rules,
-    now: Timestamp,
-    error: crate::ledger::LedgerError,
-) -> Result<Step, Problem> {
-    let refused = || Problem::LedgerUnavailable(error.to_string());
-    let Ok(Some(op)) = app.ledger.get(id).await else {
-        return Err(refused());
-    };
-    let intent = Intent {
-        fingerprint: &fingerprint.hex,
-        fields: &fingerprint.fields,
-        principal,
-        legacy: &fingerprint.legacy,
-    };
-    let replays = decide(Some(&op), intent, rules, now) == Decision::Replay;
-    if op.state != State::Succeeded || !replays {
-        return Err(refused());
-    }
-    tracing::debug!(operation = %id, error = %error, "replayed without its history event");
-    replay(app, id).await
 }
 
 /// What a new operation records of its route.
@@ -264,14 +313,8 @@ fn transition(
                 Decided::Step(Step::Refuse(problem, state)),
             )
         }
-        (Decision::Replay, Some(op)) => {
-            let ev = event(
-                EventKind::Replayed,
-                op.attempts,
-                "answered from the ledger".into(),
-            );
-            (Some(Write::of(op, vec![ev])), Decided::Replay)
-        }
+        // Counted in memory, not written here (`replays`).
+        (Decision::Replay, Some(_)) => (None, Decided::Replay),
         (Decision::Resend(why), Some(op)) => {
             let attempt = op.attempts + 1;
             let by = match actor {
@@ -509,7 +552,7 @@ mod tests {
     }
 
     #[test]
-    fn conflicts_and_replays_only_add_history() {
+    fn a_conflict_only_adds_history_and_a_replay_writes_nothing() {
         let op = stored(State::Succeeded);
         let conflict = Decision::Conflict(vec!["amount".into()]);
         let (write, decided) = run(Some(op.clone()), conflict, 7);
@@ -525,10 +568,11 @@ mod tests {
             ))
         ));
 
-        let (write, decided) = run(Some(op.clone()), Decision::Replay, 7);
-        let write = write.expect("the replay is noted");
-        assert_eq!(write.op, op);
-        assert_eq!(kinds(&write), [EventKind::Replayed]);
+        let (write, decided) = run(Some(op), Decision::Replay, 7);
+        assert!(
+            write.is_none(),
+            "counted in memory (`replays`), not written here"
+        );
         assert!(matches!(decided, Decided::Replay));
     }
 
@@ -583,7 +627,7 @@ mod tests {
         let (write, _) = run(Some(unbound.clone()), Decision::Replay, 7);
         let write = adopt(Some((unbound.clone(), current.clone())), write).expect("a write");
         assert_eq!(write.op.principal.as_deref(), Some("caller"));
-        assert_eq!(kinds(&write), [EventKind::Replayed]);
+        assert!(write.events.is_empty(), "a replay adds no event of its own");
 
         let (write, _) = run(Some(unbound.clone()), Decision::Hold, 7);
         let stale = Some((unbound.clone(), current.clone()));

@@ -2,12 +2,13 @@
 //!
 //! This module owns the on-disk layout and the single writer. Its public surface is a small
 //! domain API (`open`, `update`, `get`, `events`, `response`, `list`, `prune`, `stats`, and
-//! the tombstones' `tombstone` and `prune_tombstones`) whose
+//! the tombstones' `tombstone` and `prune_tombstones`, the replay counts' `note_replays` and
+//! `replays`) whose
 //! semantics a SQL backend could match; no redb type ever leaves it. Every state change is one
 //! durable commit (`Durability::Immediate`) made by one writer thread fed by a channel, so that
 //! later several queued writes can share one commit (group commit). A write that only appends
-//! history (the operation and its response unchanged, e.g. a replay noted) commits without an
-//! fsync and becomes durable with the next durable commit (in SQL terms: an asynchronous
+//! history (the operation and its response unchanged, e.g. a conflict noted, or a batch of
+//! replay counts) commits without an fsync and becomes durable with the next durable commit (in SQL terms: an asynchronous
 //! commit); a crash may lose such an event, never a state. It never decides what a request
 //! means: callers pass a closure that sees the current operation and says what to write.
 //! It stores only what a `Write` carries, so never a request header or body (SPEC section 8).
@@ -15,6 +16,7 @@
 
 mod codec;
 mod recovery;
+mod replays;
 mod store;
 #[cfg(test)]
 mod tests;
@@ -38,6 +40,8 @@ use crate::clock::Timestamp;
 use crate::policy::{Effect, KeyPlacement};
 use store::{Fault, PruneBatch, Tables};
 use writer::{Job, PruneJob, Reply, SweepJob, TombJob, UpdateJob, Writer};
+
+pub use replays::{ReplayNote, Replays};
 
 /// The five states of SPEC section 4.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -613,6 +617,26 @@ impl Ledger {
                 return Ok(total);
             }
         }
+    }
+
+    /// Merges replay counts kept in memory into the ledger in one history-only write (no
+    /// fsync of its own; see `replays`): per operation, the count grows by `count` and the
+    /// times widen to `first` and `last`; an operation's first replays also append its one
+    /// `operation.replayed` event. Notes for an operation that is gone are dropped. Returns
+    /// how many operations were noted. On `Unavailable` nothing was written.
+    pub async fn note_replays(&self, notes: Vec<ReplayNote>) -> Result<usize, LedgerError> {
+        if notes.is_empty() {
+            return Ok(0);
+        }
+        let fail_writes = self.inner.fail_writes;
+        self.submit(|reply| replays::NoteJob::new(notes, fail_writes, reply))
+            .await
+    }
+
+    /// What the ledger keeps of the replays of `id` (`None`: none written yet).
+    pub async fn replays(&self, id: &str) -> Result<Option<Replays>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| replays::get(txn, &id)).await
     }
 
     /// Operation counts per state (every state present) and the `created_at` of the oldest

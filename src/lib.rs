@@ -23,6 +23,7 @@
 //! - `dispatch`: one claimed attempt: send, classify, record, answer; outlives the agent.
 //! - `reconcile`: asking the provider whether an unknown effect happened.
 //! - `retention`: the background task that prunes finished operations past `[retention]`.
+//! - `replays`: replay counts kept in memory and written coalesced, off the request path.
 //! - `settle`: the background settler of unknown operations (re-send or look up).
 //! - `upstream`: pooled TLS clients to providers and header hygiene.
 //! - `problem`: every refusal, and the one place it becomes problem+json.
@@ -54,6 +55,7 @@ pub mod policy;
 pub mod problem;
 pub mod proxy;
 pub mod reconcile;
+pub mod replays;
 pub mod retention;
 pub mod secret;
 pub mod server;

@@ -2,8 +2,8 @@
 //!
 //! Agents speak HTTP/1.1 or h2c (prior knowledge) to one listener; the admin API listens on
 //! another, sharing the same `Arc<App>`. On SIGTERM or Ctrl-C both stop accepting, open
-//! connections finish their requests, and guarded exchanges already sent are recorded, all
-//! within `shutdown_grace`. The inbound limits (`header_timeout`, `max_connections`, the
+//! connections finish their requests, guarded exchanges already sent are recorded and the
+//! replays counted are written (`replays`), all within `shutdown_grace`. The inbound limits (`header_timeout`, `max_connections`, the
 //! pause after a failed accept) are applied here through `inbound`.
 
 use std::convert::Infallible;
@@ -84,6 +84,14 @@ impl Server {
         let retention = tokio::spawn(crate::retention::run(app.clone(), retention_stopped));
         let (stop_settler, settler_stopped) = tokio::sync::oneshot::channel::<()>();
         let settler = tokio::spawn(crate::settle::run(app.clone(), settler_stopped));
+        // The replay counts are written until the connections have drained, then once more.
+        let (stop_replays, replays_stopped) = tokio::sync::oneshot::channel::<()>();
+        let replays = tokio::spawn(crate::replays::run(
+            app.ledger.clone(),
+            app.replays.clone(),
+            replays_stopped,
+        ));
+        let replays_abort = replays.abort_handle();
         loop {
             tokio::select! {
                 conn = agents.accept(&proxy) => {
@@ -105,8 +113,11 @@ impl Server {
             graceful.shutdown().await;
             app.background.close();
             app.background.wait().await;
+            drop(stop_replays);
+            let _ = replays.await;
         };
         if tokio::time::timeout(grace, drained).await.is_err() {
+            replays_abort.abort();
             tracing::warn!("shutdown grace elapsed with requests still running");
         }
     }

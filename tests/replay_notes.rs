@@ -90,7 +90,11 @@ async fn two_hundred_replays_are_counted_not_written_one_by_one() {
     let op = await_replays(&proxy, &id, 200).await;
     let (first, last) = (&op["replays"]["first_at"], &op["replays"]["last_at"]);
     let (first, last) = (first.as_str().unwrap_or(""), last.as_str().unwrap_or(""));
-    assert!(first.ends_with('Z') && last.ends_with('Z'), "{}", op["replays"]);
+    assert!(
+        first.ends_with('Z') && last.ends_with('Z'),
+        "{}",
+        op["replays"]
+    );
     assert!(first <= last, "{}", op["replays"]);
     assert!(op["updated_at"].as_str() <= Some(first), "{op}");
     let events = op["events"].as_array().cloned().unwrap_or_default();
@@ -119,7 +123,11 @@ async fn a_replay_is_answered_while_the_ledger_cannot_write() {
         assert_replayed(&proxy, &id, &body).await;
     }
     let fresh = refund(&proxy, "wf-new", "amount=500").await;
-    problem(&fresh, StatusCode::SERVICE_UNAVAILABLE, "ledger-unavailable");
+    problem(
+        &fresh,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ledger-unavailable",
+    );
     assert_eq!(provider.request_count(), 1, "nothing sent");
 }
 

@@ -102,14 +102,15 @@ pub async fn list(app: &App, query: Option<&str>) -> Result<Response<ProxyBody>,
     ))
 }
 
-/// `GET /ops/{id}`: the operation with its events; for a tombstone, its 410 problem.
+/// `GET /ops/{id}`: the operation with its events and replays; for a tombstone, its 410 problem.
 pub async fn show(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminError> {
     let Some(op) = app.ledger.get(id).await? else {
         return expired_or_not_found(app, id).await;
     };
     let events = app.ledger.events(id).await?;
+    let replays = app.ledger.replays(id).await?;
     Ok(view::json_response(&view::operation_with_events(
-        &op, &events,
+        &op, &events, replays,
     )))
 }
 

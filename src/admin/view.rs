@@ -7,7 +7,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::clock::Timestamp;
-use crate::ledger::{Approval, Event, Operation};
+use crate::ledger::{Approval, Event, Operation, Replays};
 use crate::proxy::{ProxyBody, full};
 
 /// The operation's SPEC 7 fields, plus `approval` (`not_required`, `pending`, `approved`,
@@ -39,14 +39,24 @@ pub fn operation(op: &Operation) -> Value {
     })
 }
 
-/// `operation` with its history, oldest first.
-pub fn operation_with_events(op: &Operation, events: &[Event]) -> Value {
+/// `operation` with its history, oldest first, and its `replays` as written so far
+/// (`count` 0 and null times when none is).
+pub fn operation_with_events(op: &Operation, events: &[Event], replays: Option<Replays>) -> Value {
     let mut value = operation(op);
     if let Value::Object(map) = &mut value {
         let events: Vec<Value> = events.iter().map(event).collect();
         map.insert("events".into(), Value::Array(events));
+        map.insert("replays".into(), replays_json(replays));
     }
     value
+}
+
+fn replays_json(replays: Option<Replays>) -> Value {
+    json!({
+        "count": replays.map_or(0, |r| r.count),
+        "first_at": replays.map(|r| r.first_at.to_rfc3339()),
+        "last_at": replays.map(|r| r.last_at.to_rfc3339()),
+    })
 }
 
 pub fn event(e: &Event) -> Value {
@@ -155,12 +165,34 @@ mod tests {
             at(5, EventKind::Prepared),
             at(9, EventKind::OperatorApproved),
         ];
-        let v = operation_with_events(&op, &events);
+        let v = operation_with_events(&op, &events, None);
+        assert_eq!(
+            v["replays"],
+            json!({"count": 0, "first_at": null, "last_at": null})
+        );
         assert_eq!(v["response"], Value::Null);
         assert_eq!(v["first_dispatched_at"], Value::Null);
         assert_eq!(v["approval"], "pending");
         assert_eq!(v["events"][0]["kind"], "operation.prepared");
         assert_eq!(v["events"][1]["kind"], "operator.approved");
         assert_eq!(v["events"][1]["at"], "1970-01-01T00:00:00.009Z");
+    }
+
+    #[test]
+    fn replays_show_their_count_and_times() {
+        let replays = Replays {
+            count: 200,
+            first_at: Timestamp(7),
+            last_at: Timestamp(3_000),
+        };
+        let v = operation_with_events(&sample(), &[], Some(replays));
+        assert_eq!(
+            v["replays"],
+            json!({
+                "count": 200,
+                "first_at": "1970-01-01T00:00:00.007Z",
+                "last_at": "1970-01-01T00:00:03.000Z",
+            })
+        );
     }
 }

@@ -10,7 +10,8 @@
 //! `s/{state}`, `p/{provider}` and `r/{route}`; `counters` holds, per prefix, how many
 //! entries it has. So listing by any filter is a reverse range scan, the by-state index finds
 //! orphans and prune candidates without a full scan, and stats are point reads. The
-//! tombstone tables are `tombstone`'s; `Tables` opens them with the rest.
+//! tombstone tables are `tombstone`'s and the replay counts `replays`'; `Tables` opens them
+//! with the rest.
 
 use std::ops::Bound;
 
@@ -20,6 +21,7 @@ use redb::{
 
 use super::codec;
 use super::recovery::unrecorded_reason;
+use super::replays::{self, ReplayTable};
 use super::tombstone::{Tombs, leaves_tombstone};
 use super::{Event, EventKind, Filter, LedgerError, Operation, Page, State, Stats, StoredResponse};
 use super::{RequestChange, Write, orphan_reason};
@@ -149,6 +151,7 @@ pub(super) struct Tables<'t> {
     index: Table<'t, (&'static str, i64, &'static str), ()>,
     counters: Table<'t, &'static str, u64>,
     tombs: Tombs<'t>,
+    replays: ReplayTable<'t>,
 }
 
 impl<'t> Tables<'t> {
@@ -161,6 +164,7 @@ impl<'t> Tables<'t> {
             index: txn.open_table(INDEX)?,
             counters: txn.open_table(COUNTERS)?,
             tombs: Tombs::open(txn)?,
+            replays: replays::open(txn)?,
         })
     }
 
@@ -265,7 +269,12 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    fn append_events(&mut self, id: &str, events: &[Event]) -> Result<(), Fault> {
+    /// The replay counts (see `replays`).
+    pub(super) fn replays(&mut self) -> &mut ReplayTable<'t> {
+        &mut self.replays
+    }
+
+    pub(super) fn append_events(&mut self, id: &str, events: &[Event]) -> Result<(), Fault> {
         if events.is_empty() {
             return Ok(());
         }
@@ -284,12 +293,13 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// Removes an operation with its events, response, index entries and counts.
+    /// Removes an operation with its events, response, replay counts, index entries and counts.
     fn delete_op(&mut self, op: &Operation) -> Result<(), Fault> {
         let id = op.id.as_str();
         self.ops.remove(id)?;
         self.responses.remove(id)?;
         self.requests.remove(id)?;
+        self.replays.remove(id)?;
         self.events
             .retain_in((id, 0)..=(id, u32::MAX), |_, _| false)?;
         for prefix in prefixes(op) {

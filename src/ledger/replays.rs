@@ -1,0 +1,171 @@
+//! Replay counts: how often each operation was answered from the ledger, and when first and
+//! last, written coalesced instead of one event per replay (issue 8).
+//!
+//! This file owns the `replays` table (`id -> (count, first_at, last_at)`) and the writer job
+//! that merges a batch of in-memory counts into it. Like `store`, it runs inside transactions
+//! it is handed. A batch only adds history: it commits without an fsync (`Staged::History`)
+//! and becomes durable with the next durable commit, so a crash may lose the counts of the
+//! last moments, never a state or an answer. An operation's first counted replay also appends
+//! one `operation.replayed` event; later ones only move the count and `last_at`. Counts for an
+//! operation that is gone (pruned) are dropped; `store` deletes a pruned operation's row.
+
+use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
+
+use super::store::{Fault, Tables};
+use super::writer::{Job, Reply, Staged, injected};
+use super::{Event, EventKind, LedgerError};
+use crate::clock::Timestamp;
+
+/// `id -> (count, first_at, last_at)` in milliseconds since the epoch.
+const REPLAYS: TableDefinition<&str, (u64, i64, i64)> = TableDefinition::new("replays");
+
+/// The table as `Tables` holds it.
+pub(super) type ReplayTable<'t> = Table<'t, &'static str, (u64, i64, i64)>;
+
+/// The detail of the one `operation.replayed` event an operation gets.
+const FIRST_REPLAY: &str = "answered from the ledger; later replays are counted in `replays`";
+
+/// Replays of one operation counted in memory, not yet written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayNote {
+    pub id: String,
+    pub count: u64,
+    pub first: Timestamp,
+    pub last: Timestamp,
+}
+
+/// What the ledger keeps of an operation's replays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replays {
+    pub count: u64,
+    pub first_at: Timestamp,
+    pub last_at: Timestamp,
+}
+
+/// Opens the table in a write transaction, creating it on first use.
+pub(super) fn open<'t>(txn: &'t WriteTransaction) -> Result<ReplayTable<'t>, Fault> {
+    Ok(txn.open_table(REPLAYS)?)
+}
+
+/// The replays of `id` on a read snapshot. A ledger file written before replays were
+/// counted has no table yet: none.
+pub(super) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Replays>, Fault> {
+    let table = match txn.open_table(REPLAYS) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(table.get(id)?.map(|v| {
+        let (count, first, last) = v.value();
+        Replays {
+            count,
+            first_at: Timestamp(first),
+            last_at: Timestamp(last),
+        }
+    }))
+}
+
+/// `note` merged into what is kept (`None`: its first replays). Pure.
+pub(super) fn merged(kept: Option<(u64, i64, i64)>, note: &ReplayNote) -> (u64, i64, i64) {
+    let (first, last) = (note.first.0, note.last.0);
+    match kept {
+        None => (note.count, first, last),
+        Some((count, kept_first, kept_last)) => (
+            count.saturating_add(note.count),
+            kept_first.min(first),
+            kept_last.max(last),
+        ),
+    }
+}
+
+/// Merges `notes` into the table; an operation's first replays also get their event.
+/// Returns how many operations were noted (the others are gone).
+fn stage_notes(txn: &WriteTransaction, notes: &[ReplayNote]) -> Result<usize, Fault> {
+    let mut tables = Tables::open(txn)?;
+    let mut noted = 0;
+    for note in notes {
+        let Some(op) = tables.get_op(&note.id)? else {
+            continue;
+        };
+        let kept = tables.replays().get(note.id.as_str())?.map(|v| v.value());
+        tables
+            .replays()
+            .insert(note.id.as_str(), merged(kept, note))?;
+        if kept.is_none() {
+            let event = Event {
+                at: note.first,
+                kind: EventKind::Replayed,
+                attempt: op.attempts,
+                detail: FIRST_REPLAY.to_owned(),
+            };
+            tables.append_events(&note.id, &[event])?;
+        }
+        noted += 1;
+    }
+    Ok(noted)
+}
+
+/// One batch of replay counts on its way through the writer.
+pub(super) struct NoteJob {
+    notes: Vec<ReplayNote>,
+    fail_writes: bool,
+    noted: Option<usize>,
+    reply: Reply<usize>,
+}
+
+impl NoteJob {
+    pub(super) fn new(notes: Vec<ReplayNote>, fail_writes: bool, reply: Reply<usize>) -> NoteJob {
+        NoteJob {
+            notes,
+            fail_writes,
+            noted: None,
+            reply,
+        }
+    }
+}
+
+impl Job for NoteJob {
+    fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError> {
+        if self.fail_writes {
+            return Err(injected());
+        }
+        let noted = stage_notes(txn, &self.notes)?;
+        self.noted = Some(noted);
+        Ok(if noted == 0 {
+            Staged::Nothing
+        } else {
+            Staged::History
+        })
+    }
+
+    fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
+        let job = *self;
+        let answer = outcome.map(|()| job.noted.unwrap_or_default());
+        let _ = job.reply.send(answer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(count: u64, first: i64, last: i64) -> ReplayNote {
+        ReplayNote {
+            id: "p/r/x".into(),
+            count,
+            first: Timestamp(first),
+            last: Timestamp(last),
+        }
+    }
+
+    #[test]
+    fn a_note_adds_its_count_and_widens_the_times() {
+        assert_eq!(merged(None, &note(3, 10, 20)), (3, 10, 20));
+        assert_eq!(merged(Some((5, 1, 9)), &note(3, 10, 20)), (8, 1, 20));
+        assert_eq!(
+            merged(Some((u64::MAX, 1, 30)), &note(3, 10, 20)),
+            (u64::MAX, 1, 30),
+            "saturates; a late note never moves last_at back"
+        );
+    }
+}
