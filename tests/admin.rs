@@ -201,6 +201,18 @@ async fn list_filters_and_pages_newest_first() {
     }
 }
 
+/// `show`, polled until the operation's replays have been written (bounded).
+async fn show_once_replayed(proxy: &Proxy, id: &str) -> Value {
+    for _ in 0..400 {
+        let op = show(proxy, id).await;
+        if op["replays"]["count"].as_u64().is_some_and(|n| n > 0) {
+            return op;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the replays of {id} were never written");
+}
+
 #[tokio::test]
 async fn an_operation_shows_its_fields_and_ordered_events() {
     let provider =
@@ -213,7 +225,10 @@ async fn an_operation_shows_its_fields_and_ordered_events() {
         StatusCode::CREATED
     );
 
-    let op = show(&proxy, "shop/create/op-1").await;
+    // The replay is counted in memory and written within about a second, with its one event.
+    let op = show_once_replayed(&proxy, "shop/create/op-1").await;
+    assert_eq!(op["replays"]["count"], 1);
+    assert_eq!(op["replays"]["first_at"], op["replays"]["last_at"]);
     assert_eq!(op["operation_id"], "shop/create/op-1");
     assert_eq!(
         (&op["provider"], &op["route"]),
