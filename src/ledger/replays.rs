@@ -147,7 +147,12 @@ impl Job for NoteJob {
 
 #[cfg(test)]
 mod tests {
+    use tempfile::TempDir;
+
+    use super::super::{Ledger, LedgerOptions, Operation, State, Write};
     use super::*;
+
+    const T0: i64 = 1_800_000_000_000;
 
     fn note(count: u64, first: i64, last: i64) -> ReplayNote {
         ReplayNote {
@@ -167,5 +172,73 @@ mod tests {
             (u64::MAX, 1, 30),
             "saturates; a late note never moves last_at back"
         );
+    }
+
+    #[tokio::test]
+    async fn notes_merge_into_one_row_and_one_event_and_go_with_their_operation() {
+        let dir = TempDir::new().unwrap();
+        let path = dir.path().join("ledger.redb");
+        let opened = Ledger::open(&path, Timestamp(T0), LedgerOptions::default());
+        let (ledger, _) = opened.await.unwrap();
+        let op = Operation::example("p/r/x", State::Succeeded, Timestamp(T0));
+        let write = Write::of(op, vec![]);
+        ledger.update("p/r/x", |_| (Some(write), ())).await.unwrap();
+
+        let notes = vec![
+            note(3, T0 + 10, T0 + 20),
+            ReplayNote {
+                id: "p/r/gone".into(),
+                ..note(1, T0, T0)
+            },
+        ];
+        assert_eq!(
+            ledger.note_replays(notes).await.unwrap(),
+            1,
+            "the gone one is dropped"
+        );
+        assert_eq!(
+            ledger
+                .note_replays(vec![note(2, T0 + 5, T0 + 30)])
+                .await
+                .unwrap(),
+            1
+        );
+        let kept = ledger.replays("p/r/x").await.unwrap();
+        let want = Replays {
+            count: 5,
+            first_at: Timestamp(T0 + 5),
+            last_at: Timestamp(T0 + 30),
+        };
+        assert_eq!(kept, Some(want));
+        assert_eq!(ledger.replays("p/r/gone").await.unwrap(), None);
+        let events = ledger.events("p/r/x").await.unwrap();
+        let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [EventKind::Replayed],
+            "one event, at the first flush's first replay"
+        );
+        assert_eq!(events[0].at, Timestamp(T0 + 10));
+
+        let pruned = ledger.prune(Timestamp(T0 + 1), Timestamp(T0 + 2), 10);
+        assert_eq!(pruned.await.unwrap(), 1);
+        assert_eq!(
+            ledger.replays("p/r/x").await.unwrap(),
+            None,
+            "pruned with it"
+        );
+        assert_eq!(ledger.note_replays(vec![note(1, T0, T0)]).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_unwritable_ledger_refuses_notes() {
+        let dir = TempDir::new().unwrap();
+        let opts = LedgerOptions {
+            fail_writes: true,
+            ..LedgerOptions::default()
+        };
+        let path = dir.path().join("ledger.redb");
+        let (ledger, _) = Ledger::open(&path, Timestamp(T0), opts).await.unwrap();
+        assert!(ledger.note_replays(vec![note(1, T0, T0)]).await.is_err());
     }
 }
