@@ -96,6 +96,18 @@ pub fn render_op(op: &Value) -> String {
         };
         out.push_str(&format!("{key:<20} {value}\n"));
     }
+    // Only `GET /ops/{id}` shows them (not the answer of an action).
+    if let r @ Value::Object(_) = &op["replays"] {
+        let value = match r["count"].as_u64() {
+            Some(n) if n > 0 => format!(
+                "{n}, first {}, last {}",
+                cell(&r["first_at"]),
+                cell(&r["last_at"])
+            ),
+            _ => "0".to_owned(),
+        };
+        out.push_str(&format!("{:<20} {value}\n", "replays"));
+    }
     if let Some(events) = op["events"].as_array() {
         out.push_str("events:\n");
         for e in events {
