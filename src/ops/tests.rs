@@ -126,18 +126,18 @@ fn operation_shows_fields_then_events() {
         !text.contains("replays"),
         "an action's answer has none: {text}"
     );
-    let shown = json!({"replays": {"count": 2, "first_at": "T1", "last_at": "T2"}});
-    let text = render_op(&shown);
-    assert!(
-        text.contains("replays              2, first T1, last T2\n"),
-        "{text}"
-    );
-    let none = render_op(&json!({"replays": {"count": 0, "first_at": null, "last_at": null}}));
-    assert!(none.contains("replays              0\n"), "{none}");
     assert!(
         text.ends_with("events:\n  T  operation.claimed    attempt 1  new\n"),
         "{text}"
     );
+    let shown = json!({"replays": {"count": 2, "first_at": "T1", "last_at": "T2"}});
+    let counted = render_op(&shown);
+    assert!(
+        counted.contains("replays              2, first T1, last T2\n"),
+        "{counted}"
+    );
+    let none = render_op(&json!({"replays": {"count": 0, "first_at": null, "last_at": null}}));
+    assert!(none.contains("replays              0\n"), "{none}");
 }
 
 #[test]
