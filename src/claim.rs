@@ -173,7 +173,7 @@ enum Fresh {
 /// `app.replays`) and the refusal of an operator-rejected one. `None`: the claim transaction
 /// decides (another decision, no such live operation, a failed read, a stale operation).
 async fn read_only(app: &App, probe: &Probe<'_>, rules: Rules, fresh: Fresh) -> Option<Step> {
-    let op = app.ledger.get(probe.id).await.ok()??;
+    let (op, stored) = app.ledger.replayable(probe.id).await.ok()??;
     if fresh == Fresh::Only && is_stale(&op) {
         return None;
     }
@@ -186,8 +186,8 @@ async fn read_only(app: &App, probe: &Probe<'_>, rules: Rules, fresh: Fresh) -> 
     let now = Timestamp::now();
     match decide(Some(&op), intent, rules, now) {
         Decision::Replay => {
-            // Pruned since the snapshot: the claim transaction finds its tombstone.
-            let stored = app.ledger.response(probe.id).await.ok()??;
+            // No stored response: the claim transaction's own read says what to answer.
+            let stored = stored?;
             if probe.actor == Actor::Agent {
                 app.replays.note(probe.id, now);
             }

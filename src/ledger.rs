@@ -516,6 +516,26 @@ impl Ledger {
         self.read(move |txn| store::get(txn, &id)).await
     }
 
+    /// The live operation `id` and, when it is `succeeded`, its stored response, read on one
+    /// snapshot (what a replay needs, without the writer).
+    pub async fn replayable(
+        &self,
+        id: &str,
+    ) -> Result<Option<(Operation, Option<StoredResponse>)>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| {
+            let Some(op) = store::get(txn, &id)? else {
+                return Ok(None);
+            };
+            let stored = match op.state {
+                State::Succeeded => store::response(txn, &id)?,
+                _ => None,
+            };
+            Ok(Some((op, stored)))
+        })
+        .await
+    }
+
     /// The history of `id`, in the order it was written (empty for an unknown ID).
     pub async fn events(&self, id: &str) -> Result<Vec<Event>, LedgerError> {
         let id = id.to_owned();
