@@ -13,6 +13,7 @@
 //! It stores only what a `Write` carries, so never a request header or body (SPEC section 8).
 //! One storage error does not stop it: it reopens itself once the disk allows (`recovery`).
 
+mod batch;
 mod codec;
 mod recovery;
 mod store;
@@ -35,8 +36,8 @@ use sha2::{Digest, Sha256};
 
 use crate::clock::Timestamp;
 use crate::policy::{Effect, KeyPlacement};
+pub use batch::Commit;
 use store::{Fault, PruneBatch, Tables};
-pub use writer::Commit;
 use writer::{Job, PruneJob, Reply, SweepJob, TombJob, UpdateJob, Writer};
 
 /// The five states of SPEC section 4.
