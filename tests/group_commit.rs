@@ -55,6 +55,7 @@ async fn concurrent_fresh_operations_share_durable_commits() {
         "{commits} commits for {} durable writes:\n{text}",
         2 * OPERATIONS
     );
+    eprintln!("{commits} commits, {jobs} jobs");
     assert_eq!(batches, commits, "one batch size per commit");
     assert!(jobs >= (2 * OPERATIONS) as f64, "{jobs} jobs committed");
 

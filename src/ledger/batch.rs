@@ -23,7 +23,8 @@ use super::writer::{Job, Staged};
 pub struct Commit {
     /// How long the commit itself took.
     pub took: Duration,
-    /// How many jobs (updates, prune batches, sweeps) it made durable together.
+    /// How many jobs (updates, prune batches, sweeps) it ended: their writes became durable
+    /// together, and the reads among them saw what the jobs before them staged.
     pub jobs: usize,
     /// Whether it was a durable commit (`false`: history only, no fsync).
     pub durable: bool,
