@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::Timestamp;
 use crate::config::Config;
-use crate::ledger::{Ledger, LedgerError, LedgerOptions};
+use crate::ledger::{Commit, Ledger, LedgerError, LedgerOptions};
 use crate::metrics::Metrics;
 use crate::policy::{Dedupe, Effect, Provider};
 use crate::secret::Secret;
@@ -56,7 +56,10 @@ impl App {
         let observer = metrics.clone();
         // The ledger itself honours IDEMPROXY_FAIL=ledger.commit (a test hook).
         let options = LedgerOptions {
-            on_commit: Some(Arc::new(move |took| observer.commit(took))),
+            on_commit: Some(Arc::new(move |done: Commit| {
+                observer.commit(done.took);
+                observer.batch(done.jobs);
+            })),
             fail_writes: false,
             secret_check: Some(secret.check_value()),
         };

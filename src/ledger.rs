@@ -5,15 +5,17 @@
 //! the tombstones' `tombstone` and `prune_tombstones`, the replay counts' `note_replays` and
 //! `replays`) whose
 //! semantics a SQL backend could match; no redb type ever leaves it. Every state change is one
-//! durable commit (`Durability::Immediate`) made by one writer thread fed by a channel, so that
-//! later several queued writes can share one commit (group commit). A write that only appends
-//! history (the operation and its response unchanged, e.g. a conflict noted, or a batch of
-//! replay counts) commits without an fsync and becomes durable with the next durable commit (in SQL terms: an asynchronous
+//! durable commit (`Durability::Immediate`) made by one writer thread fed by a channel; the
+//! writes queued together share one commit (group commit, see `writer`). A write that only
+//! appends history (the operation and its response unchanged, e.g. a conflict noted, or a
+//! batch of replay counts) commits without an fsync and becomes durable with the next durable
+//! commit (in SQL terms: an asynchronous
 //! commit); a crash may lose such an event, never a state. It never decides what a request
 //! means: callers pass a closure that sees the current operation and says what to write.
 //! It stores only what a `Write` carries, so never a request header or body (SPEC section 8).
 //! One storage error does not stop it: it reopens itself once the disk allows (`recovery`).
 
+mod batch;
 mod codec;
 mod recovery;
 mod replays;
@@ -28,7 +30,6 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -38,6 +39,7 @@ use sha2::{Digest, Sha256};
 
 use crate::clock::Timestamp;
 use crate::policy::{Effect, KeyPlacement};
+pub use batch::Commit;
 use store::{Fault, PruneBatch, Tables};
 use writer::{Job, PruneJob, Reply, SweepJob, TombJob, UpdateJob, Writer};
 
@@ -352,8 +354,9 @@ pub enum LedgerError {
 /// How to open the ledger.
 #[derive(Clone, Default)]
 pub struct LedgerOptions {
-    /// Called with each commit's duration (for a histogram).
-    pub on_commit: Option<Arc<dyn Fn(Duration) + Send + Sync>>,
+    /// Called after each commit with its duration and how many jobs it made durable together
+    /// (group commit; for the commit metrics).
+    pub on_commit: Option<Arc<dyn Fn(Commit) + Send + Sync>>,
     /// Test-only fault injection: every write fails with `Unavailable` and writes nothing.
     /// `IDEMPROXY_FAIL=ledger.commit` in the environment sets it too. The recovery write of
     /// `open` is exempt, so a proxy under injection still starts.
@@ -366,10 +369,7 @@ pub struct LedgerOptions {
 impl fmt::Debug for LedgerOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LedgerOptions")
-            .field(
-                "on_commit",
-                &self.on_commit.as_ref().map(|_| "Fn(Duration)"),
-            )
+            .field("on_commit", &self.on_commit.as_ref().map(|_| "Fn(Commit)"))
             .field("fail_writes", &self.fail_writes)
             .field("secret_check", &self.secret_check.is_some())
             .finish()

@@ -52,6 +52,8 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     upstream: Family<ProviderLabels, Histogram>,
     commit: Histogram,
+    commits: Counter,
+    batch: Histogram,
     escalations: Family<RouteLabels, Counter>,
     settler: Family<ActionLabels, Counter>,
     operations: Family<StateLabels, Gauge>,
@@ -77,6 +79,8 @@ impl Metrics {
             latency_buckets as fn() -> Histogram,
         );
         let commit = latency_buckets();
+        let commits = Counter::default();
+        let batch = Histogram::new(exponential_buckets(1.0, 2.0, 9));
         let escalations = Family::<RouteLabels, Counter>::default();
         let settler = Family::<ActionLabels, Counter>::default();
         let operations = Family::<StateLabels, Gauge>::default();
@@ -96,6 +100,16 @@ impl Metrics {
             "idemproxy_ledger_commit_seconds",
             "Duration of durable ledger commits",
             commit.clone(),
+        );
+        registry.register(
+            "idemproxy_ledger_commits",
+            "Ledger write transactions committed (group commit: one per batch of writes)",
+            commits.clone(),
+        );
+        registry.register(
+            "idemproxy_ledger_batch_size",
+            "Writes (jobs) made durable together by one ledger commit",
+            batch.clone(),
         );
         registry.register(
             "idemproxy_escalations",
@@ -127,6 +141,8 @@ impl Metrics {
             requests,
             upstream,
             commit,
+            commits,
+            batch,
             escalations,
             settler,
             operations,
@@ -156,6 +172,12 @@ impl Metrics {
 
     pub fn commit(&self, took: Duration) {
         self.commit.observe(took.as_secs_f64());
+    }
+
+    /// Counts one ledger commit that made `jobs` writes durable together.
+    pub fn batch(&self, jobs: usize) {
+        self.commits.inc();
+        self.batch.observe(jobs as f64);
     }
 
     pub fn escalation(&self, provider: &str, route: &str) {
@@ -215,6 +237,7 @@ mod tests {
         m.request("stripe", "create_refund", "forwarded");
         m.upstream("stripe", Duration::from_millis(20));
         m.commit(Duration::from_millis(2));
+        m.batch(3);
         m.set_operations([("unknown", 3)], Some(Duration::from_secs(7)), None);
         let text = m.render();
         assert!(text.contains(r#"idemproxy_requests_total{provider="stripe",route="create_refund",outcome="forwarded"} 2"#), "{text}");
@@ -226,6 +249,8 @@ mod tests {
             text.contains("idemproxy_ledger_commit_seconds_count 1"),
             "{text}"
         );
+        assert!(text.contains("idemproxy_ledger_commits_total 1"), "{text}");
+        assert!(text.contains("idemproxy_ledger_batch_size_sum 3"), "{text}");
         assert!(
             text.contains(r#"idemproxy_operations{state="unknown"} 3"#),
             "{text}"

@@ -261,6 +261,16 @@ fn missing_proxy_toml_is_named() {
 }
 
 #[test]
+fn a_postgres_ledger_url_is_refused_not_taken_for_a_file_name() {
+    let errors = load_broken("postgres_ledger");
+    assert_error(
+        &errors,
+        "postgres_ledger/proxy.toml",
+        &["ledger: ", "PostgreSQL", "not available", "file path"],
+    );
+}
+
+#[test]
 fn missing_policies_folder() {
     let errors = load_broken("missing_policies");
     assert_error(

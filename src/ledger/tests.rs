@@ -754,3 +754,159 @@ async fn the_first_secret_check_is_kept_and_another_refused_without_a_write() {
     let (_, orphaned) = open_with(&dir, Timestamp(T0 + 3), with(Some("check-a"))).await;
     assert!(orphaned.is_empty());
 }
+
+/// A ledger that records the size of each commit's batch.
+async fn open_counting(dir: &TempDir) -> (Ledger, Arc<std::sync::Mutex<Vec<usize>>>) {
+    let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&sizes);
+    let opts = LedgerOptions {
+        on_commit: Some(Arc::new(move |done: Commit| {
+            seen.lock().unwrap().push(done.jobs);
+        })),
+        ..LedgerOptions::default()
+    };
+    (open_with(dir, Timestamp(T0), opts).await.0, sizes)
+}
+
+/// Holds the writer inside a first update (on `p/r/gate`) until the returned sender is used
+/// or dropped, so the updates submitted meanwhile queue up and form one batch.
+async fn hold_writer(
+    ledger: &Ledger,
+) -> (tokio::task::JoinHandle<()>, std::sync::mpsc::Sender<()>) {
+    let (running, started) = tokio::sync::oneshot::channel();
+    let (gate, wait) = std::sync::mpsc::channel::<()>();
+    let held = ledger.clone();
+    let task = tokio::spawn(async move {
+        let write = Write::of(op("p/r/gate", State::InFlight, T0), vec![]);
+        let closure = move |_| {
+            let _ = running.send(());
+            let _ = wait.recv();
+            (Some(write), ())
+        };
+        held.update("p/r/gate", closure).await.unwrap();
+    });
+    started.await.expect("the writer runs the first update");
+    (task, gate)
+}
+
+/// Polls `update` once, which queues its job with the writer, and returns it to be awaited.
+fn queued<F: std::future::Future>(update: F) -> std::pin::Pin<Box<F>> {
+    let mut update = Box::pin(update);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(
+        update.as_mut().poll(&mut cx).is_pending(),
+        "the writer is held"
+    );
+    update
+}
+
+#[tokio::test]
+async fn a_job_that_fails_to_stage_does_not_doom_its_batch() {
+    let dir = TempDir::new().unwrap();
+    let (ledger, sizes) = open_counting(&dir).await;
+    let (gate_task, gate) = hold_writer(&ledger).await;
+    let write = |id: &str| {
+        Write::of(
+            op(id, State::InFlight, T0),
+            vec![event(EventKind::Claimed, T0)],
+        )
+    };
+    let (a, wrong, b) = (write("p/r/a"), write("p/r/other"), write("p/r/b"));
+    let first = queued(ledger.update("p/r/a", move |_| (Some(a), 1)));
+    let panics = queued(ledger.update("p/r/x", |_| -> (Option<Write>, u32) { panic!("boom") }));
+    let misfit = queued(ledger.update("p/r/y", move |_| (Some(wrong), 2)));
+    let last = queued(ledger.update("p/r/b", move |_| (Some(b), 3)));
+    drop(gate);
+    gate_task.await.unwrap();
+
+    assert_eq!(first.await.unwrap(), 1);
+    assert!(matches!(panics.await, Err(LedgerError::Unavailable(_))));
+    assert!(matches!(misfit.await, Err(LedgerError::Unavailable(_))));
+    assert_eq!(last.await.unwrap(), 3);
+    assert_eq!(
+        *sizes.lock().unwrap(),
+        [1, 2],
+        "the gate, then a and b in one commit"
+    );
+    for id in ["p/r/a", "p/r/b"] {
+        assert_eq!(
+            ledger.get(id).await.unwrap().unwrap().state,
+            State::InFlight
+        );
+        assert_eq!(
+            ledger.events(id).await.unwrap().len(),
+            1,
+            "{id} staged once"
+        );
+    }
+    for id in ["p/r/x", "p/r/y", "p/r/other"] {
+        assert_eq!(ledger.get(id).await.unwrap(), None, "{id} left nothing");
+    }
+    assert_eq!(ledger.stats().await.unwrap().by_state["in_flight"], 3);
+}
+
+#[tokio::test]
+async fn jobs_on_one_operation_in_one_batch_see_each_others_writes() {
+    let dir = TempDir::new().unwrap();
+    let (ledger, sizes) = open_counting(&dir).await;
+    let (gate_task, gate) = hold_writer(&ledger).await;
+    let id = "p/r/same";
+    let claim = Write::of(
+        op(id, State::InFlight, T0),
+        vec![event(EventKind::Claimed, T0)],
+    );
+    let claimed = queued(ledger.update(id, move |existing| {
+        let saw = existing.map(|o| o.state);
+        (Some(claim), saw)
+    }));
+    let result = queued(ledger.update(id, move |existing| {
+        let saw = existing.as_ref().map(|o| o.state);
+        let done = existing.map(|o| {
+            let event = event(EventKind::ResultPersisted, T0 + 1);
+            Write::of(
+                Operation {
+                    state: State::Succeeded,
+                    ..o
+                },
+                vec![event],
+            )
+        });
+        (done, saw)
+    }));
+    let reader = queued(ledger.update(id, |existing| (None, existing.map(|o| o.state))));
+    drop(gate);
+    gate_task.await.unwrap();
+
+    assert_eq!(
+        claimed.await.unwrap(),
+        None,
+        "the first job saw no operation"
+    );
+    assert_eq!(
+        result.await.unwrap(),
+        Some(State::InFlight),
+        "saw the claim"
+    );
+    assert_eq!(
+        reader.await.unwrap(),
+        Some(State::Succeeded),
+        "saw the result"
+    );
+    assert_eq!(
+        *sizes.lock().unwrap(),
+        [1, 3],
+        "the gate, then all three in one commit"
+    );
+    assert_eq!(
+        ledger.get(id).await.unwrap().unwrap().state,
+        State::Succeeded
+    );
+    let kinds: Vec<_> = ledger
+        .events(id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, [EventKind::Claimed, EventKind::ResultPersisted]);
+}

@@ -1,29 +1,33 @@
 //! The single writer: one OS thread that owns every write transaction of an open ledger, and
-//! the jobs it runs (`update`, a batch of `prune`, a batch of `prune_tombstones`).
+//! the jobs it runs (`update`, a batch of `prune`, a batch of `prune_tombstones`, the sweep).
 //!
-//! Callers hand it boxed `Job`s through a channel and await the answer on a oneshot. A job
-//! first stages its changes in a transaction, then is told the fate of the commit; splitting
-//! the two is what lets a later version stage several queued jobs and commit them once (group
-//! commit). The writer never blocks an async worker and never dies of a job's panic.
-//! After a storage error it refuses writes and brings the ledger back (see `recovery`).
+//! Callers hand it boxed `Job`s through a channel and await the answer on a oneshot. Group
+//! commit (`batch`): the writer takes the first queued job and every job already queued behind
+//! it (up to 256, never waiting for more), stages them in order in one write transaction,
+//! commits once, and only then answers each of them. So a job sees the writes of the jobs
+//! staged before it (same operation or not), and no answer leaves before its write is
+//! durable. A job that fails or panics while staging is rolled back with the transaction and
+//! answered with its error; the others run again without it (see `Job`). A failed commit fails
+//! every job of its batch. The writer never blocks an async worker and never dies of a job's
+//! panic. After a storage error it refuses writes and brings the ledger back (see `recovery`).
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
-use redb::{Database, Durability, WriteTransaction};
+use redb::WriteTransaction;
 
 use tokio::sync::oneshot;
 
+use super::batch::{OnCommit, gather, run_batch};
 use super::recovery::{DeadClaim, Recovery, Shared, refuses_writes, stage_sweep};
-use super::store::{Fault, PruneBatch, Pruned, Tables};
+use super::store::{PruneBatch, Pruned, Tables};
 use super::{LedgerError, Operation, State, Write};
 use crate::clock::Timestamp;
 
-/// What a job staged, which decides how its transaction ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a job staged, which decides how its transaction ends. Ordered by weight: a batch ends
+/// as its heaviest job says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Staged {
     /// Nothing to commit.
     Nothing,
@@ -36,6 +40,13 @@ pub(super) enum Staged {
 }
 
 /// A unit of work for the writer thread.
+///
+/// The writer stages every queued job in one transaction and commits once. When one of them
+/// fails (or panics), the transaction is rolled back and the batch runs again without it: a
+/// job that had staged is then staged again, in a fresh transaction that holds exactly what
+/// the first one held before it. So `stage` may be called more than once before `finish`,
+/// and each call must stage the same changes again (remember what the first call decided;
+/// never consume shared input for good before `finish` says the commit stands).
 pub(super) trait Job: Send {
     /// Stages this job's changes in `txn`.
     fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError>;
@@ -47,9 +58,6 @@ pub(super) trait Job: Send {
         None
     }
 }
-
-/// Called with each commit's duration.
-pub(super) type OnCommit = Arc<dyn Fn(Duration) + Send + Sync>;
 
 /// The handle to the writer thread; dropping it stops the thread after its queued jobs and
 /// waits for it, so the database file is released when the last `Ledger` goes away.
@@ -104,8 +112,6 @@ fn stopped() -> LedgerError {
 
 fn run(shared: Arc<Shared>, queue: &Receiver<Box<dyn Job>>, on_commit: Option<&OnCommit>) {
     let mut recovery = Recovery::new(shared);
-    // One job per transaction for now; group commit would `try_recv` more jobs here, stage
-    // them in the same transaction and finish them all after one commit.
     loop {
         let job = if recovery.shared().writable() {
             match queue.recv() {
@@ -123,79 +129,42 @@ fn run(shared: Arc<Shared>, queue: &Receiver<Box<dyn Job>>, on_commit: Option<&O
                 Err(RecvTimeoutError::Disconnected) => return,
             }
         };
-        serve(&mut recovery, job, on_commit);
+        serve(&mut recovery, gather(job, queue), on_commit);
     }
 }
 
-/// Runs one job, or refuses it while the ledger cannot write. A failure after which the
-/// database refuses new transactions breaks the ledger before the job is answered, so the
-/// caller already sees `/healthz` at 503.
-fn serve(recovery: &mut Recovery, mut job: Box<dyn Job>, on_commit: Option<&OnCommit>) {
+/// Runs one batch, or refuses it while the ledger cannot write. A failure after which the
+/// database refuses new transactions breaks the ledger before any job is answered, so the
+/// callers already see `/healthz` at 503. Every job that failed leaves its claim for the sweep.
+fn serve(recovery: &mut Recovery, batch: Vec<Box<dyn Job>>, on_commit: Option<&OnCommit>) {
     let db = match recovery.db() {
         Some(db) if recovery.shared().writable() => db,
-        _ => return job.finish(Err(recovery.shared().refusal())),
+        _ => {
+            for job in batch {
+                job.finish(Err(recovery.shared().refusal()));
+            }
+            return;
+        }
     };
-    let outcome = run_one(&db, &mut job, on_commit);
-    if let Err(e) = &outcome {
-        if let Some(claim) = job.claim() {
-            recovery.shared().bury(claim);
+    let settled = run_batch(&db, batch, on_commit);
+    let failure = settled
+        .iter()
+        .find_map(|(_, outcome)| outcome.as_ref().err());
+    if let Some(e) = failure {
+        for (job, outcome) in &settled {
+            if let (Err(_), Some(claim)) = (outcome, job.claim()) {
+                recovery.shared().bury(claim);
+            }
         }
         if refuses_writes(&db) {
+            let why = e.to_string();
             drop(db);
-            recovery.broken(&e.to_string());
+            recovery.broken(&why);
         }
     }
-    job.finish(outcome);
-}
-
-/// Stages `job` in one transaction and ends it as its staging says.
-fn run_one(
-    db: &Database,
-    job: &mut Box<dyn Job>,
-    on_commit: Option<&OnCommit>,
-) -> Result<(), LedgerError> {
-    let mut txn = begin(db)?;
-    let staged = catch_unwind(AssertUnwindSafe(|| job.stage(&txn)));
-    match staged {
-        Ok(Ok(Staged::State)) => commit(txn, on_commit).map_err(LedgerError::from),
-        Ok(Ok(Staged::History)) => txn
-            .set_durability(Durability::None)
-            .map_err(|e| Fault::new(e.to_string()))
-            .and_then(|()| commit(txn, on_commit))
-            .map_err(LedgerError::from),
-        Ok(Ok(Staged::Nothing)) => {
-            // Nothing was written: an abort cannot lose anything, so its error is moot.
-            let _ = txn.abort();
-            Ok(())
-        }
-        Ok(Err(e)) => {
-            let _ = txn.abort();
-            Err(e)
-        }
-        Err(_) => {
-            let _ = txn.abort();
-            Err(LedgerError::Unavailable(
-                "the update panicked; nothing was written".to_owned(),
-            ))
-        }
+    for (job, outcome) in settled {
+        job.finish(outcome);
     }
-}
-
-fn begin(db: &Database) -> Result<WriteTransaction, Fault> {
-    let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate)?;
-    Ok(txn)
-}
-
-fn commit(txn: WriteTransaction, on_commit: Option<&OnCommit>) -> Result<(), Fault> {
-    let started = Instant::now();
-    txn.commit()?;
-    if let Some(on_commit) = on_commit {
-        let elapsed = started.elapsed();
-        // A metrics hook that panics must not cost the caller its answer: the commit stands.
-        let _ = catch_unwind(AssertUnwindSafe(|| on_commit(elapsed)));
-    }
-    Ok(())
 }
 
 pub(super) fn injected() -> LedgerError {
@@ -215,6 +184,8 @@ pub(super) struct UpdateJob<T, F> {
     f: Option<F>,
     fail_writes: bool,
     value: Option<T>,
+    /// What `f` asked to write, kept so that a batch run again stages the same.
+    write: Option<Write>,
     claimed: Option<DeadClaim>,
     reply: Reply<T>,
 }
@@ -226,6 +197,7 @@ impl<T, F> UpdateJob<T, F> {
             f: Some(f),
             fail_writes,
             value: None,
+            write: None,
             claimed: None,
             reply,
         }
@@ -240,10 +212,16 @@ where
     fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError> {
         // The closure runs with no table open, so its panic cannot leave redb mid-change.
         let existing = Tables::open(txn)?.get_op_or_tombstone(&self.id)?;
-        let f = self.f.take().ok_or_else(unanswered)?;
-        let (write, value) = f(existing.clone());
-        self.value = Some(value);
-        let Some(write) = write else {
+        // Staged again (its batch ran again without a failed job): the transaction holds what
+        // it held the first time, so the closure's first decision still stands.
+        if let Some(f) = self.f.take() {
+            let (write, value) = f(existing.clone());
+            self.value = Some(value);
+            self.write = write;
+        } else if self.value.is_none() {
+            return Err(unanswered());
+        }
+        let Some(write) = &self.write else {
             return Ok(Staged::Nothing);
         };
         if self.fail_writes {
@@ -257,7 +235,7 @@ where
                 fence,
             });
         }
-        let changed = Tables::open(txn)?.apply(&self.id, existing.as_ref(), &write)?;
+        let changed = Tables::open(txn)?.apply(&self.id, existing.as_ref(), write)?;
         Ok(if changed {
             Staged::State
         } else {
@@ -322,7 +300,8 @@ impl Job for PruneJob {
 pub(super) struct SweepJob {
     shared: Arc<Shared>,
     fail_writes: bool,
-    claims: Vec<DeadClaim>,
+    /// The dead claims and the time taken at the first staging, kept for a batch run again.
+    claims: Option<(Vec<DeadClaim>, Timestamp)>,
 }
 
 impl SweepJob {
@@ -330,7 +309,7 @@ impl SweepJob {
         SweepJob {
             shared,
             fail_writes,
-            claims: Vec::new(),
+            claims: None,
         }
     }
 }
@@ -340,8 +319,11 @@ impl Job for SweepJob {
         if self.fail_writes {
             return Err(injected());
         }
-        self.claims = self.shared.dead_claims();
-        let orphaned = stage_sweep(txn, &self.claims, Timestamp::now())?;
+        let shared = &self.shared;
+        let (claims, now) = self
+            .claims
+            .get_or_insert_with(|| (shared.dead_claims(), Timestamp::now()));
+        let orphaned = stage_sweep(txn, claims, *now)?;
         Ok(if orphaned.is_empty() {
             Staged::Nothing
         } else {
@@ -351,8 +333,8 @@ impl Job for SweepJob {
 
     fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
         // Failed: the claims stay buried for the recovery sweep.
-        if outcome.is_ok() {
-            self.shared.swept(&self.claims);
+        if let (Ok(()), Some((claims, _))) = (outcome, &self.claims) {
+            self.shared.swept(claims);
         }
     }
 }
