@@ -722,7 +722,7 @@ fn open_blocking(
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| open_error(path, e))?;
     }
-    let db = Database::create(path).map_err(|e| open_error(path, e))?;
+    let db = create_database(path).map_err(|e| open_error(path, e))?;
     let (epoch, orphaned) = match recover(&db, now, secret_check.as_deref()) {
         Ok(Some(recovered)) => recovered,
         Ok(None) => {
@@ -733,6 +733,16 @@ fn open_blocking(
         Err(fault) => return Err(open_error(path, fault)),
     };
     Ok((db, epoch, orphaned))
+}
+
+/// redb's page cache, bounded: it would otherwise grow to 1 GiB with a large ledger, and the
+/// hot data of a guarded request (one operation, its index entries) is small.
+const CACHE_BYTES: usize = 32 << 20;
+
+/// Opens (or creates) the database file with the ledger's settings; start-up and the reopen
+/// after a storage error use the same.
+pub(crate) fn create_database(path: &Path) -> Result<Database, redb::DatabaseError> {
+    Database::builder().set_cache_size(CACHE_BYTES).create(path)
 }
 
 /// The start-up write: check (or keep) the secret's check value, bump the boot epoch and
