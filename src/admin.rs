@@ -35,7 +35,7 @@ pub use query::{DEFAULT_LIMIT, ListQuery, MAX_LIMIT, parse_list_query};
 
 use crate::app::App;
 use crate::config::Config;
-use crate::proxy::{ProxyBody, Unbuffered, collect_limited, full};
+use crate::wire::{ProxyBody, Unbuffered, collect_limited, full};
 
 /// The environment variable holding the admin bearer token.
 pub const TOKEN_VAR: &str = "IDEMPROXY_ADMIN_TOKEN";
@@ -109,7 +109,7 @@ pub fn check_exposure(config: &Config, token: Option<&Token>) -> Result<(), Stri
 pub async fn handle<B>(app: Arc<App>, req: Request<B>) -> Response<ProxyBody>
 where
     B: Body<Data = Bytes>,
-    B::Error: Into<crate::proxy::BoxError>,
+    B::Error: Into<crate::wire::BoxError>,
 {
     let is_health = req.uri().path() == "/healthz";
     let tokened = app.admin_token.is_some();
@@ -195,7 +195,7 @@ impl Endpoint {
 async fn route<B>(app: &App, req: Request<B>) -> Result<Response<ProxyBody>, AdminError>
 where
     B: Body<Data = Bytes>,
-    B::Error: Into<crate::proxy::BoxError>,
+    B::Error: Into<crate::wire::BoxError>,
 {
     let endpoint = Endpoint::of(req.method(), req.uri().path())?;
     if let Endpoint::Resolve(id)
@@ -250,7 +250,7 @@ fn health(app: &App) -> Result<Response<ProxyBody>, AdminError> {
 async fn read_body<B>(app: &App, req: Request<B>) -> Result<Bytes, AdminError>
 where
     B: Body<Data = Bytes>,
-    B::Error: Into<crate::proxy::BoxError>,
+    B::Error: Into<crate::wire::BoxError>,
 {
     browser::json_body(req.headers())?;
     let limit = app

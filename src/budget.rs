@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 
-use crate::proxy::BoxError;
+use crate::wire::BoxError;
 
 /// The bytes all guarded bodies together may hold; cheap to share.
 #[derive(Debug)]

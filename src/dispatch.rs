@@ -11,14 +11,15 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, header};
+use http_body_util::BodyExt;
 
 use crate::app::App;
 use crate::clock::Timestamp;
 use crate::ledger::{Event, EventKind, Operation, RequestChange, State, StoredResponse, Write};
 use crate::policy::{Outcome, Provider};
 use crate::problem::{Context, Problem};
-use crate::proxy::{ProxyBody, Unbuffered, collect_limited, full};
 use crate::upstream::{self, SendError};
+use crate::wire::{BoxError, ProxyBody, Unbuffered, collect_limited, full};
 
 /// A buffered request ready to be sent (and sent again, byte for byte).
 #[derive(Debug, Clone)]
@@ -90,14 +91,14 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
         Ok(Some(state)) => state,
         Ok(None) => {
             tracing::warn!(operation = %ex.id, "a newer claim owns this operation; this attempt's result was not written");
-            return crate::guard::refusal(Problem::OutcomeUnknown, &ctx);
+            return crate::answer::refusal(Problem::OutcomeUnknown, &ctx);
         }
         Err(e) => {
             tracing::error!(operation = %ex.id, error = %e, "the provider answered but the ledger could not record it");
             // Nobody will finish this claim: the ledger makes it `unknown` as soon as it can.
             app.ledger.abandon(&ex.id, ex.fence);
             ctx.state = Some(State::Unknown);
-            return crate::guard::refusal(Problem::OutcomeUnknown, &ctx);
+            return crate::answer::refusal(Problem::OutcomeUnknown, &ctx);
         }
     };
     ctx.state = Some(state);
@@ -108,9 +109,9 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
         Ok(answer) => first_answer(answer, &ctx),
         // Safe to retry only if no attempt of the operation may have taken effect.
         Err(SendError::Connect(why)) if state == State::Failed => {
-            crate::guard::refusal(Problem::UpstreamUnreachable(why), &ctx)
+            crate::answer::refusal(Problem::UpstreamUnreachable(why), &ctx)
         }
-        Err(_) => crate::guard::refusal(Problem::OutcomeUnknown, &ctx),
+        Err(_) => crate::answer::refusal(Problem::OutcomeUnknown, &ctx),
     }
 }
 
@@ -367,7 +368,7 @@ fn first_answer(answer: Fetched, ctx: &Context) -> Response<ProxyBody> {
     let mut resp = Response::new(full(answer.body));
     *resp.status_mut() = answer.status;
     *resp.headers_mut() = answer.headers;
-    crate::guard::op_headers(&mut resp, ctx, false);
+    crate::answer::op_headers(&mut resp, ctx, false);
     resp
 }
 
@@ -377,8 +378,31 @@ pub async fn unguarded(app: &App, provider: &Provider, outgoing: Outgoing) -> Re
         provider: Some(provider.name.clone()),
         ..Context::default()
     };
-    let mut resp = crate::proxy::stream(app, provider, outgoing.request(), &ctx).await;
+    let mut resp = stream(app, provider, outgoing.request(), &ctx).await;
     resp.headers_mut()
         .insert("idem-state", HeaderValue::from_static("unguarded"));
     resp
+}
+
+/// Sends a request unguarded and streams the answer back. `timeout` bounds the wait for the
+/// response head, not the download.
+pub async fn stream(
+    app: &App,
+    provider: &Provider,
+    out: Request<ProxyBody>,
+    ctx: &Context,
+) -> Response<ProxyBody> {
+    let sent =
+        tokio::time::timeout(provider.timeout, app.upstreams.send(&provider.name, out)).await;
+    match sent {
+        Ok(Ok(resp)) => {
+            let (mut parts, body) = resp.into_parts();
+            upstream::strip_hop_by_hop(&mut parts.headers);
+            Response::from_parts(parts, body.map_err(BoxError::from).boxed())
+        }
+        Ok(Err(SendError::Connect(why))) => Problem::UpstreamUnreachable(why).into_response(ctx),
+        Ok(Err(e)) => Problem::UpstreamBroken(e.to_string()).into_response(ctx),
+        Err(_) => Problem::UpstreamBroken(SendError::Timeout(provider.timeout).to_string())
+            .into_response(ctx),
+    }
 }

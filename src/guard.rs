@@ -11,10 +11,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderValue, Request, Response, header};
+use http::{Request, Response, header};
 use hyper::body::Incoming;
 use tokio::sync::broadcast;
 
+use crate::answer::{refusal, replay};
 use crate::app::App;
 use crate::body;
 use crate::budget::{self, Reservation, Unread};
@@ -26,10 +27,17 @@ use crate::kept::{KeptRequest, place_key};
 use crate::ledger::{Operation, State, StoredResponse};
 use crate::policy::{Captures, KeyPlacement, OnMissingId, Provider, Route};
 use crate::problem::{Context, Problem};
-use crate::proxy::{ProxyBody, Target, full};
 use crate::secret::Secret;
 use crate::template::{self, render_first};
 use crate::upstream;
+use crate::wire::ProxyBody;
+
+/// Where a request goes: the provider, the route-relative path and the matched route.
+pub struct Target<'a> {
+    pub provider: &'a Provider,
+    pub rel_path: String,
+    pub route: Option<(&'a Route, Captures)>,
+}
 
 /// An answer and the `outcome` label it counts under.
 pub type Answer = (Response<ProxyBody>, &'static str);
@@ -481,41 +489,6 @@ async fn settled(app: &App, op: &Operation, ctx: &Context) -> Result<Answer, Pro
         (State::Prepared, _) => Err(Problem::AwaitingApproval),
         _ => Err(Problem::OutcomeUnknown),
     }
-}
-
-/// A stored response, replayed.
-pub fn replay(stored: StoredResponse, ctx: &Context) -> Response<ProxyBody> {
-    let mut resp = Response::new(full(stored.body));
-    *resp.status_mut() = http::StatusCode::from_u16(stored.status).unwrap_or(http::StatusCode::OK);
-    *resp.headers_mut() = stored.headers;
-    op_headers(&mut resp, ctx, true);
-    resp
-}
-
-/// A problem answer with the operation's headers when the operation is known.
-pub fn refusal(problem: Problem, ctx: &Context) -> Response<ProxyBody> {
-    let mut resp = problem.into_response(ctx);
-    op_headers(&mut resp, ctx, false);
-    resp
-}
-
-/// `Idem-Operation-Id`, `Idem-State`, `Idempotent-Replayed` (SPEC section 5).
-pub fn op_headers(resp: &mut Response<ProxyBody>, ctx: &Context, replayed: bool) {
-    let Some(id) = &ctx.operation_id else { return };
-    let headers = resp.headers_mut();
-    headers.insert("idem-operation-id", identity::header_value(id));
-    if let Some(state) = ctx.state {
-        headers.insert("idem-state", HeaderValue::from_static(state.as_str()));
-    }
-    let provider_said = headers
-        .get("idempotent-replayed")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
-    let value = if replayed || provider_said {
-        "true"
-    } else {
-        "false"
-    };
-    headers.insert("idempotent-replayed", HeaderValue::from_static(value));
 }
 
 /// The metrics outcome of a refusal.

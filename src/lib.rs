@@ -13,6 +13,7 @@
 //! - `ledger`: the durable redb ledger behind a small domain API.
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
 //! - `decide`: the pure state machine of a guarded request (SPEC section 5).
+//! - `answer`: replays, refusals and the `Idem-*` headers of every guarded answer.
 //! - `app`: the shared immutable state of a running proxy.
 //! - `server`: listeners, connections, graceful shutdown.
 //! - `inbound`: connection limits: the first-request deadline, the connection cap, accept backoff.
@@ -26,6 +27,7 @@
 //! - `replays`: replay counts kept in memory and written coalesced, off the request path.
 //! - `settle`: the background settler of unknown operations (re-send or look up).
 //! - `upstream`: pooled TLS clients to providers and header hygiene.
+//! - `wire`: the shared body type and the one bounded body reader (the lowest floor).
 //! - `problem`: every refusal, and the one place it becomes problem+json.
 //! - `admin`: the admin API.
 //! - `metrics`: Prometheus counters, histograms and gauges.
@@ -33,6 +35,7 @@
 //! - `demo`: `idemproxy demo`, a lost-response refund told end to end, offline.
 
 pub mod admin;
+pub mod answer;
 pub mod app;
 pub mod body;
 pub mod budget;
@@ -62,3 +65,4 @@ pub mod server;
 pub mod settle;
 pub mod template;
 pub mod upstream;
+pub mod wire;

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 use crate::clock::Timestamp;
 use crate::ledger::State;
-use crate::proxy::{ProxyBody, full};
+use crate::wire::{ProxyBody, full};
 
 /// Why a request was not (or not fully) carried out.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -10,59 +10,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
-use http::{Method, Request, Response, Version, header};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http::{Method, Request, Response, Version};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use crate::app::{App, Forward};
+use crate::guard::Target;
 use crate::path;
-use crate::policy::{Captures, PathCase, Provider, Route, Unmatched};
+use crate::policy::{PathCase, Provider, Unmatched};
 use crate::problem::{Context, Problem};
-use crate::upstream::{self, SendError};
-
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The body type of every answer the proxy gives and every request it sends.
-pub type ProxyBody = BoxBody<Bytes, BoxError>;
-
-pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed()
-}
-
-/// Why a body could not be buffered.
-#[derive(Debug, thiserror::Error)]
-pub enum Unbuffered {
-    #[error("the body is longer than the limit")]
-    TooLarge,
-    #[error("the body broke off before its end: {0}")]
-    Broken(String),
-}
-
-/// Buffers a whole body of at most `limit` bytes (guarded requests, answers to record,
-/// lookups, admin calls); unguarded traffic is never buffered.
-pub async fn collect_limited<B>(body: B, limit: u64) -> Result<Bytes, Unbuffered>
-where
-    B: http_body::Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<LengthLimitError>() => Err(Unbuffered::TooLarge),
-        Err(e) => Err(Unbuffered::Broken(e.to_string())),
-    }
-}
-
-/// Where a request goes: the provider, the route-relative path and the matched route.
-pub struct Target<'a> {
-    pub provider: &'a Provider,
-    pub rel_path: String,
-    pub route: Option<(&'a Route, Captures)>,
-}
+use crate::upstream;
+use crate::wire::{BoxError, ProxyBody};
 
 /// Serves one agent request.
 pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Response<ProxyBody> {
@@ -230,37 +188,5 @@ pub(crate) async fn passthrough(
         route: target.route.as_ref().map(|(r, _)| r.name.clone()),
         ..Context::default()
     };
-    stream(app, provider, out, &ctx).await
-}
-
-/// Sends a request unguarded and streams the answer back. `timeout` bounds the wait for the
-/// response head, not the download.
-pub(crate) async fn stream(
-    app: &App,
-    provider: &Provider,
-    out: Request<ProxyBody>,
-    ctx: &Context,
-) -> Response<ProxyBody> {
-    let sent =
-        tokio::time::timeout(provider.timeout, app.upstreams.send(&provider.name, out)).await;
-    match sent {
-        Ok(Ok(resp)) => {
-            let (mut parts, body) = resp.into_parts();
-            upstream::strip_hop_by_hop(&mut parts.headers);
-            Response::from_parts(parts, body.map_err(BoxError::from).boxed())
-        }
-        Ok(Err(SendError::Connect(why))) => Problem::UpstreamUnreachable(why).into_response(ctx),
-        Ok(Err(e)) => Problem::UpstreamBroken(e.to_string()).into_response(ctx),
-        Err(_) => Problem::UpstreamBroken(SendError::Timeout(provider.timeout).to_string())
-            .into_response(ctx),
-    }
-}
-
-/// Whether the agent's request declared a body length over `limit`.
-pub fn declared_too_large(req: &Request<Incoming>, limit: u64) -> bool {
-    req.headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .is_some_and(|len| len > limit)
+    crate::dispatch::stream(app, provider, out, &ctx).await
 }

@@ -24,9 +24,9 @@ use crate::ledger::{
     Event, EventKind, Fences, Operation, RequestChange, ResponseMeta, State, StoredResponse, Write,
 };
 use crate::policy::{Captures, Provider, Reconcile, Route};
-use crate::proxy::{collect_limited, full};
 use crate::template::{Escape, Inputs, Rendered};
 use crate::upstream::{self, SendError};
+use crate::wire::{collect_limited, full};
 
 /// What a lookup proved.
 #[derive(Debug, PartialEq, Eq)]

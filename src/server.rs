@@ -24,7 +24,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use crate::app::App;
 use crate::inbound::{FirstRequest, Gate};
-use crate::proxy::ProxyBody;
+use crate::wire::ProxyBody;
 
 /// Inbound protections: oversized headers, too many h2 streams (timeouts are configured).
 const MAX_HEADERS: usize = 128;

@@ -20,7 +20,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::policy::Provider;
-use crate::proxy::ProxyBody;
+use crate::wire::ProxyBody;
 
 type HttpClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
 

@@ -18,7 +18,7 @@ use crate::clock::Timestamp;
 use crate::ledger::{
     Approval, Event, EventKind, Operation, RequestChange, State, StoredResponse, Write,
 };
-use crate::proxy::ProxyBody;
+use crate::wire::ProxyBody;
 
 /// The longest operator reason, in bytes; it becomes an event detail and maybe `error`.
 pub const MAX_REASON: usize = 2000;

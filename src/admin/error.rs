@@ -9,7 +9,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::{Map, Value, json};
 
 use crate::ledger::State;
-use crate::proxy::{ProxyBody, full};
+use crate::wire::{ProxyBody, full};
 
 /// Why an admin call was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

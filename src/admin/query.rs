@@ -12,7 +12,7 @@ use crate::app::App;
 use crate::clock::Timestamp;
 use crate::ledger::{Filter, Operation, State};
 use crate::problem::{Context, Problem};
-use crate::proxy::{ProxyBody, full};
+use crate::wire::{ProxyBody, full};
 
 /// `limit` when the caller gives none.
 pub const DEFAULT_LIMIT: usize = 50;
@@ -132,7 +132,7 @@ pub async fn response(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminE
         route: Some(op.route),
         state: Some(op.state),
     };
-    Ok(crate::guard::replay(stored, &ctx))
+    Ok(crate::answer::replay(stored, &ctx))
 }
 
 /// The 410 `operation-expired` of a tombstoned `id`, with `state`, `pruned_at` and the
@@ -161,7 +161,7 @@ fn expired_problem(tomb: Operation) -> Response<ProxyBody> {
         route: Some(tomb.route),
         state: Some(tomb.state),
     };
-    crate::guard::refusal(Problem::OperationExpired { pruned_at }, &ctx)
+    crate::answer::refusal(Problem::OperationExpired { pruned_at }, &ctx)
 }
 
 /// `GET /metrics`: the operation gauges are set from the ledger's counters first. A ledger

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::clock::Timestamp;
 use crate::ledger::{Approval, Event, Operation, Replays};
-use crate::proxy::{ProxyBody, full};
+use crate::wire::{ProxyBody, full};
 
 /// The operation's SPEC 7 fields, plus `approval` (`not_required`, `pending`, `approved`,
 /// `rejected`), which tells a waiting `prepared` operation from an approved one.

@@ -1,0 +1,45 @@
+//! The body plumbing every layer shares: the body type of each answer the proxy gives and each
+//! request it sends, and the one bounded reader for the places that must buffer.
+//!
+//! It sits on the lowest floor: it knows nothing of providers, the ledger or the request path,
+//! so `problem`, `upstream`, `dispatch`, `reconcile` and `admin` can use it without depending
+//! on `proxy`. Unguarded traffic is never buffered; only what must be recorded or read is.
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body type of every answer the proxy gives and every request it sends.
+pub type ProxyBody = BoxBody<Bytes, BoxError>;
+
+pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// Why a body could not be buffered.
+#[derive(Debug, thiserror::Error)]
+pub enum Unbuffered {
+    #[error("the body is longer than the limit")]
+    TooLarge,
+    #[error("the body broke off before its end: {0}")]
+    Broken(String),
+}
+
+/// Buffers a whole body of at most `limit` bytes (guarded requests, answers to record,
+/// lookups, admin calls); unguarded traffic is never buffered.
+pub async fn collect_limited<B>(body: B, limit: u64) -> Result<Bytes, Unbuffered>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(Unbuffered::TooLarge),
+        Err(e) => Err(Unbuffered::Broken(e.to_string())),
+    }
+}
