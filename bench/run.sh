@@ -1,68 +1,114 @@
 #!/usr/bin/env bash
-# Measures idemproxy against a direct baseline in the same run on this machine (loopback only).
+# The benchmark of issue 8: idemproxy against nginx, in one run on this machine (loopback only).
 #
-#   bench/run.sh [DURATION] [CONNECTIONS]      e.g. bench/run.sh 10s 32
+#   bench/run.sh [DURATION] [N]        e.g. bench/run.sh 5s 1000000   (the defaults)
 #
-# Upstream: nginx answering a fixed JSON body. Scenarios, each measured with wrk:
-#   direct      wrk -> nginx                                   (the baseline)
-#   passthrough wrk -> idemproxy (unguarded route) -> nginx
-#   guarded     wrk -> idemproxy (new operation per request: two durable commits) -> nginx
-#   replay      wrk -> idemproxy (same operation every time: answered from the ledger)
-# Prints requests/s, p50 and p99 per scenario and each one's throughput as a ratio of direct.
-# Needs wrk and nginx (Debian packages `wrk`, `nginx-light` or `nginx`).
+# Upstream: nginx answering a fixed JSON body. Each scenario is measured with wrk (-t1, DURATION)
+# at 1, 16, 64 and 256 connections:
+#   upstream     wrk -> nginx upstream                                  (the floor)
+#   nginx-proxy  wrk -> nginx proxy_pass (keep-alive) -> upstream       (the baseline of every ratio)
+#   passthrough  wrk -> idemproxy (unguarded route) -> upstream
+#   fresh        wrk -> idemproxy (a new operation ID per request, from a wrk Lua script)
+#   replay       wrk -> idemproxy (one succeeded operation again and again; no upstream trip)
+#   replay-big   the same against a ledger pre-filled with N operations (with their events)
+# Prints req/s, p50, p99, errors (non-2xx or socket errors) and the ratio to nginx-proxy at the
+# same connection count; then each idemproxy's start-up time (launch to ready line) and peak RSS
+# (VmHWM) after its runs. The N-operation ledger is made once by `examples/prefill.rs` and
+# cached as target/bench/ledger-N.redb; each run works on a copy, removed at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-duration=${1:-10s}
-conns=${2:-32}
-threads=2
+duration=${1:-5s}
+fill=${2:-1000000}
+conns_list="1 16 64 256"
+workers=$(nproc) # idemproxy's tokio runtime has one worker thread per core; nginx gets as many
+bench_dir=target/bench
 
-for tool in wrk nginx; do
-  command -v "$tool" >/dev/null || { echo "bench: $tool is not installed (apt-get install wrk nginx-light)" >&2; exit 1; }
-done
-cargo build --release --quiet
+command -v wrk >/dev/null || { echo "bench: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
+if ! command -v nginx >/dev/null; then
+  echo "bench: installing nginx-light from the OS packages" >&2
+  apt-get install -y nginx-light >/dev/null
+fi
+cargo build --release --quiet --bin idemproxy --example prefill
+mkdir -p "$bench_dir"
+big="$bench_dir/ledger-$fill.redb"
+if [ ! -f "$big" ]; then
+  echo "bench: pre-filling $big with $fill operations (cached for later runs)" >&2
+  rm -f "$big.tmp"
+  ./target/release/examples/prefill "$big.tmp" "$fill"
+  mv "$big.tmp" "$big"
+fi
 
-work=$(mktemp -d)
+work=$(mktemp -d "$PWD/$bench_dir/run.XXXXXX")
+pids=()
 cleanup() {
-  [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
-  [ -n "${proxy_pid:-}" ] && kill "$proxy_pid" 2>/dev/null || true
+  for f in "$work"/nginx-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-up_port=$(free_port); proxy_port=$(free_port); admin_port=$(free_port)
+up_port=$(free_port); ngx_port=$(free_port)
 
-cat > "$work/nginx.conf" <<NGINX
-worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/nginx-error.log;
-events { worker_connections 1024; }
+nginx_conf() { # name port location-body
+  mkdir -p "$work/$1"
+  cat > "$work/$1.conf" <<NGINX
+worker_processes $workers;
+pid $work/nginx-$1.pid;
+error_log $work/$1/error.log;
+events { worker_connections 4096; }
 http {
   access_log off;
-  client_body_temp_path $work/body;
-  proxy_temp_path $work/proxy;
-  fastcgi_temp_path $work/fastcgi;
-  uwsgi_temp_path $work/uwsgi;
-  scgi_temp_path $work/scgi;
+  client_body_temp_path $work/$1/body;
+  proxy_temp_path $work/$1/proxy;
+  fastcgi_temp_path $work/$1/fastcgi;
+  uwsgi_temp_path $work/$1/uwsgi;
+  scgi_temp_path $work/$1/scgi;
+  keepalive_requests 1000000;
+  upstream up { server 127.0.0.1:$up_port; keepalive 256; keepalive_requests 1000000; }
   server {
-    listen 127.0.0.1:$up_port;
-    keepalive_requests 1000000;
-    location / {
-      default_type application/json;
-      return 200 '{"id":"re_1","object":"refund","amount":100}';
-    }
+    listen 127.0.0.1:$2;
+    location / { $3 }
   }
 }
 NGINX
-nginx -c "$work/nginx.conf"
+  nginx -c "$work/$1.conf"
+}
+nginx_conf upstream "$up_port" \
+  "default_type application/json; return 200 '{\"id\":\"re_1\",\"object\":\"refund\",\"amount\":100}';"
+nginx_conf proxy "$ngx_port" \
+  'proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection "";'
 
-mkdir -p "$work/policies"
-cat > "$work/proxy.toml" <<TOML
+cat > "$work/fresh.lua" <<'LUA'
+local prefix, n = "x", 0
+init = function(args) prefix = args[1] end
+request = function()
+  n = n + 1
+  return wrk.format("POST", "/bench/v1/refunds",
+    {["x-operation-id"] = prefix .. "-" .. n, ["content-type"] = "application/json"},
+    '{"amount":100,"currency":"usd"}')
+end
+LUA
+cat > "$work/same.lua" <<'LUA'
+request = function()
+  return wrk.format("POST", "/bench/v1/refunds",
+    {["x-operation-id"] = "replayed-op", ["content-type"] = "application/json"},
+    '{"amount":100,"currency":"usd"}')
+end
+LUA
+
+proxy_pid=""; proxy_port=""; ready_ms=""
+start_proxy() { # dir [ledger to copy in]
+  local dir="$work/$1"; mkdir -p "$dir/policies"
+  [ -n "${2:-}" ] && cp "$2" "$dir/ledger.redb"
+  proxy_port=$(free_port)
+  cat > "$dir/proxy.toml" <<TOML
 listen = "127.0.0.1:$proxy_port"
-admin_listen = "127.0.0.1:$admin_port"
+admin_listen = "127.0.0.1:$(free_port)"
 ledger = "ledger.redb"
 TOML
-cat > "$work/policies/bench.toml" <<TOML
+  cat > "$dir/policies/bench.toml" <<TOML
 [provider]
 name = "bench"
 upstream = "http://127.0.0.1:$up_port"
@@ -74,54 +120,54 @@ name = "refund"
 match = "POST /v1/refunds"
 operation_id = ["{header:x-operation-id}"]
 TOML
-IDEMPROXY_LOG=warn ./target/release/idemproxy serve -c "$work/proxy.toml" > "$work/ready" 2> "$work/proxy.log" &
-proxy_pid=$!
-for _ in $(seq 100); do grep -q ready "$work/ready" 2>/dev/null && break; sleep 0.1; done
-grep -q ready "$work/ready" || { cat "$work/proxy.log"; exit 1; }
+  sync
+  local t0; t0=$(date +%s%N)
+  ./target/release/idemproxy serve -c "$dir/proxy.toml" > "$dir/ready" 2> "$dir/proxy.log" &
+  proxy_pid=$!; pids+=("$proxy_pid")
+  for _ in $(seq 6000); do grep -q ready "$dir/ready" 2>/dev/null && break; sleep 0.005; done
+  grep -q ready "$dir/ready" || { echo "bench: $1 did not start" >&2; cat "$dir/proxy.log" >&2; exit 1; }
+  ready_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  curl -sf -o /dev/null -X POST -H 'x-operation-id: replayed-op' -H 'content-type: application/json' \
+    -d '{"amount":100,"currency":"usd"}' "http://127.0.0.1:$proxy_port/bench/v1/refunds"
+}
+stop_proxy() { kill "$proxy_pid"; wait "$proxy_pid" || true; }
+peak_rss() { awk '/VmHWM/ {printf "%.1f MiB", $2/1024}' "/proc/$proxy_pid/status"; }
 
-cat > "$work/new.lua" <<'LUA'
-local n = 0
-local tid = 0
-setup = function(thread) thread:set("tid", tid); tid = tid + 1 end
-request = function()
-  n = n + 1
-  return wrk.format("POST", "/bench/v1/refunds",
-    {["x-operation-id"] = "t" .. tid .. "-" .. n, ["content-type"] = "application/json"},
-    '{"amount":100,"currency":"usd"}')
-end
-LUA
-cat > "$work/same.lua" <<'LUA'
-request = function()
-  return wrk.format("POST", "/bench/v1/refunds",
-    {["x-operation-id"] = "replayed-op", ["content-type"] = "application/json"},
-    '{"amount":100,"currency":"usd"}')
-end
-LUA
-curl -sf -o /dev/null -X POST -H 'x-operation-id: replayed-op' -H 'content-type: application/json' \
-  -d '{"amount":100,"currency":"usd"}' "http://127.0.0.1:$proxy_port/bench/v1/refunds"
-
-run() { # name conns url [script]
-  local name=$1 c=$2 url=$3 script=${4:-}
-  local out
-  out=$(wrk -t"$threads" -c"$c" -d"$duration" --latency ${script:+-s "$script"} "$url")
-  local rps p50 p99
-  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
-  p50=$(awk '$1=="50%" {print $2}' <<<"$out")
-  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
-  if grep -q "Non-2xx" <<<"$out"; then echo "bench: $name had non-2xx answers:" >&2; echo "$out" >&2; fi
-  echo "$name $rps $p50 $p99"
+to_ms() { awk '{v=$1; u=v; sub(/[0-9.]+/,"",u); sub(/[a-z]+$/,"",v);
+  if (u=="us") v/=1000; else if (u=="s") v*=1000; else if (u=="m") v*=60000; printf "%.2f", v}'; }
+declare -A rps_of
+rows=()
+run() { # name conns url [script [script args]]
+  local name=$1 c=$2 url=$3 script=${4:-} out rps p50 p99 errs
+  out=$(timeout 120 wrk -t1 -c"$c" -d"$duration" --latency ${script:+-s "$script"} "$url" ${5:+-- "$5"})
+  rps=$(awk '/Requests\/sec/ {printf "%.0f", $2}' <<<"$out")
+  p50=$(awk '$1=="50%" {print $2}' <<<"$out" | to_ms)
+  p99=$(awk '$1=="99%" {print $2}' <<<"$out" | to_ms)
+  errs=$(awk '/Non-2xx/ {s+=$NF} /Socket errors/ {gsub(/,/,""); s+=$4+$6+$8+$10} END {print s+0}' <<<"$out")
+  rps_of[$name/$c]=$rps
+  rows+=("$name $c $rps $p50 $p99 $errs")
 }
 
-results=()
-results+=("$(run direct "$conns" "http://127.0.0.1:$up_port/v1/ping")")
-results+=("$(run passthrough "$conns" "http://127.0.0.1:$proxy_port/bench/v1/ping")")
-results+=("$(run guarded "$conns" "http://127.0.0.1:$proxy_port/bench/v1/refunds" "$work/new.lua")")
-results+=("$(run replay "$conns" "http://127.0.0.1:$proxy_port/bench/v1/refunds" "$work/same.lua")")
+for c in $conns_list; do run upstream "$c" "http://127.0.0.1:$up_port/v1/ping"; done
+for c in $conns_list; do run nginx-proxy "$c" "http://127.0.0.1:$ngx_port/v1/ping"; done
 
-echo "idemproxy bench: $(nproc) cores, wrk -t$threads -c$conns -d$duration, $(date -u +%FT%TZ)"
-base=$(awk '{print $2}' <<<"${results[0]}")
-printf '%-12s %12s %10s %10s %10s\n' scenario req/s p50 p99 vs-direct
-for r in "${results[@]}"; do
-  read -r name rps p50 p99 <<<"$r"
-  printf '%-12s %12s %10s %10s %10s\n' "$name" "$rps" "$p50" "$p99" "$(awk -v a="$rps" -v b="$base" 'BEGIN{printf "%.3f", a/b}')"
+start_proxy empty; empty_ready=$ready_ms
+for c in $conns_list; do run passthrough "$c" "http://127.0.0.1:$proxy_port/bench/v1/ping"; done
+for c in $conns_list; do run fresh "$c" "http://127.0.0.1:$proxy_port/bench/v1/refunds" "$work/fresh.lua" "c$c"; done
+for c in $conns_list; do run replay "$c" "http://127.0.0.1:$proxy_port/bench/v1/refunds" "$work/same.lua"; done
+empty_rss=$(peak_rss); stop_proxy
+
+start_proxy big "$big"; big_ready=$ready_ms
+for c in $conns_list; do run replay-big "$c" "http://127.0.0.1:$proxy_port/bench/v1/refunds" "$work/same.lua"; done
+big_rss=$(peak_rss); stop_proxy
+
+echo "idemproxy bench: $(nproc) cores, $(uname -r), wrk -t1 -d$duration, $(date -u +%FT%TZ)"
+echo "| scenario | conns | req/s | p50 ms | p99 ms | errors | vs nginx-proxy |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+for r in "${rows[@]}"; do
+  read -r name c rps p50 p99 errs <<<"$r"
+  ratio=$(awk -v a="$rps" -v b="${rps_of[nginx-proxy/$c]}" 'BEGIN{printf "%.2f", a/b}')
+  echo "| $name | $c | $rps | $p50 | $p99 | $errs | $ratio |"
 done
+echo "idemproxy, empty ledger:          ready in $empty_ready ms, peak RSS $empty_rss"
+echo "idemproxy, $fill-operation ledger: ready in $big_ready ms, peak RSS $big_rss ($(du -h "$big" | cut -f1) file)"
