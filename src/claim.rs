@@ -16,6 +16,7 @@ use crate::app::App;
 use crate::clock::Timestamp;
 use crate::decide::{Decision, Intent, Resend, Rules, decide};
 use crate::fingerprint::{Fingerprint, LEGACY};
+use crate::kept::KeptRequest;
 use crate::ledger::{
     Approval, Event, EventKind, Operation, RequestChange, State, StoredResponse, Write,
 };
@@ -39,8 +40,9 @@ pub struct Ask {
     pub fingerprint: Fingerprint,
     /// The keyed hash of the caller's `principal_headers` (`fingerprint::principal`).
     pub principal: String,
-    /// The first attempt, sealed, kept with a new operation.
-    pub sealed: Vec<u8>,
+    /// The first attempt, kept (sealed) with a new operation; `None` for a claim that can
+    /// never create one (the settler's).
+    pub first: Option<KeptRequest>,
     pub actor: Actor,
 }
 
@@ -77,6 +79,13 @@ pub async fn claim(
     if let Some(step) = read_only(app, &Probe::of(&ask), rules, Fresh::Only).await {
         return Ok(step);
     }
+    // Sealed only now: a replay answered on the read snapshot above never pays for it.
+    let sealed = match &ask.first {
+        Some(first) => first
+            .seal(&app.secret, &ask.id)
+            .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?,
+        None => Vec::new(),
+    };
     let fences = app.ledger.fences();
     let id = ask.id.clone();
     let actor = ask.actor;
@@ -110,7 +119,6 @@ pub async fn claim(
                 .filter(|op| is_stale(op) && !refused)
                 .map(|op| (op.clone(), fresh.clone()));
             let fence = if decision.claims() { fences.next() } else { 0 };
-            let sealed = ask.sealed;
             let (write, decided) =
                 transition(existing, fresh, sealed, decision, fence, ask.actor, now);
             (adopt(stale, write), decided)
@@ -364,8 +372,14 @@ fn transition(
 
 /// A new operation's write, with its sealed first request kept beside it.
 fn keeping(op: Operation, event: Event, sealed: Vec<u8>) -> Write {
+    let request = match sealed.is_empty() {
+        // Nothing to keep (a claim that brought no first request): later attempts are built
+        // from the request that triggers them.
+        true => RequestChange::Keep,
+        false => RequestChange::Store(sealed),
+    };
     Write {
-        request: RequestChange::Store(sealed),
+        request,
         ..Write::of(op, vec![event])
     }
 }

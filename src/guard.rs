@@ -114,11 +114,8 @@ async fn run(
         route: route.name.clone(),
         captures: captures.clone(),
     };
-    let sealed = KeptRequest::of(&op.first)
-        .seal(&app.secret, &op.id)
-        .map_err(|e| Problem::LedgerUnavailable(e.to_string()))?;
     let caller = op.plain.headers.clone();
-    let next = detached(app, names, op, sealed).await?;
+    let next = detached(app, names, op).await?;
     if next.is_unknown() {
         // For the settler, which may re-send or look it up with these (memory only).
         let id = ctx.operation_id.as_deref().unwrap_or_default();
@@ -189,16 +186,11 @@ enum Next {
 /// would leave the operation `in_flight` with nothing sent, refusing every replay as
 /// `in-flight` and, after a restart, holding it as `unknown`. So the claim and the attempt
 /// it allows (or the reconciliation it asks for) run together, to their end.
-async fn detached(
-    app: &Arc<App>,
-    names: Names,
-    op: Identified,
-    sealed: Vec<u8>,
-) -> Result<Next, Problem> {
+async fn detached(app: &Arc<App>, names: Names, op: Identified) -> Result<Next, Problem> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let task_app = app.clone();
     app.background.spawn(async move {
-        let _ = tx.send(claim_and_send(&task_app, &names, op, sealed).await);
+        let _ = tx.send(claim_and_send(&task_app, &names, op).await);
     });
     rx.await.unwrap_or_else(|_| {
         Err(Problem::LedgerUnavailable(
@@ -207,12 +199,7 @@ async fn detached(
     })
 }
 
-async fn claim_and_send(
-    app: &Arc<App>,
-    names: &Names,
-    op: Identified,
-    sealed: Vec<u8>,
-) -> Result<Next, Problem> {
+async fn claim_and_send(app: &Arc<App>, names: &Names, op: Identified) -> Result<Next, Problem> {
     let (provider, route) = names.lookup(app)?;
     let ask = Ask {
         id: op.id.clone(),
@@ -220,7 +207,7 @@ async fn claim_and_send(
         placement: op.placement.clone(),
         fingerprint: op.fingerprint.clone(),
         principal: op.principal.clone(),
-        sealed,
+        first: Some(KeptRequest::of(&op.first)),
         actor: Actor::Agent,
     };
     match claim(app, provider, route, ask).await? {

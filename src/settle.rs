@@ -250,7 +250,7 @@ async fn resend(app: &Arc<App>, provider: &Provider, route: &Route, op: Operatio
             legacy: Legacy::default(),
         },
         principal: op.principal.clone().unwrap_or_default(),
-        sealed: Vec::new(),
+        first: None,
         actor: Actor::Settler,
     };
     match claim(app, provider, route, ask).await {
