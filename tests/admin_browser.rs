@@ -5,30 +5,13 @@
 
 mod common;
 
-use common::{Behavior, FakeProvider, Proxy, Resp, problem, route, send};
+use common::shop::{agent, start};
+
+use common::{Behavior, FakeProvider, Proxy, Resp, problem, send};
 use http::{Method, StatusCode};
 use serde_json::json;
 
 const TOKEN: &str = "t0k-browser";
-
-async fn start(provider: &FakeProvider, extra: &str, env: &[(&str, &str)]) -> Proxy {
-    let create = route("create", "POST /v1/things", &["{header:x-operation-id}"]);
-    let mut builder = Proxy::builder().policy(
-        "shop",
-        &provider.policy("shop", &format!("{create}{extra}")),
-    );
-    for (key, value) in env {
-        builder = builder.env(key, value);
-    }
-    builder.start().await
-}
-
-async fn agent(proxy: &Proxy, op: &str) -> Resp {
-    let url = proxy.url("/shop/v1/things");
-    send(Method::POST, &url, &[("x-operation-id", op)], "amount=5")
-        .await
-        .expect("proxy answers")
-}
 
 async fn admin(proxy: &Proxy, method: Method, path: &str, headers: &[(&str, &str)]) -> Resp {
     admin_body(proxy, method, path, headers, "").await

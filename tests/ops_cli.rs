@@ -3,31 +3,14 @@
 
 mod common;
 
-use common::{Behavior, FakeProvider, Proxy, Resp, route, send};
-use http::{Method, StatusCode};
+use common::shop::{agent, start};
+
+use common::{Behavior, FakeProvider, Proxy};
+use http::StatusCode;
 use serde_json::Value;
 
 /// An operation ID part that needs percent-encoding in a URL (space, `+`, `%`).
 const ODD: &str = "op 1+x%y";
-
-async fn start(provider: &FakeProvider, extra: &str, env: &[(&str, &str)]) -> Proxy {
-    let create = route("create", "POST /v1/things", &["{header:x-operation-id}"]);
-    let mut builder = Proxy::builder().policy(
-        "shop",
-        &provider.policy("shop", &format!("{create}{extra}")),
-    );
-    for (k, v) in env {
-        builder = builder.env(k, v);
-    }
-    builder.start().await
-}
-
-async fn agent(proxy: &Proxy, op: &str) -> Resp {
-    let url = proxy.url("/shop/v1/things");
-    send(Method::POST, &url, &[("x-operation-id", op)], "amount=5")
-        .await
-        .expect("proxy answers")
-}
 
 /// `idemproxy ops ARGS --admin URL`: (exit code, stdout, stderr).
 async fn ops(proxy: &Proxy, args: &[&str]) -> (Option<i32>, String, String) {

@@ -17,6 +17,7 @@ pub mod pattern;
 pub mod process;
 pub mod provider;
 pub mod proxy;
+pub mod shop;
 pub mod tls;
 
 #[allow(unused_imports)]
