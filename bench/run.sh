@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark of issue 8: idemproxy against nginx, in one run on this machine (loopback only).
 #
-#   bench/run.sh [DURATION] [N]        e.g. bench/run.sh 5s 1000000   (the defaults)
+#   bench/run.sh [DURATION] [N]        e.g. bench/run.sh 5s 1000000   (the defaults; N = 0 skips
+#                                      the big ledger; BENCH_CONNS="64" measures one count)
 #
 # Upstream: nginx answering a fixed JSON body. Each scenario is measured with wrk (-t1, DURATION)
 # at 1, 16, 64 and 256 connections:
@@ -11,15 +12,16 @@
 #   fresh        wrk -> idemproxy (a new operation ID per request, from a wrk Lua script)
 #   replay       wrk -> idemproxy (one succeeded operation again and again; no upstream trip)
 #   replay-big   the same against a ledger pre-filled with N operations (with their events)
-# Prints req/s, p50, p99, errors (non-2xx or socket errors) and the ratio to nginx-proxy at the
-# same connection count; then each idemproxy's start-up time (launch to ready line) and peak RSS
+# Prints req/s, p50, p99, errors (non-2xx or socket errors), the ratio to nginx-proxy at the
+# same connection count, and the CPU time the server under test spent per request (its
+# processes' user + system time over the run; "upstream" is the upstream nginx itself); then each idemproxy's start-up time (launch to ready line) and peak RSS
 # (VmHWM) after its runs. The N-operation ledger is made once by `examples/prefill.rs` and
 # cached as target/bench/ledger-N.redb; each run works on a copy, removed at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-5s}
 fill=${2:-1000000}
-conns_list="1 16 64 256"
+conns_list=${BENCH_CONNS:-"1 16 64 256"} # BENCH_CONNS="64" for a quick look
 workers=$(nproc) # idemproxy's tokio runtime has one worker thread per core; nginx gets as many
 bench_dir=target/bench
 
@@ -31,7 +33,7 @@ fi
 cargo build --release --quiet --bin idemproxy --example prefill
 mkdir -p "$bench_dir"
 big="$bench_dir/ledger-$fill.redb"
-if [ ! -f "$big" ]; then
+if [ "$fill" != 0 ] && [ ! -f "$big" ]; then
   echo "bench: pre-filling $big with $fill operations (cached for later runs)" >&2
   rm -f "$big.tmp"
   ./target/release/examples/prefill "$big.tmp" "$fill"
@@ -135,39 +137,54 @@ peak_rss() { awk '/VmHWM/ {printf "%.1f MiB", $2/1024}' "/proc/$proxy_pid/status
 
 to_ms() { awk '{v=$1; u=v; sub(/[0-9.]+/,"",u); sub(/[a-z]+$/,"",v);
   if (u=="us") v/=1000; else if (u=="s") v*=1000; else if (u=="m") v*=60000; printf "%.2f", v}'; }
+# CPU time (user + system, in clock ticks) of the processes in $measured: the proxy under test.
+# CPU per request does not depend on what else the machine runs, unlike req/s.
+measured=""
+ticks() { local t=0 p; for p in $measured; do
+  t=$(( t + $(awk '{print $14 + $15}' "/proc/$p/stat") )); done; echo "$t"; }
+nginx_workers() { pgrep -P "$(cat "$work/nginx-$1.pid")" | tr '\n' ' '; }
 declare -A rps_of
 rows=()
 run() { # name conns url [script [script args]]
-  local name=$1 c=$2 url=$3 script=${4:-} out rps p50 p99 errs
+  local name=$1 c=$2 url=$3 script=${4:-} out rps p50 p99 errs t0 reqs cpu
+  t0=$(ticks)
   out=$(timeout 120 wrk -t1 -c"$c" -d"$duration" --latency ${script:+-s "$script"} "$url" ${5:+-- "$5"})
+  reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+  cpu=$(awk -v t="$(( $(ticks) - t0 ))" -v hz="$(getconf CLK_TCK)" -v n="$reqs" \
+    'BEGIN{printf "%.1f", n ? t / hz * 1e6 / n : 0}')
   rps=$(awk '/Requests\/sec/ {printf "%.0f", $2}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out" | to_ms)
   p99=$(awk '$1=="99%" {print $2}' <<<"$out" | to_ms)
   errs=$(awk '/Non-2xx/ {s+=$NF} /Socket errors/ {gsub(/,/,""); s+=$4+$6+$8+$10} END {print s+0}' <<<"$out")
   rps_of[$name/$c]=$rps
-  rows+=("$name $c $rps $p50 $p99 $errs")
+  rows+=("$name $c $rps $p50 $p99 $errs $cpu")
 }
 
+measured=$(nginx_workers upstream)
 for c in $conns_list; do run upstream "$c" "http://127.0.0.1:$up_port/v1/ping"; done
+measured=$(nginx_workers proxy)
 for c in $conns_list; do run nginx-proxy "$c" "http://127.0.0.1:$ngx_port/v1/ping"; done
 
-start_proxy empty; empty_ready=$ready_ms
+start_proxy empty; empty_ready=$ready_ms; measured=$proxy_pid
 for c in $conns_list; do run passthrough "$c" "http://127.0.0.1:$proxy_port/bench/v1/ping"; done
 for c in $conns_list; do run fresh "$c" "http://127.0.0.1:$proxy_port/bench/v1/refunds" "$work/fresh.lua" "c$c"; done
 for c in $conns_list; do run replay "$c" "http://127.0.0.1:$proxy_port/bench/v1/refunds" "$work/same.lua"; done
 empty_rss=$(peak_rss); stop_proxy
 
-start_proxy big "$big"; big_ready=$ready_ms
-for c in $conns_list; do run replay-big "$c" "http://127.0.0.1:$proxy_port/bench/v1/refunds" "$work/same.lua"; done
-big_rss=$(peak_rss); stop_proxy
+if [ "$fill" != 0 ]; then # N = 0 skips the big ledger
+  start_proxy big "$big"; big_ready=$ready_ms; measured=$proxy_pid
+  for c in $conns_list; do run replay-big "$c" "http://127.0.0.1:$proxy_port/bench/v1/refunds" "$work/same.lua"; done
+  big_rss=$(peak_rss); stop_proxy
+fi
 
 echo "idemproxy bench: $(nproc) cores, $(uname -r), wrk -t1 -d$duration, $(date -u +%FT%TZ)"
-echo "| scenario | conns | req/s | p50 ms | p99 ms | errors | vs nginx-proxy |"
-echo "|---|---:|---:|---:|---:|---:|---:|"
+echo "| scenario | conns | req/s | p50 ms | p99 ms | errors | vs nginx-proxy | CPU µs/req |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 for r in "${rows[@]}"; do
-  read -r name c rps p50 p99 errs <<<"$r"
+  read -r name c rps p50 p99 errs cpu <<<"$r"
   ratio=$(awk -v a="$rps" -v b="${rps_of[nginx-proxy/$c]}" 'BEGIN{printf "%.2f", a/b}')
-  echo "| $name | $c | $rps | $p50 | $p99 | $errs | $ratio |"
+  echo "| $name | $c | $rps | $p50 | $p99 | $errs | $ratio | $cpu |"
 done
 echo "idemproxy, empty ledger:          ready in $empty_ready ms, peak RSS $empty_rss"
-echo "idemproxy, $fill-operation ledger: ready in $big_ready ms, peak RSS $big_rss ($(du -h "$big" | cut -f1) file)"
+[ "$fill" = 0 ] ||
+  echo "idemproxy, $fill-operation ledger: ready in $big_ready ms, peak RSS $big_rss ($(du -h "$big" | cut -f1) file)"

@@ -76,7 +76,7 @@ pub async fn claim(
     ask: Ask,
 ) -> Result<Step, Problem> {
     let rules = Rules::of(provider, route);
-    if let Some(step) = read_only(app, &Probe::of(&ask), rules, Fresh::Only).await {
+    if let Some(step) = read_only(app, &Probe::of(&ask), rules, Fresh::Only) {
         return Ok(step);
     }
     // Sealed only now: a replay answered on the read snapshot above never pays for it.
@@ -142,18 +142,29 @@ pub async fn claim(
                 principal: &principal,
                 actor,
             };
-            let answered = read_only(app, &probe, rules, Fresh::OrStale).await;
+            let answered = read_only(app, &probe, rules, Fresh::OrStale);
             answered.ok_or_else(|| Problem::LedgerUnavailable(e.to_string()))
         }
     }
 }
 
+/// An agent's request answered on a read snapshot, when it needs no write (`read_only`):
+/// the guard asks this before it detaches the claim, so a replay costs one read and no task.
+pub fn answer_from_snapshot(
+    app: &App,
+    provider: &Provider,
+    route: &Route,
+    probe: &Probe<'_>,
+) -> Option<Step> {
+    read_only(app, probe, Rules::of(provider, route), Fresh::Only)
+}
+
 /// What `read_only` needs of an `Ask`.
-struct Probe<'a> {
-    id: &'a str,
-    fingerprint: &'a Fingerprint,
-    principal: &'a str,
-    actor: Actor,
+pub struct Probe<'a> {
+    pub id: &'a str,
+    pub fingerprint: &'a Fingerprint,
+    pub principal: &'a str,
+    pub actor: Actor,
 }
 
 impl<'a> Probe<'a> {
@@ -180,8 +191,8 @@ enum Fresh {
 /// of a `succeeded` operation (its stored response; an agent's replay is counted in
 /// `app.replays`) and the refusal of an operator-rejected one. `None`: the claim transaction
 /// decides (another decision, no such live operation, a failed read, a stale operation).
-async fn read_only(app: &App, probe: &Probe<'_>, rules: Rules, fresh: Fresh) -> Option<Step> {
-    let (op, stored) = app.ledger.replayable(probe.id).await.ok()??;
+fn read_only(app: &App, probe: &Probe<'_>, rules: Rules, fresh: Fresh) -> Option<Step> {
+    let (op, stored) = app.ledger.replayable(probe.id).ok()??;
     if fresh == Fresh::Only && is_stale(&op) {
         return None;
     }

@@ -19,7 +19,7 @@ use crate::answer::{refusal, replay};
 use crate::app::App;
 use crate::body;
 use crate::budget::{self, Reservation, Unread};
-use crate::claim::{Actor, Ask, Claimed, Step, claim};
+use crate::claim::{self, Actor, Ask, Claimed, Probe, Step, claim};
 use crate::dispatch::{self, Outgoing};
 use crate::fingerprint::{self, Fingerprint};
 use crate::identity;
@@ -109,6 +109,24 @@ async fn run(
         }
     };
     ctx.operation_id = Some(op.id.clone());
+    let probe = Probe {
+        id: &op.id,
+        fingerprint: &op.fingerprint,
+        principal: &op.principal,
+        actor: Actor::Agent,
+    };
+    // Nothing is written for these, so nothing is lost if the agent leaves: no detached task.
+    match claim::answer_from_snapshot(app, provider, route, &probe) {
+        Some(Step::Replay(stored)) => {
+            let ctx = ctx.with_state(State::Succeeded);
+            return Ok((replay(stored, &ctx), "replayed"));
+        }
+        Some(Step::Refuse(problem, state)) => {
+            ctx.state = Some(state);
+            return Err(problem);
+        }
+        _ => {}
+    }
     let names = Names {
         provider: provider.name.clone(),
         route: route.name.clone(),

@@ -518,22 +518,22 @@ impl Ledger {
 
     /// The live operation `id` and, when it is `succeeded`, its stored response, read on one
     /// snapshot (what a replay needs, without the writer).
-    pub async fn replayable(
+    ///
+    /// Read on the calling thread (see `read_here`): this is the one read of every replay.
+    pub fn replayable(
         &self,
         id: &str,
     ) -> Result<Option<(Operation, Option<StoredResponse>)>, LedgerError> {
-        let id = id.to_owned();
-        self.read(move |txn| {
-            let Some(op) = store::get(txn, &id)? else {
+        self.read_here(|txn| {
+            let Some(op) = store::get(txn, id)? else {
                 return Ok(None);
             };
             let stored = match op.state {
-                State::Succeeded => store::response(txn, &id)?,
+                State::Succeeded => store::response(txn, id)?,
                 _ => None,
             };
             Ok(Some((op, stored)))
         })
-        .await
     }
 
     /// The history of `id`, in the order it was written (empty for an unknown ID).
@@ -676,6 +676,20 @@ impl Ledger {
                 "the ledger writer stopped before answering".to_owned(),
             ))
         })
+    }
+
+    /// Runs `f` on a read snapshot on the calling thread, for the point reads of the request
+    /// path: a few B-tree pages, almost always in the ledger's page cache, read in
+    /// microseconds. Handing such a read to the blocking pool costs more than the read itself
+    /// (two thread wake-ups; they were most of a replay's CPU time). Reads that may touch many
+    /// pages (lists, histories, sweeps) use `read`.
+    fn read_here<T>(
+        &self,
+        f: impl FnOnce(&ReadTransaction) -> Result<T, Fault>,
+    ) -> Result<T, LedgerError> {
+        let db = self.inner.shared.db()?;
+        let txn = db.begin_read().map_err(Fault::from)?;
+        f(&txn).map_err(LedgerError::from)
     }
 
     /// Runs `f` on a read snapshot, off the async workers.
