@@ -12,10 +12,12 @@
 //! repeat it exactly. `transition`, the write each decision makes, is pure and tested beside
 //! it. Nothing here talks to a provider.
 
+use std::collections::BTreeMap;
+
 use crate::app::App;
 use crate::clock::Timestamp;
 use crate::decide::{Decision, Intent, Resend, Rules, decide};
-use crate::fingerprint::{Fingerprint, LEGACY};
+use crate::fingerprint::{Fingerprint, LEGACY, Legacy};
 use crate::kept::KeptRequest;
 use crate::ledger::{
     Approval, Event, EventKind, Operation, RequestChange, State, StoredResponse, Write,
@@ -138,7 +140,9 @@ pub async fn claim(
             // whose bringing up to date (`adopt`) could not be written; the rest needs its write.
             let probe = Probe {
                 id: &id,
-                fingerprint: &fingerprint,
+                fingerprint: &fingerprint.hex,
+                fields: &fingerprint.fields,
+                legacy: &fingerprint.legacy,
                 principal: &principal,
                 actor,
             };
@@ -160,18 +164,34 @@ pub fn answer_from_snapshot(
 }
 
 /// What `read_only` needs of an `Ask`.
+///
+/// `fields` and `legacy` may be empty (`NO_FIELDS`, `NO_LEGACY`) when only the fingerprint's
+/// hex is known: a request that matches its stored operation never looks at them, and one
+/// that does not is no read-only decision, so the claim transaction decides it with them.
 pub struct Probe<'a> {
     pub id: &'a str,
-    pub fingerprint: &'a Fingerprint,
+    pub fingerprint: &'a str,
+    pub fields: &'a BTreeMap<String, String>,
+    pub legacy: &'a Legacy,
     pub principal: &'a str,
     pub actor: Actor,
 }
+
+/// The fields of a `Probe` that knows only the fingerprint's hex.
+pub static NO_FIELDS: BTreeMap<String, String> = BTreeMap::new();
+/// The legacy form of a `Probe` that knows only the fingerprint's hex: it matches nothing.
+pub static NO_LEGACY: Legacy = Legacy {
+    hex: String::new(),
+    fields: BTreeMap::new(),
+};
 
 impl<'a> Probe<'a> {
     fn of(ask: &'a Ask) -> Probe<'a> {
         Probe {
             id: &ask.id,
-            fingerprint: &ask.fingerprint,
+            fingerprint: &ask.fingerprint.hex,
+            fields: &ask.fingerprint.fields,
+            legacy: &ask.fingerprint.legacy,
             principal: &ask.principal,
             actor: ask.actor,
         }
@@ -197,10 +217,10 @@ fn read_only(app: &App, probe: &Probe<'_>, rules: Rules, fresh: Fresh) -> Option
         return None;
     }
     let intent = Intent {
-        fingerprint: &probe.fingerprint.hex,
-        fields: &probe.fingerprint.fields,
+        fingerprint: probe.fingerprint,
+        fields: probe.fields,
         principal: probe.principal,
-        legacy: &probe.fingerprint.legacy,
+        legacy: probe.legacy,
     };
     let now = Timestamp::now();
     match decide(Some(&op), intent, rules, now) {

@@ -113,23 +113,12 @@ pub struct Inputs<'a> {
 /// in configured order, less ignored fields and the key field. Never panics.
 pub fn compute(inputs: &Inputs) -> Fingerprint {
     let secret = inputs.secret;
-    let excluded = Excluded::new(inputs.ignore, inputs.key_field);
-    let query = query_section(inputs.query, &excluded);
-    let body = body_section(inputs.body, &excluded);
-    let headers = header_fields(inputs.headers, inputs.fingerprint_headers);
-
-    let mut canonical = Vec::new();
-    frame(&mut canonical, b"idemproxy-fingerprint/1");
-    frame(&mut canonical, inputs.method.as_str().as_bytes());
-    frame(&mut canonical, inputs.path.as_bytes());
-    frame(&mut canonical, &query.canonical);
-    frame(&mut canonical, &body.canonical);
-    frame(&mut canonical, &(headers.len() as u64).to_be_bytes());
-    for (name, value) in &headers {
-        frame(&mut canonical, name.as_bytes());
-        frame(&mut canonical, value);
-    }
-
+    let Canonical {
+        bytes: canonical,
+        query,
+        body,
+        headers,
+    } = canonical(inputs, Hashes::Kept);
     let mut base = vec![
         (
             "method".to_string(),
@@ -143,6 +132,53 @@ pub fn compute(inputs: &Inputs) -> Fingerprint {
         hex: secret.mac_hex(FINGERPRINT_DOMAIN, &canonical),
         legacy: Legacy::of(&canonical, &digests),
         fields: keyed(digests, secret),
+    }
+}
+
+/// `compute(inputs).hex` alone, without the per-field hashes (most of the cost): what a replay
+/// needs, since a request that matches its stored operation never looks at the fields.
+pub fn hex_only(inputs: &Inputs) -> String {
+    let canonical = canonical(inputs, Hashes::Skipped);
+    inputs.secret.mac_hex(FINGERPRINT_DOMAIN, &canonical.bytes)
+}
+
+/// Whether the sections hash their fields as they are written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hashes {
+    Kept,
+    Skipped,
+}
+
+/// The canonical form and the sections it was written from.
+struct Canonical {
+    bytes: Vec<u8>,
+    query: Section,
+    body: Section,
+    headers: Vec<(String, Vec<u8>)>,
+}
+
+fn canonical(inputs: &Inputs, hashes: Hashes) -> Canonical {
+    let excluded = Excluded::new(inputs.ignore, inputs.key_field);
+    let query = query_section(inputs.query, &excluded, hashes);
+    let body = body_section(inputs.body, &excluded, hashes);
+    let headers = header_fields(inputs.headers, inputs.fingerprint_headers);
+
+    let mut bytes = Vec::new();
+    frame(&mut bytes, b"idemproxy-fingerprint/1");
+    frame(&mut bytes, inputs.method.as_str().as_bytes());
+    frame(&mut bytes, inputs.path.as_bytes());
+    frame(&mut bytes, &query.canonical);
+    frame(&mut bytes, &body.canonical);
+    frame(&mut bytes, &(headers.len() as u64).to_be_bytes());
+    for (name, value) in &headers {
+        frame(&mut bytes, name.as_bytes());
+        frame(&mut bytes, value);
+    }
+    Canonical {
+        bytes,
+        query,
+        body,
+        headers,
     }
 }
 
@@ -266,13 +302,13 @@ struct Section {
     nested: Vec<(String, String)>,
 }
 
-fn query_section(query: Option<&str>, excluded: &Excluded) -> Section {
+fn query_section(query: Option<&str>, excluded: &Excluded, hashes: Hashes) -> Section {
     let raw = query.unwrap_or("");
     let Some(pairs) = decode_pairs(raw.as_bytes()) else {
         // Not UTF-8 once decoded: compare the raw text rather than guess at its characters.
         let mut canonical = b"raw".to_vec();
         frame(&mut canonical, raw.as_bytes());
-        let top = vec![("query".to_string(), digest(raw.as_bytes()))];
+        let top = hashed(hashes, "query", raw.as_bytes());
         return Section {
             canonical,
             top,
@@ -280,25 +316,25 @@ fn query_section(query: Option<&str>, excluded: &Excluded) -> Section {
         };
     };
     let groups = group(pairs, |name| !excluded.query_field(name));
-    grouped_section(b"pairs", groups, "query:")
+    grouped_section(b"pairs", groups, "query:", hashes)
 }
 
-fn body_section(body: &Body, excluded: &Excluded) -> Section {
+fn body_section(body: &Body, excluded: &Excluded, hashes: Hashes) -> Section {
     match body {
         Body::Empty => Section {
             canonical: b"empty".to_vec(),
             top: vec![],
             nested: vec![],
         },
-        Body::Json(value) => json_section(value, excluded),
+        Body::Json(value) => json_section(value, excluded, hashes),
         Body::Form(pairs) => {
             let groups = group(pairs.iter().cloned(), |name| !excluded.body_field(name));
-            grouped_section(b"form", groups, "")
+            grouped_section(b"form", groups, "", hashes)
         }
         Body::Bytes(bytes) | Body::Malformed { bytes, .. } => {
             let mut canonical = b"bytes".to_vec();
             frame(&mut canonical, bytes);
-            let top = vec![("body".to_string(), digest(bytes))];
+            let top = hashed(hashes, "body", bytes);
             Section {
                 canonical,
                 top,
@@ -320,7 +356,20 @@ fn group(
     groups
 }
 
-fn grouped_section(tag: &[u8], groups: BTreeMap<String, Vec<String>>, prefix: &str) -> Section {
+/// A section's one whole-value hash, unless hashes are skipped.
+fn hashed(hashes: Hashes, name: &str, bytes: &[u8]) -> Vec<(String, String)> {
+    match hashes {
+        Hashes::Kept => vec![(name.to_string(), digest(bytes))],
+        Hashes::Skipped => vec![],
+    }
+}
+
+fn grouped_section(
+    tag: &[u8],
+    groups: BTreeMap<String, Vec<String>>,
+    prefix: &str,
+    hashes: Hashes,
+) -> Section {
     let mut canonical = tag.to_vec();
     frame(&mut canonical, &(groups.len() as u64).to_be_bytes());
     let mut top = Vec::with_capacity(groups.len());
@@ -329,7 +378,9 @@ fn grouped_section(tag: &[u8], groups: BTreeMap<String, Vec<String>>, prefix: &s
         let encoded = Value::from(values).to_string();
         frame(&mut canonical, name.as_bytes());
         frame(&mut canonical, encoded.as_bytes());
-        top.push((format!("{prefix}{name}"), digest(encoded.as_bytes())));
+        if hashes == Hashes::Kept {
+            top.push((format!("{prefix}{name}"), digest(encoded.as_bytes())));
+        }
     }
     Section {
         canonical,
@@ -338,9 +389,10 @@ fn grouped_section(tag: &[u8], groups: BTreeMap<String, Vec<String>>, prefix: &s
     }
 }
 
-fn json_section(value: &Value, excluded: &Excluded) -> Section {
+fn json_section(value: &Value, excluded: &Excluded, hashes: Hashes) -> Section {
     let mut walk = Walk {
         excluded,
+        hashes,
         text: String::new(),
         top: vec![],
         nested: vec![],
@@ -348,8 +400,7 @@ fn json_section(value: &Value, excluded: &Excluded) -> Section {
     };
     walk.value(value, "", 0);
     if !(value.is_object() || value.is_array()) {
-        walk.top
-            .push(("body".to_string(), digest(walk.text.as_bytes())));
+        walk.top = hashed(hashes, "body", walk.text.as_bytes());
     }
     let mut canonical = b"json".to_vec();
     frame(&mut canonical, walk.text.as_bytes());
@@ -365,6 +416,7 @@ fn json_section(value: &Value, excluded: &Excluded) -> Section {
 /// the hashes of top-level fields and nested leaves on the way.
 struct Walk<'a> {
     excluded: &'a Excluded<'a>,
+    hashes: Hashes,
     text: String,
     top: Vec<(String, String)>,
     nested: Vec<(String, String)>,
@@ -426,6 +478,9 @@ impl Walk<'_> {
     fn child(&mut self, child: &Value, path: String, depth: usize) {
         let start = self.text.len();
         self.value(child, &path, depth + 1);
+        if self.hashes == Hashes::Skipped {
+            return;
+        }
         let is_leaf = match child {
             Value::Object(m) => m.is_empty(),
             Value::Array(a) => a.is_empty(),
@@ -555,8 +610,10 @@ mod tests {
             self.fp_with(&Secret::from_bytes([7; 32]))
         }
 
+        /// The full fingerprint; every test that computes one also checks that `hex_only`
+        /// (what a replay computes) agrees with it.
         fn fp_with(&self, secret: &Secret) -> Fingerprint {
-            compute(&Inputs {
+            let inputs = Inputs {
                 method: &self.method,
                 path: &self.path,
                 query: self.query.as_deref(),
@@ -566,8 +623,44 @@ mod tests {
                 ignore: &self.ignore,
                 key_field: self.key_field.as_deref(),
                 secret,
-            })
+            };
+            let fp = compute(&inputs);
+            assert_eq!(hex_only(&inputs), fp.hex, "hex_only disagrees with compute");
+            fp
         }
+    }
+
+    #[test]
+    fn hex_only_is_the_fingerprint_of_every_kind_of_request() {
+        let mut with_query = Req::json(json!({"amount": 100, "meta": {"a": [1, {"b": null}]}}));
+        with_query.query = Some("expand[]=x&limit=3&expand[]=y".into());
+        let mut with_header = Req::form(&[("charge", "ch_1"), ("metadata[step]", "2")]);
+        with_header.fingerprint_headers = vec![HeaderName::from_static("stripe-account")];
+        with_header
+            .headers
+            .insert("stripe-account", HeaderValue::from_static("acct_1"));
+        let mut raw_query = Req::new(Body::Empty);
+        raw_query.query = Some("q=%FF%FE".into());
+        let mut keyed = Req::json(json!({"idempotency_key": "k", "amount": 5}));
+        keyed.key_field = Some("/idempotency_key".into());
+        let requests = [
+            with_query,
+            with_header,
+            raw_query,
+            keyed,
+            Req::json(json!("a scalar")),
+            Req::json(json!([1, 2, 3])),
+            Req::new(Body::Bytes(Bytes::from_static(b"\x00\x01 raw"))),
+            Req::json(json!({"metadata": {"trace_id": "t", "step": 1}}))
+                .ignoring(&["metadata[trace_id]"]),
+        ];
+        let hexes: Vec<String> = requests.iter().map(|r| r.fp().hex).collect();
+        let distinct: std::collections::BTreeSet<&String> = hexes.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            hexes.len(),
+            "distinct requests, distinct fingerprints"
+        );
     }
 
     fn diff(a: &Req, b: &Req) -> Vec<String> {

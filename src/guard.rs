@@ -19,7 +19,7 @@ use crate::answer::{refusal, replay};
 use crate::app::App;
 use crate::body;
 use crate::budget::{self, Reservation, Unread};
-use crate::claim::{self, Actor, Ask, Claimed, Probe, Step, claim};
+use crate::claim::{self, Actor, Ask, Claimed, NO_FIELDS, NO_LEGACY, Probe, Step, claim};
 use crate::dispatch::{self, Outgoing};
 use crate::fingerprint::{self, Fingerprint};
 use crate::identity;
@@ -44,7 +44,7 @@ pub type Answer = (Response<ProxyBody>, &'static str);
 
 /// A guarded request whose body has been read: identified, or let through unguarded.
 enum Identity {
-    Op(Box<Identified>),
+    Op(Box<Named>),
     /// No template applies and `on_missing_id = "pass"`.
     Pass(Box<Outgoing>),
 }
@@ -99,8 +99,8 @@ async fn run(
     let provider = target.provider;
     // The body's bytes stay reserved in the buffered-bytes budget until the request is done.
     let (parts, bytes, _reserved) = read_body(app, req).await?;
-    let op = match identify(provider, route, target, captures, parts, bytes, &app.secret)? {
-        Identity::Op(op) => *op,
+    let named = match identify(provider, route, target, captures, parts, bytes, &app.secret)? {
+        Identity::Op(named) => *named,
         Identity::Pass(outgoing) => {
             return Ok((
                 dispatch::unguarded(app, provider, *outgoing).await,
@@ -108,11 +108,13 @@ async fn run(
             ));
         }
     };
-    ctx.operation_id = Some(op.id.clone());
+    ctx.operation_id = Some(named.id.clone());
     let probe = Probe {
-        id: &op.id,
-        fingerprint: &op.fingerprint,
-        principal: &op.principal,
+        id: &named.id,
+        fingerprint: &named.hex,
+        fields: &NO_FIELDS,
+        legacy: &NO_LEGACY,
+        principal: &named.principal,
         actor: Actor::Agent,
     };
     // Nothing is written for these, so nothing is lost if the agent leaves: no detached task.
@@ -127,6 +129,7 @@ async fn run(
         }
         _ => {}
     }
+    let op = named.complete(provider, route, target, &app.secret)?;
     let names = Names {
         provider: provider.name.clone(),
         route: route.name.clone(),
@@ -360,30 +363,19 @@ fn identify(
     bytes: Bytes,
     secret: &Secret,
 ) -> Result<Identity, Problem> {
-    let parsed = body::parse(parts.headers.get(header::CONTENT_TYPE), bytes.clone());
-    let key_field = match &provider.key {
-        KeyPlacement::JsonField(pointer) => Some(pointer.as_str()),
-        KeyPlacement::Header(_) => None,
-    };
-    let fingerprint = fingerprint::compute(&fingerprint::Inputs {
-        method: &parts.method,
-        path: &target.rel_path,
-        query: parts.uri.query(),
-        body: &parsed,
-        headers: &parts.headers,
-        fingerprint_headers: &route.fingerprint_headers,
-        ignore: &route.fingerprint_ignore,
-        key_field,
-        secret,
-    });
+    let body = body::parse(parts.headers.get(header::CONTENT_TYPE), bytes.clone());
+    // The fingerprint's hex alone: a replay needs nothing more (`Named::complete` adds the rest).
+    let hex = fingerprint::hex_only(&fingerprint_inputs(
+        provider, route, target, &parts, &body, secret,
+    ));
     let inputs = template::Inputs {
         headers: &parts.headers,
         query: parts.uri.query(),
-        body: &parsed,
+        body: &body,
         captures,
         provider: &provider.name,
         route: &route.name,
-        fingerprint: Some(&fingerprint.hex),
+        fingerprint: Some(&hex),
         key: None,
         operation_id: None,
     };
@@ -401,19 +393,76 @@ fn identify(
             len: provider.name.len() + route.name.len() + rendered.len() + 2,
         }
     })?;
-    let key = identity::key(&id, provider.key_format);
     let principal = fingerprint::principal(&parts.headers, &provider.principal_headers, secret);
-    let plain = outgoing(provider, target, parts, bytes)?;
-    let first = place_key(plain.clone(), &key, &provider.key).map_err(Problem::InvalidBody)?;
-    Ok(Identity::Op(Box::new(Identified {
+    Ok(Identity::Op(Box::new(Named {
         id,
-        key,
-        placement: provider.key.clone(),
-        fingerprint,
+        hex,
         principal,
-        plain,
-        first,
+        parts,
+        body,
+        bytes,
     })))
+}
+
+fn fingerprint_inputs<'a>(
+    provider: &'a Provider,
+    route: &'a Route,
+    target: &'a Target<'_>,
+    parts: &'a Parts,
+    body: &'a body::Body,
+    secret: &'a Secret,
+) -> fingerprint::Inputs<'a> {
+    fingerprint::Inputs {
+        method: &parts.method,
+        path: &target.rel_path,
+        query: parts.uri.query(),
+        body,
+        headers: &parts.headers,
+        fingerprint_headers: &route.fingerprint_headers,
+        ignore: &route.fingerprint_ignore,
+        key_field: match &provider.key {
+            KeyPlacement::JsonField(pointer) => Some(pointer.as_str()),
+            KeyPlacement::Header(_) => None,
+        },
+        secret,
+    }
+}
+
+/// A guarded request whose operation ID is known: enough to answer a replay.
+struct Named {
+    id: String,
+    /// The fingerprint's hex (`fingerprint::hex_only`).
+    hex: String,
+    principal: String,
+    parts: Parts,
+    body: body::Body,
+    bytes: Bytes,
+}
+
+impl Named {
+    /// Everything a claim needs: the full fingerprint, the key and the outgoing requests.
+    fn complete(
+        self,
+        provider: &Provider,
+        route: &Route,
+        target: &Target<'_>,
+        secret: &Secret,
+    ) -> Result<Identified, Problem> {
+        let inputs = fingerprint_inputs(provider, route, target, &self.parts, &self.body, secret);
+        let fingerprint = fingerprint::compute(&inputs);
+        let key = identity::key(&self.id, provider.key_format);
+        let plain = outgoing(provider, target, self.parts, self.bytes)?;
+        let first = place_key(plain.clone(), &key, &provider.key).map_err(Problem::InvalidBody)?;
+        Ok(Identified {
+            id: self.id,
+            key,
+            placement: provider.key.clone(),
+            fingerprint,
+            principal: self.principal,
+            plain,
+            first,
+        })
+    }
 }
 
 /// Step 3 prepared in advance: the provider's URL, control and hop-by-hop headers removed.

@@ -86,6 +86,12 @@ fn decode_all(segment: &str) -> Vec<u8> {
 /// provider than to the proxy: an encoded `/` or `\`, a `;` parameter, a control character
 /// or a dot segment, once decoded. `None`: its normalized form is the only reading.
 pub fn ambiguity(raw: &str) -> Option<&'static str> {
+    // Without an escape, a dot, a `;`, a `\` or a control character there is nothing to
+    // find: the common case, checked in one pass with no allocation.
+    let suspect = |b: u8| matches!(b, b'%' | b'.' | b';' | b'\\' | 0..0x20 | 0x7f);
+    if !raw.bytes().any(suspect) {
+        return None;
+    }
     for segment in raw.split('/') {
         let decoded = decode_all(segment);
         if decoded == b"." || decoded == b".." {

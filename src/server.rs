@@ -27,7 +27,8 @@ use crate::inbound::{FirstRequest, Gate};
 use crate::wire::ProxyBody;
 
 /// Inbound protections: oversized headers, too many h2 streams (timeouts are configured).
-const MAX_HEADERS: usize = 128;
+/// The number of header lines is hyper's own limit (100; over it, 431): naming a limit of our
+/// own would make hyper allocate and fill a header table for every request it parses.
 /// The request head (HTTP/1.1) or header list (h2) may not exceed this; over it, 431.
 const MAX_HEADER_BYTES: u32 = 64 * 1024;
 const MAX_H2_STREAMS: u32 = 256;
@@ -156,7 +157,6 @@ fn builder(header_timeout: Duration) -> auto::Builder<TokioExecutor> {
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)
-        .max_headers(MAX_HEADERS)
         // hyper answers 431 once an unparsed head fills the read buffer; its default
         // (~400 KiB) would let a head far over the limit through. Bodies still stream.
         .max_buf_size(MAX_HEADER_BYTES as usize);

@@ -131,21 +131,30 @@ fn tls_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, String> {
     Ok(config)
 }
 
-/// Headers that describe one connection, never forwarded (RFC 9110 7.6.1).
-const HOP_BY_HOP: [HeaderName; 9] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::PROXY_AUTHORIZATION,
-    header::PROXY_AUTHENTICATE,
-];
+/// Whether `name` describes one connection and is never forwarded (RFC 9110 7.6.1).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "proxy-authorization"
+            | "proxy-authenticate"
+    )
+}
 
 /// Removes hop-by-hop headers, including every header `Connection` names.
+///
+/// This runs twice on every forwarded exchange: one pass over the (few) headers present, and
+/// no allocation unless there is something to remove.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -153,11 +162,9 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
         .collect();
-    // One pass over the (few) headers present instead of a hashed lookup per hop-by-hop name:
-    // this runs twice on every forwarded exchange.
     let hop: Vec<HeaderName> = headers
         .keys()
-        .filter(|k| HOP_BY_HOP.contains(k))
+        .filter(|k| is_hop_by_hop(k))
         .cloned()
         .collect();
     for name in named.iter().chain(hop.iter()) {
@@ -198,13 +205,24 @@ pub fn forwarding_headers(headers: &mut HeaderMap, via: &Via, version: Version, 
 #[derive(Debug, Clone)]
 pub struct Via {
     pseudonym: String,
+    /// `1.1 idemproxy-XXXXXXXX` and `2 idemproxy-XXXXXXXX`, made once: most requests carry
+    /// no `Via` of their own and get one of these as it is.
+    http1: HeaderValue,
+    http2: HeaderValue,
 }
 
 impl Via {
     pub fn of(secret: &crate::secret::Secret) -> Via {
         let tag = secret.mac_hex("via", b"idemproxy via pseudonym");
+        let pseudonym = format!("idemproxy-{}", &tag[..8]);
+        let entry = |protocol: &str| {
+            HeaderValue::try_from(format!("{protocol} {pseudonym}"))
+                .expect("a pseudonym of hex digits is a valid header value")
+        };
         Via {
-            pseudonym: format!("idemproxy-{}", &tag[..8]),
+            http1: entry("1.1"),
+            http2: entry("2"),
+            pseudonym,
         }
     }
 
@@ -221,6 +239,15 @@ impl Via {
 
     /// Appends `PROTOCOL idemproxy-XXXXXXXX` to the request's `Via`, as one header line.
     fn append(&self, headers: &mut HeaderMap, version: Version) {
+        let own = match version {
+            Version::HTTP_11 => Some(&self.http1),
+            Version::HTTP_2 => Some(&self.http2),
+            _ => None,
+        };
+        if let Some(own) = own.filter(|_| !headers.contains_key(header::VIA)) {
+            headers.insert(header::VIA, own.clone());
+            return;
+        }
         let protocol = match version {
             Version::HTTP_09 => "0.9",
             Version::HTTP_10 => "1.0",
