@@ -8,6 +8,8 @@ const TOKEN_KEY = "idemproxy.admin-token";
 const POLL_MS = 3000;
 const PAGE_SIZE = 25;
 const BODY_SHOWN = 256 * 1024;
+// The states in the order a person attends to them.
+const STATES = ["prepared", "unknown", "in_flight", "failed", "succeeded"];
 const $ = (id) => document.getElementById(id);
 
 const view = { name: "", id: "", pages: [""], filters: {}, responseSha: null, timer: null };
@@ -124,11 +126,10 @@ function filterHash(filters) {
 
 async function renderSummary() {
   const stats = await json("/stats");
-  const summary = $("summary");
-  const items = Object.entries(stats.by_state).map(([state, count]) =>
-    el("a", { href: filterHash({ state }), class: "count" }, badge(state), " ", el("b", {}, count)));
-  const oldest = (label, o) => (o ? el("span", { class: "oldest" }, "oldest " + label + ": " + age(o.age_seconds)) : null);
-  summary.replaceChildren(...items, oldest("unknown", stats.oldest_unknown), oldest("in flight", stats.oldest_in_flight));
+  const items = STATES.map((state) =>
+    el("a", { href: filterHash({ state }), class: "count" }, badge(state), " ", el("b", {}, stats.by_state[state] || 0)));
+  const oldest = (label, o) => el("span", { class: "oldest" }, "oldest " + label + ": " + (o ? age(o.age_seconds) : "none"));
+  $("summary").replaceChildren(...items, oldest("unknown", stats.oldest_unknown), oldest("in flight", stats.oldest_in_flight));
 }
 
 async function renderList() {
