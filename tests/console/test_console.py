@@ -3,7 +3,7 @@
 Usage: python test_console.py '{"admin": URL, "token": T, "unknown": ID, "prepared": ID,
 "resolved_body": TEXT, "artifacts": DIR}'
 
-It opens the page, gives the token when asked, finds both operations in the list, approves the
+It opens the page, gives a wrong token and then the right one when asked, finds both operations in the list, approves the
 prepared one and resolves the unknown one as succeeded by clicking (confirmations included,
 one cancelled first), and writes screenshots to DIR. The Rust test then checks through the
 admin API and the agent's next request that the decisions took effect. Exit status 0 means
@@ -27,6 +27,10 @@ def run(page, cfg, out):
     page.on("request", lambda r: r.method == "POST" and posts.append(r))
 
     page.goto(admin + "/ui")
+    expect(page.locator("#login")).to_be_visible()
+    page.fill("#token", "not-the-token")
+    page.get_by_role("button", name="Continue").click()
+    expect(page.locator("#error")).to_contain_text("refused that token")
     expect(page.locator("#login")).to_be_visible()
     page.fill("#token", cfg["token"])
     page.get_by_role("button", name="Continue").click()

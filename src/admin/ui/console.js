@@ -292,7 +292,9 @@ function wire() {
     refresh();
   });
   on("filters", () => {
-    location.hash = filterHash({ state: $("filter-state").value, provider: $("filter-provider").value.trim(), route: $("filter-route").value.trim() });
+    const next = filterHash({ state: $("filter-state").value, provider: $("filter-provider").value.trim(), route: $("filter-route").value.trim() });
+    if (location.hash === next) route();
+    else location.hash = next;
   });
   on("approve-form", () => {
     const reason = $("approve-reason").value.trim();
@@ -306,7 +308,12 @@ function wire() {
       : "as succeeded with status " + body.status + "? Every later request gets this answer.";
     decide("resolve", body, "Resolve " + view.id + " " + what);
   });
-  for (const id of ["outcome-succeeded", "outcome-failed"]) $(id).addEventListener("change", () => show("resolve-success", $("outcome-succeeded").checked));
+  const outcome = () => {
+    show("resolve-success", $("outcome-succeeded").checked);
+    $("resolve-reason").required = $("outcome-failed").checked;
+  };
+  for (const id of ["outcome-succeeded", "outcome-failed"]) $(id).addEventListener("change", outcome);
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) refresh(); });
   $("page-older").addEventListener("click", () => { if (view.next) { view.pages.push(view.next); refresh(); } });
   $("page-newer").addEventListener("click", () => { if (view.pages.length > 1) { view.pages.pop(); refresh(); } });
   window.addEventListener("hashchange", route);
@@ -333,6 +340,10 @@ function route() {
 async function refresh() {
   clearTimeout(view.timer);
   if (!$("login").hidden) return;
+  if (document.hidden) {
+    view.timer = setTimeout(refresh, POLL_MS);
+    return;
+  }
   try {
     if (view.name === "op") await renderOperation();
     else await renderList();
