@@ -1,5 +1,5 @@
 //! The admin API (SPEC section 7) on `admin_listen`: health, operations, operator decisions
-//! (resolve, approve, reject, rebind) and metrics.
+//! (resolve, approve, reject, rebind), metrics and the operator's console page.
 //!
 //! This module owns the admin routes, the bearer-token check, the refusal to expose the
 //! API beyond loopback without a token, and (with `browser`) the refusal of web pages. It reaches the ledger only through its domain API and
@@ -12,6 +12,7 @@
 //! - `view`: operations and events as JSON.
 //! - `query`: the read-only calls (`/ops`, `/ops/{id}`, `/ops/{id}/response`, `/metrics`).
 //! - `action`: the operator's writes (`resolve`, `approve`, `reject`, `rebind`).
+//! - `ui`: the operator's console (`GET /ui`), static files compiled in, over the calls above.
 
 mod action;
 mod browser;
@@ -19,6 +20,7 @@ mod error;
 mod query;
 #[cfg(test)]
 mod tests;
+mod ui;
 mod view;
 
 use std::sync::Arc;
@@ -105,7 +107,8 @@ pub fn check_exposure(config: &Config, token: Option<&Token>) -> Result<(), Stri
 }
 
 /// Serves one admin request. Every call but `/healthz` must pass the browser checks (own
-/// `Origin`; without a token, a loopback `Host`) and needs the token when one is set.
+/// `Origin`; without a token, a loopback `Host`) and needs the token when one is set, except
+/// the console's own files under `/ui`, which hold no data (the page asks for the token).
 pub async fn handle<B>(app: Arc<App>, req: Request<B>) -> Response<ProxyBody>
 where
     B: Body<Data = Bytes>,
@@ -115,6 +118,9 @@ where
     let tokened = app.admin_token.is_some();
     if !is_health && let Err(e) = browser::check(req.headers(), req.uri(), tokened) {
         return e.into_response();
+    }
+    if ui::owns(req.uri().path()) {
+        return ui::serve(req.method(), req.uri().path());
     }
     if let Some(token) = &app.admin_token
         && !is_health
@@ -133,6 +139,7 @@ where
 enum Endpoint {
     Health,
     Metrics,
+    Stats,
     List,
     Show(String),
     Response(String),
@@ -163,6 +170,7 @@ impl Endpoint {
         match path {
             "/healthz" => return get(Endpoint::Health),
             "/metrics" => return get(Endpoint::Metrics),
+            "/stats" => return get(Endpoint::Stats),
             "/ops" | "/ops/" => return get(Endpoint::List),
             _ => {}
         }
@@ -210,6 +218,7 @@ where
     match endpoint {
         Endpoint::Health => health(app),
         Endpoint::Metrics => Ok(query::metrics(app).await),
+        Endpoint::Stats => query::stats(app).await,
         Endpoint::List => query::list(app, query.as_deref()).await,
         Endpoint::Show(id) => query::show(app, &id).await,
         Endpoint::Response(id) => query::response(app, &id).await,

@@ -253,7 +253,7 @@ fn top_level(path: &str) -> &str {
 }
 
 /// Whether `path` lies strictly under `ancestor` (`a[b][c]` under `a` and `a[b]`).
-fn is_under(path: &str, ancestor: &str) -> bool {
+pub fn is_under(path: &str, ancestor: &str) -> bool {
     path.len() > ancestor.len()
         && path.starts_with(ancestor)
         && path[ancestor.len()..].starts_with('[')

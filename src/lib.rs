@@ -10,6 +10,7 @@
 //! - `fingerprint`: the canonical parameter hash and the per-field hashes behind a 409.
 //! - `identity`: operation IDs, idempotency keys and their injection into a request.
 //! - `kept`: the sealed first request that makes every re-send byte-identical.
+//! - `shown`: the fields of a kept request shown to the person who approves it, masked.
 //! - `ledger`: the durable redb ledger behind a small domain API.
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
 //! - `decide`: the pure state machine of a guarded request (SPEC section 5).
@@ -63,6 +64,7 @@ pub mod retention;
 pub mod secret;
 pub mod server;
 pub mod settle;
+pub mod shown;
 pub mod template;
 pub mod upstream;
 pub mod wire;

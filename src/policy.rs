@@ -318,6 +318,8 @@ pub struct Route {
     pub approval: Approval,
     pub fingerprint_ignore: Vec<String>,
     pub fingerprint_headers: Vec<HeaderName>,
+    /// The fields of the kept first request shown to the person who approves (`approval_show`).
+    pub approval_show: Vec<crate::shown::Field>,
     pub reconcile: Option<Reconcile>,
 }
 

@@ -157,6 +157,7 @@ fn absent_keys_take_the_spec_defaults() {
     assert_eq!(r.on_missing_id, OnMissingId::Reject);
     assert_eq!(r.approval, Approval::None);
     assert!(r.fingerprint_ignore.is_empty() && r.fingerprint_headers.is_empty());
+    assert!(r.approval_show.is_empty());
     assert!(r.reconcile.is_none());
 }
 
@@ -221,6 +222,12 @@ fn every_key_set_is_taken() {
     );
     assert_eq!(transfer.approval, Approval::Required);
     assert_eq!(transfer.fingerprint_headers, ["x-tenant"]);
+    let shown: Vec<&str> = transfer
+        .approval_show
+        .iter()
+        .map(|f| f.text.as_str())
+        .collect();
+    assert_eq!(shown, ["amount", "meta[note]", "query:currency"]);
     assert_eq!(
         transfer.matcher.segments,
         [
@@ -599,6 +606,31 @@ fn approval_cannot_be_skipped_by_on_missing_id_pass() {
         "on_missing_id = \"reject\"",
     ];
     assert_error(&errors, "policies/shop.toml", &parts);
+}
+
+#[test]
+fn approval_show_needs_an_approval_and_field_paths_each_listed_once() {
+    let errors = load_broken("approval_show");
+    let file = "policies/shop.toml";
+    let none = [
+        "route \"refund\": approval_show",
+        "approval = \"none\"",
+        "set approval = \"required\", or remove approval_show",
+    ];
+    assert_error(&errors, file, &none);
+    let bad = [
+        "route \"payout\": approval_show[1]",
+        "\"amount[\"",
+        "bracket notation",
+    ];
+    assert_error(&errors, file, &bad);
+    let twice = ["route \"payout\": approval_show[2]", "listed twice"];
+    assert_error(&errors, file, &twice);
+    let empty = [
+        "route \"payout\": approval_show[3]",
+        "`query:` names no parameter",
+    ];
+    assert_error(&errors, file, &empty);
 }
 
 #[test]

@@ -1,15 +1,19 @@
-//! The read-only admin calls: `GET /ops`, `/ops/{id}`, `/ops/{id}/response`, `/metrics`.
+//! The read-only admin calls: `GET /ops`, `/ops/{id}`, `/ops/{id}/response`, `/stats`,
+//! `/metrics`.
 //!
 //! Reads go through the ledger's domain API (indexes, never scans); nothing here writes. A
 //! pruned operation's tombstone is its 410 `operation-expired` problem (SPEC 4), never listed.
+//! The kept first request of a `prepared` operation is opened only to show its route's
+//! `approval_show` fields (`shown`), never anything else of it.
 
 use http::{HeaderValue, Response, header};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::error::AdminError;
 use super::view;
 use crate::app::App;
 use crate::clock::Timestamp;
+use crate::kept::KeptRequest;
 use crate::ledger::{Filter, Operation, State};
 use crate::problem::{Context, Problem};
 use crate::wire::{ProxyBody, full};
@@ -109,9 +113,58 @@ pub async fn show(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminError
     };
     let events = app.ledger.events(id).await?;
     let replays = app.ledger.replays(id).await?;
-    Ok(view::json_response(&view::operation_with_events(
-        &op, &events, replays,
+    let mut value = view::operation_with_events(&op, &events, replays);
+    if let Some(request) = approval_request(app, &op).await?
+        && let Value::Object(map) = &mut value
+    {
+        map.insert("approval_request".into(), request);
+    }
+    Ok(view::json_response(&value))
+}
+
+/// For a `prepared` operation whose route lists `approval_show`: the listed fields of its kept
+/// first request (see `shown`). `None` for any other operation, or when the request is no
+/// longer kept or does not open under this installation's secret.
+async fn approval_request(app: &App, op: &Operation) -> Result<Option<Value>, AdminError> {
+    if op.state != State::Prepared {
+        return Ok(None);
+    }
+    let route = app
+        .config
+        .providers
+        .iter()
+        .find(|p| p.name == op.provider)
+        .and_then(|p| p.routes.iter().find(|r| r.name == op.route));
+    let Some(route) = route.filter(|r| !r.approval_show.is_empty()) else {
+        return Ok(None);
+    };
+    let Some(sealed) = app.ledger.kept_request(&op.id).await? else {
+        return Ok(None);
+    };
+    let Some(kept) = KeptRequest::open(&app.secret, &op.id, &sealed) else {
+        return Ok(None);
+    };
+    Ok(Some(crate::shown::approval_request(
+        &route.approval_show,
+        &route.fingerprint_ignore,
+        &kept,
     )))
+}
+
+/// `GET /stats`: operations by state and the ages of the oldest `unknown` and `in_flight`
+/// ones (by creation), from the ledger's counters: what the console's summary shows.
+pub async fn stats(app: &App) -> Result<Response<ProxyBody>, AdminError> {
+    let stats = app.ledger.stats().await?;
+    let now = Timestamp::now();
+    let oldest = |at: Option<Timestamp>| {
+        at.map(|t| json!({"created_at": t.to_rfc3339(), "age_seconds": now.since(t).as_secs_f64()}))
+    };
+    Ok(view::json_response(&json!({
+        "by_state": stats.by_state,
+        "oldest_unknown": oldest(stats.oldest_unknown),
+        "oldest_in_flight": oldest(stats.oldest_in_flight),
+        "at": now.to_rfc3339(),
+    })))
 }
 
 /// `GET /ops/{id}/response`: the stored response exactly as a replay answers it, with the

@@ -100,6 +100,7 @@ pub(super) struct RawRoute {
     pub approval: Option<String>,
     pub fingerprint_ignore: Option<Vec<String>>,
     pub fingerprint_headers: Option<Vec<String>>,
+    pub approval_show: Option<Vec<String>>,
     pub reconcile: Option<RawReconcile>,
 }
 

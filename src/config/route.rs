@@ -12,6 +12,7 @@ use super::raw::{RawReconcile, RawRoute};
 use super::values::{duration, json_pointer, name};
 use super::{Scope, hazards};
 use crate::policy::{Approval, Effect, Matcher, OnMissingId, Reconcile, Route, Segment};
+use crate::shown::Field;
 use crate::template::{Part, Template};
 
 /// Every `[[route]]`, then the checks between routes of one provider. `redact` is the
@@ -82,6 +83,7 @@ pub(super) fn route(s: &mut Scope, raw: RawRoute, redact: &[HeaderName]) -> Opti
         );
     }
     let fp_headers = headers(s, "fingerprint_headers", raw.fingerprint_headers, &[]);
+    let approval_show = approval_show(s, raw.approval_show, approval);
     hazards::fingerprint_headers(s, fp_headers.as_deref().unwrap_or_default(), redact);
     let reconcile = raw
         .reconcile
@@ -99,8 +101,43 @@ pub(super) fn route(s: &mut Scope, raw: RawRoute, redact: &[HeaderName]) -> Opti
         approval: approval?,
         fingerprint_ignore: (!ignore.iter().any(String::is_empty)).then_some(ignore)?,
         fingerprint_headers: fp_headers?,
+        approval_show: approval_show?,
         reconcile: reconcile.map_or(Some(None), |r| r.map(Some))?,
     })
+}
+
+/// `approval_show`: field paths, each once, on a route whose operations wait for approval.
+fn approval_show(
+    s: &mut Scope,
+    raw: Option<Vec<String>>,
+    approval: Option<Approval>,
+) -> Option<Vec<Field>> {
+    let raw = raw.unwrap_or_default();
+    if !raw.is_empty() && approval == Some(Approval::None) {
+        s.push(
+            "approval_show",
+            "lists the fields shown to the person who approves, but this route has approval = \
+             \"none\", so nobody is asked (set approval = \"required\", or remove approval_show)",
+        );
+        return None;
+    }
+    let mut fields: Vec<Field> = Vec::with_capacity(raw.len());
+    let mut ok = true;
+    for (i, text) in raw.iter().enumerate() {
+        let key = format!("approval_show[{i}]");
+        match s.check(&key, Field::parse(text)) {
+            Some(field) if fields.contains(&field) => {
+                s.push(
+                    &key,
+                    format!("{text:?} is listed twice (list each field once)"),
+                );
+                ok = false;
+            }
+            Some(field) => fields.push(field),
+            None => ok = false,
+        }
+    }
+    ok.then_some(fields)
 }
 
 /// Settings that would promise a read_only route a protection it never gets.

@@ -167,6 +167,7 @@ fn refund_route() -> Result<Route, DemoError> {
         approval: Approval::None,
         fingerprint_ignore: vec![],
         fingerprint_headers: vec![],
+        approval_show: vec![],
         reconcile: None,
     })
 }

@@ -108,6 +108,7 @@ pub fn render_op(op: &Value) -> String {
         };
         out.push_str(&format!("{:<20} {value}\n", "replays"));
     }
+    out.push_str(&to_approve(&op["approval_request"]));
     if let Some(events) = op["events"].as_array() {
         out.push_str("events:\n");
         for e in events {
@@ -119,6 +120,22 @@ pub fn render_op(op: &Value) -> String {
                 cell(&e["detail"])
             ));
         }
+    }
+    out
+}
+
+/// A waiting operation's `approval_request`: each shown field, then the missing ones; empty
+/// text when there is none.
+fn to_approve(request: &Value) -> String {
+    let Some(fields) = request["fields"].as_object() else {
+        return String::new();
+    };
+    let mut out = String::from("to approve:\n");
+    for (name, value) in fields {
+        out.push_str(&format!("  {:<18} {}\n", clean(name), cell(value)));
+    }
+    for name in request["missing"].as_array().into_iter().flatten() {
+        out.push_str(&format!("  {:<18} (not in the request)\n", cell(name)));
     }
     out
 }

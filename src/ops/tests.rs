@@ -138,6 +138,18 @@ fn operation_shows_fields_then_events() {
     );
     let none = render_op(&json!({"replays": {"count": 0, "first_at": null, "last_at": null}}));
     assert!(none.contains("replays              0\n"), "{none}");
+    assert!(!none.contains("to approve"), "{none}");
+}
+
+#[test]
+fn a_waiting_operation_prints_the_fields_to_approve() {
+    let op = json!({"approval_request": {
+        "fields": {"amount": "1000", "card[cvc]": "[masked]", "note": "a\u{1b}[2J"},
+        "masked": ["card[cvc]"], "missing": ["reason"]}});
+    let text = render_op(&op);
+    let want = "to approve:\n  amount             1000\n  card[cvc]          [masked]\n  \
+                note               a\\u{1b}[2J\n  reason             (not in the request)\n";
+    assert!(text.contains(want), "{text}");
 }
 
 #[test]
