@@ -1,5 +1,5 @@
 //! The admin API (SPEC section 7) on `admin_listen`: health, operations, operator decisions
-//! (resolve, approve, reject, rebind) and metrics.
+//! (resolve, approve, reject, rebind), metrics and the live event stream.
 //!
 //! This module owns the admin routes, the bearer-token check, the refusal to expose the
 //! API beyond loopback without a token, and (with `browser`) the refusal of web pages. It reaches the ledger only through its domain API and
@@ -12,11 +12,13 @@
 //! - `view`: operations and events as JSON.
 //! - `query`: the read-only calls (`/ops`, `/ops/{id}`, `/ops/{id}/response`, `/metrics`).
 //! - `action`: the operator's writes (`resolve`, `approve`, `reject`, `rebind`).
+//! - `stream`: `GET /events`, the committed events as server-sent events.
 
 mod action;
 mod browser;
 mod error;
 mod query;
+mod stream;
 #[cfg(test)]
 mod tests;
 mod view;
@@ -32,6 +34,7 @@ use subtle::ConstantTimeEq;
 pub use action::{MAX_REASON, Resolution};
 pub use error::AdminError;
 pub use query::{DEFAULT_LIMIT, ListQuery, MAX_LIMIT, parse_list_query};
+pub use stream::{EventFilter, KEEP_ALIVE, OPENING, parse_filter};
 
 use crate::app::App;
 use crate::config::Config;
@@ -133,6 +136,7 @@ where
 enum Endpoint {
     Health,
     Metrics,
+    Events,
     List,
     Show(String),
     Response(String),
@@ -163,6 +167,7 @@ impl Endpoint {
         match path {
             "/healthz" => return get(Endpoint::Health),
             "/metrics" => return get(Endpoint::Metrics),
+            "/events" => return get(Endpoint::Events),
             "/ops" | "/ops/" => return get(Endpoint::List),
             _ => {}
         }
@@ -210,6 +215,7 @@ where
     match endpoint {
         Endpoint::Health => health(app),
         Endpoint::Metrics => Ok(query::metrics(app).await),
+        Endpoint::Events => stream::events(app, query.as_deref()),
         Endpoint::List => query::list(app, query.as_deref()).await,
         Endpoint::Show(id) => query::show(app, &id).await,
         Endpoint::Response(id) => query::response(app, &id).await,
