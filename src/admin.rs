@@ -1,5 +1,6 @@
-//! The admin API (SPEC section 7) on `admin_listen`: health, operations, operator decisions
-//! (resolve, approve, reject, rebind), metrics and the operator's console page.
+//! The admin API (docs/reference.md section 7) on `admin_listen`: health, operations, operator decisions
+//! (resolve, approve, reject, rebind), metrics, the live event stream and the operator's
+//! console page.
 //!
 //! This module owns the admin routes, the bearer-token check, the refusal to expose the
 //! API beyond loopback without a token, and (with `browser`) the refusal of web pages. It reaches the ledger only through its domain API and
@@ -13,11 +14,13 @@
 //! - `query`: the read-only calls (`/ops`, `/ops/{id}`, `/ops/{id}/response`, `/metrics`).
 //! - `action`: the operator's writes (`resolve`, `approve`, `reject`, `rebind`).
 //! - `ui`: the operator's console (`GET /ui`), static files compiled in, over the calls above.
+//! - `stream`: `GET /events`, the committed events as server-sent events.
 
 mod action;
 mod browser;
 mod error;
 mod query;
+mod stream;
 #[cfg(test)]
 mod tests;
 mod ui;
@@ -34,6 +37,7 @@ use subtle::ConstantTimeEq;
 pub use action::{MAX_REASON, Resolution};
 pub use error::AdminError;
 pub use query::{DEFAULT_LIMIT, ListQuery, MAX_LIMIT, parse_list_query};
+pub use stream::{EventFilter, KEEP_ALIVE, OPENING, parse_filter};
 
 use crate::app::App;
 use crate::config::Config;
@@ -140,6 +144,7 @@ enum Endpoint {
     Health,
     Metrics,
     Stats,
+    Events,
     List,
     Show(String),
     Response(String),
@@ -171,6 +176,7 @@ impl Endpoint {
             "/healthz" => return get(Endpoint::Health),
             "/metrics" => return get(Endpoint::Metrics),
             "/stats" => return get(Endpoint::Stats),
+            "/events" => return get(Endpoint::Events),
             "/ops" | "/ops/" => return get(Endpoint::List),
             _ => {}
         }
@@ -219,6 +225,7 @@ where
         Endpoint::Health => health(app),
         Endpoint::Metrics => Ok(query::metrics(app).await),
         Endpoint::Stats => query::stats(app).await,
+        Endpoint::Events => stream::events(app, query.as_deref()),
         Endpoint::List => query::list(app, query.as_deref()).await,
         Endpoint::Show(id) => query::show(app, &id).await,
         Endpoint::Response(id) => query::response(app, &id).await,

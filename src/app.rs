@@ -11,9 +11,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::Timestamp;
 use crate::config::Config;
+use crate::decide::{Rules, needs_person};
+use crate::ledger::Operation;
 use crate::ledger::{Commit, Ledger, LedgerError, LedgerOptions};
 use crate::metrics::Metrics;
-use crate::policy::{Dedupe, Effect, Provider};
+use crate::policy::Provider;
 use crate::secret::Secret;
 use crate::upstream::{Upstreams, Via};
 
@@ -42,6 +44,11 @@ pub struct App {
     pub budget: Arc<crate::budget::Budget>,
     /// Replays counted in memory until the next coalesced write (`replays`).
     pub replays: Arc<crate::replays::Tally>,
+    /// Cancelled when the server starts to shut down: ends the live event streams, which
+    /// would otherwise hold their connections open through the grace period.
+    pub closing: tokio_util::sync::CancellationToken,
+    /// `[notify]`'s webhook, queue and signing key; `None`: no notifications.
+    pub notifier: Option<crate::notify::Notifier>,
 }
 
 impl App {
@@ -75,6 +82,12 @@ impl App {
                 "operations left in flight by the previous process are now unknown"
             );
         }
+        let notifier = crate::notify::Notifier::new(&config)?;
+        if notifier.is_some() {
+            for outcome in ["sent", "failed", "dropped"] {
+                metrics.notifications(outcome, 0);
+            }
+        }
         let budget = crate::budget::Budget::new(config.limits.inbound.max_buffered);
         let app = App {
             budget,
@@ -89,28 +102,37 @@ impl App {
             secret,
             credentials: Default::default(),
             replays: Default::default(),
+            closing: Default::default(),
+            notifier,
         };
         for op in &orphaned {
-            app.escalate(&op.provider, &op.route, &op.id);
+            app.escalate(op);
+            if let Some(notifier) = &app.notifier {
+                notifier.orphaned(&app, op);
+            }
         }
         Ok(app)
     }
 
-    /// An operation that became `unknown` on a route where only a person can settle it
-    /// (compensable or irreversible, no dedupe, no reconcile) gets one warning and a metric.
-    pub fn escalate(&self, provider: &str, route: &str, id: &str) {
-        let Some(provider) = self.provider(provider) else {
+    /// The rules `decide` applies to operations of `provider`'s `route`, if both still exist.
+    pub fn rules(&self, provider: &str, route: &str) -> Option<Rules> {
+        let provider = self.provider(provider)?;
+        let route = provider.routes.iter().find(|r| r.name == route)?;
+        Some(Rules::of(provider, route))
+    }
+
+    /// An operation that became `unknown` and that only a person can settle
+    /// (`decide::needs_person`: no re-send allowed, no lookup) gets one warning and a metric.
+    pub fn escalate(&self, op: &Operation) {
+        let Some(rules) = self.rules(&op.provider, &op.route) else {
             return;
         };
-        let Some(route) = provider.routes.iter().find(|r| r.name == route) else {
-            return;
-        };
-        let risky = matches!(route.effect, Effect::Compensable | Effect::Irreversible);
-        if risky && provider.dedupe == Dedupe::None && route.reconcile.is_none() {
-            self.metrics.escalation(&provider.name, &route.name);
+        if needs_person(op, rules, Timestamp::now()) {
+            self.metrics.escalation(&op.provider, &op.route);
+            let id = &op.id;
             tracing::warn!(
                 operation = %id,
-                "outcome unknown and the provider cannot deduplicate: check with the provider, \
+                "outcome unknown and only an operator can settle it: check with the provider, \
                  then run `idemproxy ops resolve {id} --succeeded` or `--failed --reason ...`"
             );
         }

@@ -17,10 +17,12 @@
 //! - `table`: the routes table of `idemproxy check`.
 //! - `forward`: providers a forward-proxy request could not tell apart.
 //! - `retention`: `[retention]` and its check against the providers.
+//! - `notify`: `[notify]`, the webhook that tells a person when an operation needs one.
 
 mod forward;
 mod hazards;
 mod inbound;
+mod notify;
 mod provider;
 mod raw;
 mod retention;
@@ -41,6 +43,7 @@ use values::{duration, size, socket};
 
 pub use hazards::{CREDENTIAL_HEADERS, FRAMING_HEADERS};
 pub use inbound::Inbound;
+pub use notify::Notify;
 pub use raw::{MAX_DURATION, parse_duration, parse_size};
 pub use retention::Retention;
 
@@ -57,6 +60,8 @@ pub struct Config {
     pub policies: PathBuf,
     pub limits: Limits,
     pub retention: Retention,
+    /// `[notify]` with a webhook; `None`: no notifications.
+    pub notify: Option<Notify>,
     /// One per policy file, sorted by name.
     pub providers: Vec<Provider>,
 }
@@ -219,6 +224,7 @@ fn settings(
     let limits = limits(&mut s.nested("limits."), raw.limits.unwrap_or_default());
     let raw_retention = raw.retention.unwrap_or_default();
     let retention = retention::settings(&mut s.nested("retention."), raw_retention);
+    let notify = notify::settings(&mut s.nested("notify."), raw.notify.unwrap_or_default());
     Some(Config {
         file: path.to_path_buf(),
         listen: listen?,
@@ -227,6 +233,7 @@ fn settings(
         policies: PathBuf::new(),
         limits: limits?,
         retention: retention?,
+        notify: notify.ok()?,
         providers: Vec::new(),
     })
 }

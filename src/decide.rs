@@ -144,6 +144,14 @@ pub fn decide(
     }
 }
 
+/// Whether `op` waits for a person: it is `unknown` and `decide` would hold the agent's next
+/// request (no re-send allowed, no lookup), so neither that request, the settler nor a
+/// reconciliation can settle it; only an operator can. Decided at `now`: a deduplicating
+/// provider's window that is open now (a re-send may still settle it) can close later.
+pub fn needs_person(op: &Operation, rules: Rules, now: Timestamp) -> bool {
+    op.state == State::Unknown && decide_unknown(op, rules, now) == Decision::Hold
+}
+
 fn decide_unknown(op: &Operation, rules: Rules, now: Timestamp) -> Decision {
     if rules.effect == Effect::Idempotent {
         return Decision::Resend(Resend::Idempotent);
@@ -274,6 +282,37 @@ mod tests {
             decide(Some(&o), same(&f), rules(), T0),
             Decision::Resend(Resend::Approved)
         );
+    }
+
+    #[test]
+    fn only_an_unknown_that_would_be_held_needs_a_person() {
+        let o = op(State::Unknown);
+        let inside = T0.plus(Duration::from_secs(3569));
+        let outside = T0.plus(Duration::from_secs(3570));
+        assert!(
+            !needs_person(&o, rules(), inside),
+            "the settler may re-send"
+        );
+        assert!(needs_person(&o, rules(), outside), "the window has closed");
+        let lookup = Rules {
+            reconcile: true,
+            ..rules()
+        };
+        assert!(!needs_person(&o, lookup, outside), "a lookup may settle it");
+        let idempotent = Rules {
+            effect: Effect::Idempotent,
+            dedupe: Dedupe::None,
+            ..rules()
+        };
+        assert!(!needs_person(&o, idempotent, outside));
+        let no_dedupe = Rules {
+            dedupe: Dedupe::None,
+            ..rules()
+        };
+        assert!(needs_person(&o, no_dedupe, T0));
+        for state in [State::Prepared, State::InFlight, State::Failed] {
+            assert!(!needs_person(&op(state), no_dedupe, T0), "{state:?}");
+        }
     }
 
     #[test]

@@ -88,7 +88,12 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
     // Wake duplicates waiting on this operation; they re-read the ledger. No receiver: fine.
     let _ = app.completions.send(Arc::from(ex.id.as_str()));
     let state = match recorded {
-        Ok(Some(state)) => state,
+        Ok(Some(op)) => {
+            if op.state == State::Unknown {
+                app.escalate(&op);
+            }
+            op.state
+        }
         Ok(None) => {
             tracing::warn!(operation = %ex.id, "a newer claim owns this operation; this attempt's result was not written");
             return crate::answer::refusal(Problem::OutcomeUnknown, &ctx);
@@ -102,9 +107,6 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
         }
     };
     ctx.state = Some(state);
-    if state == State::Unknown {
-        app.escalate(&provider.name, &ex.route, &ex.id);
-    }
     match fetched {
         Ok(answer) => first_answer(answer, &ctx),
         // Safe to retry only if no attempt of the operation may have taken effect.
@@ -277,7 +279,7 @@ async fn persist(
     provider: &Provider,
     ex: &Exchange,
     record: Record,
-) -> Result<Option<State>, crate::ledger::LedgerError> {
+) -> Result<Option<Operation>, crate::ledger::LedgerError> {
     let fence = ex.fence;
     let timeout = provider.timeout;
     // Hashed here, not in the closure: that runs on the ledger's single writer thread.
@@ -287,8 +289,8 @@ async fn persist(
             Some(op) if op.fence == fence && op.state == State::InFlight => {
                 let now = Timestamp::now();
                 let write = settle(op, record, meta, timeout, now);
-                let state = write.op.state;
-                (Some(write), Some(state))
+                let recorded = write.op.clone();
+                (Some(write), Some(recorded))
             }
             _ => (None, None),
         })

@@ -1,7 +1,8 @@
 //! The durable ledger: operations, their events and their stored responses, in redb.
 //!
 //! This module owns the on-disk layout and the single writer. Its public surface is a small
-//! domain API (`open`, `update`, `get`, `events`, `response`, `list`, `prune`, `stats`, and
+//! domain API (`open`, `update`, `get`, `events`, `response`, `list`, `prune`, `stats`,
+//! `subscribe` to the events as they commit, and
 //! the tombstones' `tombstone` and `prune_tombstones`, the replay counts' `note_replays` and
 //! `replays`) whose
 //! semantics a SQL backend could match; no redb type ever leaves it. Every state change is one
@@ -17,6 +18,7 @@
 
 mod batch;
 mod codec;
+mod feed;
 mod recovery;
 mod replays;
 mod store;
@@ -40,6 +42,8 @@ use sha2::{Digest, Sha256};
 use crate::clock::Timestamp;
 use crate::policy::{Effect, KeyPlacement};
 pub use batch::Commit;
+use feed::Feed;
+pub use feed::Published;
 use store::{Fault, PruneBatch, Tables};
 use writer::{Job, PruneJob, Reply, SweepJob, TombJob, UpdateJob, Writer};
 
@@ -388,6 +392,7 @@ struct Inner {
     /// The database handle, replaced by the writer when it reopens the file.
     shared: Arc<Shared>,
     writer: Writer,
+    feed: Feed,
     fences: Fences,
     fail_writes: bool,
 }
@@ -442,11 +447,13 @@ impl Ledger {
                 Err(e) => return Err(open_error(path, e)),
             };
         let shared = Arc::new(Shared::new(path, db));
-        let writer = Writer::start(Arc::clone(&shared), opts.on_commit)
+        let feed = Feed::new();
+        let writer = Writer::start(Arc::clone(&shared), opts.on_commit, feed.clone())
             .map_err(|reason| open_error(path, reason))?;
         let inner = Inner {
             shared,
             writer,
+            feed,
             fences: Fences {
                 inner: Arc::new((epoch, AtomicU64::new(1))),
             },
@@ -456,6 +463,14 @@ impl Ledger {
             inner: Arc::new(inner),
         };
         Ok((ledger, orphaned))
+    }
+
+    /// Follows the events committed from now on, each with its operation as that commit
+    /// left it, in commit order (see `feed`). A subscriber that falls more than a few
+    /// thousand events behind loses the oldest and is told how many (`Lagged`); it never
+    /// slows the writer. The start-up orphaning happens before anyone can subscribe.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Published> {
+        self.inner.feed.subscribe()
     }
 
     /// A fresh fencing token (see `Fences::next`).

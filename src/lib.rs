@@ -30,7 +30,8 @@
 //! - `upstream`: pooled TLS clients to providers and header hygiene.
 //! - `wire`: the shared body type and the one bounded body reader (the lowest floor).
 //! - `problem`: every refusal, and the one place it becomes problem+json.
-//! - `admin`: the admin API.
+//! - `admin`: the admin API, with the live event stream (`GET /events`).
+//! - `notify`: notifications to the `[notify]` webhook when an operation needs a person.
 //! - `metrics`: Prometheus counters, histograms and gauges.
 //! - `ops`: the `idemproxy ops` command line, a client of the admin API.
 //! - `demo`: `idemproxy demo`, a lost-response refund told end to end, offline.
@@ -53,6 +54,7 @@ pub mod inbound;
 pub mod kept;
 pub mod ledger;
 pub mod metrics;
+pub mod notify;
 pub mod ops;
 pub mod path;
 pub mod policy;

@@ -92,6 +92,9 @@ fn load(path: &std::path::Path) -> Result<idemproxy::config::Config, ExitCode> {
 fn check(path: PathBuf) -> ExitCode {
     match load(&path) {
         Ok(config) => {
+            if let Some(warning) = idemproxy::notify::secret_warning(&config) {
+                eprintln!("{warning}");
+            }
             print!("{}", config.routes_table());
             println!("{}: ok", path.display());
             ExitCode::SUCCESS

@@ -40,6 +40,11 @@ struct ActionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: String,
 }
@@ -56,6 +61,7 @@ pub struct Metrics {
     batch: Histogram,
     escalations: Family<RouteLabels, Counter>,
     settler: Family<ActionLabels, Counter>,
+    notifications: Family<OutcomeLabels, Counter>,
     operations: Family<StateLabels, Gauge>,
     oldest_unknown: Seconds,
     oldest_in_flight: Seconds,
@@ -83,6 +89,7 @@ impl Metrics {
         let batch = Histogram::new(exponential_buckets(1.0, 2.0, 9));
         let escalations = Family::<RouteLabels, Counter>::default();
         let settler = Family::<ActionLabels, Counter>::default();
+        let notifications = Family::<OutcomeLabels, Counter>::default();
         let operations = Family::<StateLabels, Gauge>::default();
         let oldest_unknown = Seconds::default();
         let oldest_in_flight = Seconds::default();
@@ -122,6 +129,11 @@ impl Metrics {
             settler.clone(),
         );
         registry.register(
+            "idemproxy_notifications",
+            "Notifications to the [notify] webhook: sent, failed (given up), dropped (queue full)",
+            notifications.clone(),
+        );
+        registry.register(
             "idemproxy_operations",
             "Operations in the ledger by state",
             operations.clone(),
@@ -145,6 +157,7 @@ impl Metrics {
             batch,
             escalations,
             settler,
+            notifications,
             operations,
             oldest_unknown,
             oldest_in_flight,
@@ -186,6 +199,15 @@ impl Metrics {
             route: route.into(),
         };
         self.escalations.get_or_create(&labels).inc();
+    }
+
+    /// Counts `n` notifications by `outcome` (`sent`, `failed`, `dropped`); `n` = 0 makes the
+    /// series appear at 0.
+    pub fn notifications(&self, outcome: &str, n: u64) {
+        let labels = OutcomeLabels {
+            outcome: outcome.into(),
+        };
+        self.notifications.get_or_create(&labels).inc_by(n);
     }
 
     /// Counts one settler action (`resent` or `reconciled`) on an unknown operation.

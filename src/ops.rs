@@ -1,7 +1,8 @@
 //! `idemproxy ops`: the operator's command line, a client of the admin API (SPEC section 9).
 //!
 //! It owns the verbs (`list`, `show`, `resolve`, `approve`, `reject`, `rebind`), turning each into one
-//! admin call, and the human-readable tables; `--json` prints the API's JSON as it came. It
+//! admin call, and the human-readable tables; `--json` prints the API's JSON as it came;
+//! `tail` follows the live event stream instead (see `tail`). It
 //! never opens the ledger: everything goes through the running proxy's admin API, so its
 //! checks (states, token) apply. It prints no token.
 
@@ -110,6 +111,16 @@ pub enum Verb {
         #[arg(long, value_name = "TEXT")]
         reason: String,
     },
+    /// Follow events live, one line each (--json: the event's JSON); reconnects until interrupted.
+    Tail {
+        #[arg(long)]
+        provider: Option<String>,
+        #[arg(long)]
+        route: Option<String>,
+        /// An event kind, e.g. operation.unknown.
+        #[arg(long)]
+        kind: Option<String>,
+    },
 }
 
 /// One admin call.
@@ -122,7 +133,22 @@ pub struct Call {
 }
 
 /// Runs `idemproxy ops`: 0 on a 2xx answer, 1 otherwise (the problem's detail on stderr).
+/// `tail` runs until interrupted, or exits 1 when the admin API refuses it.
 pub fn run(args: OpsArgs) -> ExitCode {
+    if let Verb::Tail { .. } = &args.verb {
+        return match plan(&args.verb, &read_body_file) {
+            Ok(call) => tail::run(&tail::Tail {
+                base: base_url(&args),
+                path: call.path,
+                token: token(),
+                json: args.json,
+            }),
+            Err(why) => {
+                eprintln!("error: {why}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match execute(&args) {
         Ok(out) => {
             print!("{out}");
@@ -137,14 +163,9 @@ pub fn run(args: OpsArgs) -> ExitCode {
 
 /// The call, its answer, and what to print.
 fn execute(args: &OpsArgs) -> Result<String, String> {
-    let base = match &args.admin {
-        Some(url) => url.trim_end_matches('/').to_string(),
-        None => admin_from_config(&args.config),
-    };
+    let base = base_url(args);
     let call = plan(&args.verb, &read_body_file)?;
-    let token = std::env::var(TOKEN_VAR)
-        .ok()
-        .filter(|t| !t.trim().is_empty());
+    let token = token();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -162,6 +183,21 @@ fn execute(args: &OpsArgs) -> Result<String, String> {
         Verb::List { .. } => render_list(&value),
         _ => render_op(&value),
     })
+}
+
+/// `--admin`, else the admin API from the config.
+fn base_url(args: &OpsArgs) -> String {
+    match &args.admin {
+        Some(url) => url.trim_end_matches('/').to_string(),
+        None => admin_from_config(&args.config),
+    }
+}
+
+/// `IDEMPROXY_ADMIN_TOKEN`, unless blank.
+fn token() -> Option<String> {
+    std::env::var(TOKEN_VAR)
+        .ok()
+        .filter(|t| !t.trim().is_empty())
 }
 
 /// `http://<admin_listen>` from the config when it loads (an unspecified address such as
@@ -231,11 +267,36 @@ pub fn plan(verb: &Verb, read: &dyn Fn(&Path) -> Result<String, String>) -> Resu
         }
         Verb::Reject { id, reason } => post(op(id, "/reject"), json!({ "reason": reason })),
         Verb::Rebind { id, reason } => post(op(id, "/rebind"), json!({ "reason": reason })),
+        Verb::Tail {
+            provider,
+            route,
+            kind,
+        } => Call {
+            method: Method::GET,
+            path: with_query(
+                "/events",
+                &[
+                    ("provider", provider.as_deref()),
+                    ("route", route.as_deref()),
+                    ("kind", kind.as_deref()),
+                ],
+            ),
+            body: None,
+        },
     })
 }
 
 /// `GET /ops` with the given filters only.
 fn list_call(pairs: [(&str, Option<&str>); 5]) -> Call {
+    Call {
+        method: Method::GET,
+        path: with_query("/ops", &pairs),
+        body: None,
+    }
+}
+
+/// `path` with the given parameters only.
+fn with_query(path: &str, pairs: &[(&str, Option<&str>)]) -> String {
     let mut query = form_urlencoded::Serializer::new(String::new());
     for (key, value) in pairs {
         if let Some(value) = value {
@@ -243,15 +304,10 @@ fn list_call(pairs: [(&str, Option<&str>); 5]) -> Call {
         }
     }
     let query = query.finish();
-    let path = if query.is_empty() {
-        "/ops".to_string()
+    if query.is_empty() {
+        path.to_string()
     } else {
-        format!("/ops?{query}")
-    };
-    Call {
-        method: Method::GET,
-        path,
-        body: None,
+        format!("{path}?{query}")
     }
 }
 
@@ -365,7 +421,9 @@ pub fn problem_detail(status: StatusCode, body: &[u8]) -> String {
 }
 
 mod table;
+mod tail;
 #[cfg(test)]
 mod tests;
 
 pub use table::{render_list, render_op};
+pub use tail::{Sse, SseEvent, render_event};

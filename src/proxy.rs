@@ -59,10 +59,14 @@ pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Response<Proxy
         .request(provider, route_name.unwrap_or(""), outcome);
     // The access log line: at `debug`, so the default filter (`info`) writes nothing per
     // request (a blocking write to stderr was ~5% of pass-through time); turn it on with
-    // `IDEMPROXY_LOG=info,idemproxy::proxy=debug`.
+    // `IDEMPROXY_LOG=info,idemproxy::proxy=debug`. The operation ID is the answer's own
+    // `Idem-Operation-Id` (percent-encoded, so no control character reaches the log), to
+    // match the line with `idemproxy ops show`; the path is the route's, never the request's.
     tracing::debug!(
         provider,
         route = route_name.unwrap_or("-"),
+        path = route_path(&target),
+        operation = operation_of(&resp),
         %method,
         status = resp.status().as_u16(),
         outcome,
@@ -70,6 +74,23 @@ pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Response<Proxy
         "request"
     );
     resp
+}
+
+/// The path of the route's `match` (`/v1/refunds/{id}`), or `-` for an unmatched request.
+fn route_path<'a>(target: &'a Target<'_>) -> &'a str {
+    target.route.as_ref().map_or("-", |(r, _)| {
+        r.pattern
+            .split_once(' ')
+            .map_or(r.pattern.as_str(), |(_, path)| path)
+    })
+}
+
+/// The answer's `Idem-Operation-Id` as sent (percent-encoded), or `-` when it has none.
+fn operation_of(resp: &Response<ProxyBody>) -> &str {
+    resp.headers()
+        .get("idem-operation-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
 }
 
 /// A refusal before the request is routed, with the provider's name once it is known.

@@ -85,6 +85,10 @@ impl Server {
         let retention = tokio::spawn(crate::retention::run(app.clone(), retention_stopped));
         let (stop_settler, settler_stopped) = tokio::sync::oneshot::channel::<()>();
         let settler = tokio::spawn(crate::settle::run(app.clone(), settler_stopped));
+        // Subscribed here, before the first connection is accepted, so no event is missed.
+        let (stop_notifier, notifier_stopped) = tokio::sync::oneshot::channel::<()>();
+        let feed = app.ledger.subscribe();
+        let notifier = tokio::spawn(crate::notify::run(app.clone(), feed, notifier_stopped));
         // The replay counts are written until the connections have drained, then once more.
         let (stop_replays, replays_stopped) = tokio::sync::oneshot::channel::<()>();
         let replays = tokio::spawn(crate::replays::run(
@@ -105,9 +109,10 @@ impl Server {
             }
         }
         drop((proxy, admin));
-        drop((stop_retention, stop_settler));
+        app.closing.cancel();
+        drop((stop_retention, stop_settler, stop_notifier));
         // Their clones of the app (and the ledger) are gone before `run` returns.
-        let _ = tokio::join!(retention, settler);
+        let _ = tokio::join!(retention, settler, notifier);
         let grace = app.config.limits.shutdown_grace;
         tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down");
         let drained = async {

@@ -22,7 +22,14 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use crate::policy::Provider;
 use crate::wire::ProxyBody;
 
-type HttpClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
+/// A pooled HTTP/1.1 + h2 client over plain TCP or rustls.
+pub type HttpClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
+
+/// A client trusting the bundled web roots only, for calls that are not to a provider (the
+/// notification webhook).
+pub fn plain_client() -> Result<HttpClient, String> {
+    Ok(client(tls_config(None)?))
+}
 
 /// Pooled clients, one per provider (each may trust its own extra CA).
 #[derive(Clone)]

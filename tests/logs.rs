@@ -1,4 +1,5 @@
-//! Request logs: one line per request naming provider, route, status and duration, as text
+//! Request logs: one line per request naming provider, route, the route's path, the
+//! operation ID, the outcome, status and duration, as text
 //! or (`--log-format json`) one JSON object per line; never a header value or a body, even
 //! at the most verbose filter.
 
@@ -96,4 +97,17 @@ async fn json_logs_parse_line_by_line_and_name_the_request() {
         assert_eq!(event["status"], 200, "{event}");
         assert!(event["ms"].is_u64(), "a duration in ms: {event}");
     }
+    // The guarded line names the operation, the route's path and the outcome, so it can be
+    // matched with the operation the admin API (and `ops show`) shows.
+    let guarded = requests[0];
+    assert_eq!(guarded["path"], "/v1/refunds", "{guarded}");
+    assert_eq!(guarded["outcome"], "forwarded", "{guarded}");
+    let id = guarded["operation"].as_str().expect("an operation ID");
+    assert_eq!(id, "acme/create_refund/op-1");
+    let admin = proxy.admin_url(&format!("/ops/{}", id.replace('/', "%2F")));
+    let op = send(Method::GET, &admin, &[], "").await.expect("admin");
+    assert_eq!(op.json()["operation_id"], id);
+    assert_eq!(requests[1]["operation"], "-", "unguarded: {}", requests[1]);
+    assert_eq!(requests[1]["path"], "-", "unmatched: {}", requests[1]);
+    assert_eq!(requests[1]["outcome"], "passthrough");
 }

@@ -45,6 +45,7 @@ fn config(admin_listen: &str) -> Config {
             completed: Duration::from_secs(86_400),
             tombstones: Duration::from_secs(86_400),
         },
+        notify: None,
         providers: Vec::new(),
     }
 }

@@ -21,6 +21,7 @@ pub(super) struct RawProxy {
     pub policies: Option<String>,
     pub limits: Option<RawLimits>,
     pub retention: Option<RawRetention>,
+    pub notify: Option<RawNotify>,
 }
 
 /// `[limits]`: sizes and durations stay `Value`s so their errors can name the key and the fix.
@@ -43,6 +44,16 @@ pub(super) struct RawLimits {
 pub(super) struct RawRetention {
     pub completed: Option<Value>,
     pub tombstones: Option<Value>,
+}
+
+/// `[notify]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawNotify {
+    pub webhook: Option<String>,
+    pub secret_env: Option<String>,
+    pub queue: Option<Value>,
+    pub summary: Option<Value>,
 }
 
 /// One policy file: `[provider]` and its `[[route]]`s.

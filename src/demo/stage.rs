@@ -111,6 +111,7 @@ fn config(dir: &Path, providers: Vec<Provider>) -> Config {
             ..Limits::default()
         },
         retention: Retention::default(),
+        notify: None,
         providers,
     }
 }

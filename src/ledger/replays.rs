@@ -6,14 +6,16 @@
 //! it is handed. A batch only adds history: it commits without an fsync (`Staged::History`)
 //! and becomes durable with the next durable commit, so a crash may lose the counts of the
 //! last moments, never a state or an answer. An operation's first counted replay also appends
-//! one `operation.replayed` event; later ones only move the count and `last_at`. Counts for an
+//! one `operation.replayed` event (published on the feed when its batch commits, so up to
+//! about a second after the replay); later ones only move the count and `last_at`. Counts for an
 //! operation that is gone (pruned) are dropped; `store` deletes a pruned operation's row.
 
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
+use super::feed::Feed;
 use super::store::{Fault, Tables};
 use super::writer::{Job, Reply, Staged, injected};
-use super::{Event, EventKind, LedgerError};
+use super::{Event, EventKind, LedgerError, Operation};
 use crate::clock::Timestamp;
 
 /// `id -> (count, first_at, last_at)` in milliseconds since the epoch.
@@ -79,10 +81,15 @@ pub(super) fn merged(kept: Option<(u64, i64, i64)>, note: &ReplayNote) -> (u64, 
 }
 
 /// Merges `notes` into the table; an operation's first replays also get their event.
-/// Returns how many operations were noted (the others are gone).
-fn stage_notes(txn: &WriteTransaction, notes: &[ReplayNote]) -> Result<usize, Fault> {
+/// Returns how many operations were noted (the others are gone), and each event appended
+/// with its operation.
+fn stage_notes(
+    txn: &WriteTransaction,
+    notes: &[ReplayNote],
+) -> Result<(usize, Vec<(Operation, Event)>), Fault> {
     let mut tables = Tables::open(txn)?;
     let mut noted = 0;
+    let mut appended = Vec::new();
     for note in notes {
         let Some(op) = tables.get_op(&note.id)? else {
             continue;
@@ -98,11 +105,12 @@ fn stage_notes(txn: &WriteTransaction, notes: &[ReplayNote]) -> Result<usize, Fa
                 attempt: op.attempts,
                 detail: FIRST_REPLAY.to_owned(),
             };
-            tables.append_events(&note.id, &[event])?;
+            tables.append_events(&note.id, std::slice::from_ref(&event))?;
+            appended.push((op, event));
         }
         noted += 1;
     }
-    Ok(noted)
+    Ok((noted, appended))
 }
 
 /// One batch of replay counts on its way through the writer.
@@ -110,6 +118,8 @@ pub(super) struct NoteJob {
     notes: Vec<ReplayNote>,
     fail_writes: bool,
     noted: Option<usize>,
+    /// The `operation.replayed` events the last staging appended, for the feed.
+    appended: Vec<(Operation, Event)>,
     reply: Reply<usize>,
 }
 
@@ -119,6 +129,7 @@ impl NoteJob {
             notes,
             fail_writes,
             noted: None,
+            appended: Vec::new(),
             reply,
         }
     }
@@ -129,13 +140,20 @@ impl Job for NoteJob {
         if self.fail_writes {
             return Err(injected());
         }
-        let noted = stage_notes(txn, &self.notes)?;
+        let (noted, appended) = stage_notes(txn, &self.notes)?;
         self.noted = Some(noted);
+        self.appended = appended;
         Ok(if noted == 0 {
             Staged::Nothing
         } else {
             Staged::History
         })
+    }
+
+    fn publish(&self, feed: &Feed) {
+        for (op, event) in &self.appended {
+            feed.publish(op, std::slice::from_ref(event));
+        }
     }
 
     fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {

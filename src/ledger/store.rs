@@ -340,6 +340,7 @@ impl<'t> Tables<'t> {
     }
 
     /// `old`, made `unknown` (fence 0) with `reason` as its error and orphaned event.
+    /// (`orphan_event` rebuilds that event from the orphaned operation.)
     fn orphan(&mut self, old: Operation, now: Timestamp, reason: &str) -> Result<Operation, Fault> {
         let mut op = old.clone();
         op.state = State::Unknown;
@@ -348,12 +349,7 @@ impl<'t> Tables<'t> {
         // The attempt may have taken effect, as late as now.
         op.maybe_effect_at = Some(now);
         op.error = Some(reason.to_owned());
-        let event = Event {
-            at: now,
-            kind: EventKind::Orphaned,
-            attempt: op.attempts,
-            detail: reason.to_owned(),
-        };
+        let event = orphan_event(&op);
         self.put_op(Some(&old), &op)?;
         self.append_events(&op.id, &[event])?;
         Ok(op)
@@ -556,5 +552,15 @@ pub(super) fn stats(txn: &ReadTransaction) -> Result<Stats, Fault> {
 impl std::fmt::Display for Fault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// The `operation.orphaned` event of an operation `orphan` has just made `unknown`.
+pub(super) fn orphan_event(op: &Operation) -> Event {
+    Event {
+        at: op.updated_at,
+        kind: EventKind::Orphaned,
+        attempt: op.attempts,
+        detail: op.error.clone().unwrap_or_default(),
     }
 }

@@ -20,8 +20,9 @@ use redb::WriteTransaction;
 use tokio::sync::oneshot;
 
 use super::batch::{OnCommit, gather, run_batch};
+use super::feed::Feed;
 use super::recovery::{DeadClaim, Recovery, Shared, refuses_writes, stage_sweep};
-use super::store::{PruneBatch, Pruned, Tables};
+use super::store::{PruneBatch, Pruned, Tables, orphan_event};
 use super::{LedgerError, Operation, State, Write};
 use crate::clock::Timestamp;
 
@@ -57,6 +58,8 @@ pub(super) trait Job: Send {
     fn claim(&self) -> Option<DeadClaim> {
         None
     }
+    /// Publishes the events this job appended; called only once its commit stands.
+    fn publish(&self, _feed: &Feed) {}
 }
 
 /// The handle to the writer thread; dropping it stops the thread after its queued jobs and
@@ -70,11 +73,13 @@ impl Writer {
     pub(super) fn start(
         shared: Arc<Shared>,
         on_commit: Option<OnCommit>,
+        feed: Feed,
     ) -> Result<Writer, String> {
         let (jobs, queue) = channel();
+        let hooks = Hooks { on_commit, feed };
         let thread = std::thread::Builder::new()
             .name("idemproxy-ledger-writer".to_owned())
-            .spawn(move || run(shared, &queue, on_commit.as_ref()))
+            .spawn(move || run(shared, &queue, &hooks))
             .map_err(|e| format!("cannot start the writer thread: {e}"))?;
         Ok(Writer {
             jobs: Some(jobs),
@@ -110,7 +115,13 @@ fn stopped() -> LedgerError {
     LedgerError::Unavailable("the ledger writer has stopped".to_owned())
 }
 
-fn run(shared: Arc<Shared>, queue: &Receiver<Box<dyn Job>>, on_commit: Option<&OnCommit>) {
+/// What the writer tells the world after each commit.
+struct Hooks {
+    on_commit: Option<OnCommit>,
+    feed: Feed,
+}
+
+fn run(shared: Arc<Shared>, queue: &Receiver<Box<dyn Job>>, hooks: &Hooks) {
     let mut recovery = Recovery::new(shared);
     loop {
         let job = if recovery.shared().writable() {
@@ -129,14 +140,15 @@ fn run(shared: Arc<Shared>, queue: &Receiver<Box<dyn Job>>, on_commit: Option<&O
                 Err(RecvTimeoutError::Disconnected) => return,
             }
         };
-        serve(&mut recovery, gather(job, queue), on_commit);
+        serve(&mut recovery, gather(job, queue), hooks);
     }
 }
 
 /// Runs one batch, or refuses it while the ledger cannot write. A failure after which the
 /// database refuses new transactions breaks the ledger before any job is answered, so the
 /// callers already see `/healthz` at 503. Every job that failed leaves its claim for the sweep.
-fn serve(recovery: &mut Recovery, batch: Vec<Box<dyn Job>>, on_commit: Option<&OnCommit>) {
+/// The events of the jobs whose commit stands are published before any job is answered.
+fn serve(recovery: &mut Recovery, batch: Vec<Box<dyn Job>>, hooks: &Hooks) {
     let db = match recovery.db() {
         Some(db) if recovery.shared().writable() => db,
         _ => {
@@ -146,7 +158,7 @@ fn serve(recovery: &mut Recovery, batch: Vec<Box<dyn Job>>, on_commit: Option<&O
             return;
         }
     };
-    let settled = run_batch(&db, batch, on_commit);
+    let settled = run_batch(&db, batch, hooks.on_commit.as_ref());
     let failure = settled
         .iter()
         .find_map(|(_, outcome)| outcome.as_ref().err());
@@ -160,6 +172,11 @@ fn serve(recovery: &mut Recovery, batch: Vec<Box<dyn Job>>, on_commit: Option<&O
             let why = e.to_string();
             drop(db);
             recovery.broken(&why);
+        }
+    }
+    for (job, outcome) in &settled {
+        if outcome.is_ok() {
+            job.publish(&hooks.feed);
         }
     }
     for (job, outcome) in settled {
@@ -253,6 +270,12 @@ where
     fn claim(&self) -> Option<DeadClaim> {
         self.claimed.clone()
     }
+
+    fn publish(&self, feed: &Feed) {
+        if let Some(write) = &self.write {
+            feed.publish(&write.op, &write.events);
+        }
+    }
 }
 
 /// One batch of `prune` on its way through the writer.
@@ -302,6 +325,8 @@ pub(super) struct SweepJob {
     fail_writes: bool,
     /// The dead claims and the time taken at the first staging, kept for a batch run again.
     claims: Option<(Vec<DeadClaim>, Timestamp)>,
+    /// The operations the last staging orphaned, for the feed.
+    orphaned: Vec<Operation>,
 }
 
 impl SweepJob {
@@ -310,6 +335,7 @@ impl SweepJob {
             shared,
             fail_writes,
             claims: None,
+            orphaned: Vec::new(),
         }
     }
 }
@@ -323,12 +349,18 @@ impl Job for SweepJob {
         let (claims, now) = self
             .claims
             .get_or_insert_with(|| (shared.dead_claims(), Timestamp::now()));
-        let orphaned = stage_sweep(txn, claims, *now)?;
-        Ok(if orphaned.is_empty() {
+        self.orphaned = stage_sweep(txn, claims, *now)?;
+        Ok(if self.orphaned.is_empty() {
             Staged::Nothing
         } else {
             Staged::State
         })
+    }
+
+    fn publish(&self, feed: &Feed) {
+        for op in &self.orphaned {
+            feed.publish(op, &[orphan_event(op)]);
+        }
     }
 
     fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {

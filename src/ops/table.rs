@@ -19,7 +19,7 @@ pub(super) fn clean(s: &str) -> String {
 }
 
 /// A JSON value as table text: strings bare, null as `-`.
-fn cell(v: &Value) -> String {
+pub(super) fn cell(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
         Value::String(s) => clean(s),

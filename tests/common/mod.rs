@@ -1,5 +1,5 @@
 //! The behaviour-test harness shared by every file in `tests/`: a fake provider, a launcher
-//! for the real `idemproxy` process, and a small HTTP client.
+//! for the real `idemproxy` process, a small HTTP client and a notification receiver.
 //!
 //! Everything binds port 0 and lives in temp dirs, so tests run in parallel; waits are on
 //! signals (ready line, request counters), never on sleeps. It must never depend on the
@@ -19,6 +19,7 @@ pub mod provider;
 pub mod proxy;
 pub mod shop;
 pub mod tls;
+pub mod webhook;
 
 #[allow(unused_imports)]
 pub use client::{
