@@ -189,6 +189,10 @@ async fn a_pending_answer_is_never_failed_and_answers_in_flight() {
 
     let stored = ledger(&mut proxy, &id("pay-2")).await;
     assert_eq!(stored.op.state, State::Succeeded);
+    assert!(
+        stored.op.maybe_effect_at.is_some(),
+        "the pending answer marked the operation as one whose effect may have happened"
+    );
     let unknown = stored.events.iter().find(|e| e.kind == EventKind::Unknown);
     let detail = &unknown
         .expect("the pending answer was recorded unknown")
