@@ -133,7 +133,7 @@ impl App {
             tracing::warn!(
                 operation = %id,
                 "outcome unknown and only an operator can settle it: check with the provider, \
-                 then run `idemproxy ops resolve {id} --succeeded` or `--failed --reason ...`"
+                 then run `idemproxy ops resolve {id} --succeeded --body-file FILE` or `--failed --reason ...`"
             );
         }
     }

@@ -203,7 +203,7 @@ async fn provider_replay(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(),
         scene.first_refund_id().as_deref(),
         answer.refund_id(),
     );
-    let key = crate::identity::key(&scene.operation_id(), KeyFormat::Opaque);
+    let key = crate::identity::key(&scene.operation_id(), KeyFormat::Opaque, 64);
     let keys = vec![Some(key.clone()); 2];
     story.expect("the keys the provider saw", keys, scene.provider.keys());
     story.on_track()?;
@@ -301,7 +301,9 @@ async fn resolve(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoErr
     story.step(format!(
         "An operator checks the provider's dashboard, finds refund {id} and resolves the"
     ));
-    story.note("operation with it (what `idemproxy ops resolve ID --succeeded` does):");
+    story.note(
+        "operation with it (what `idemproxy ops resolve ID --succeeded --body-file F` does):",
+    );
     let op_id = scene.operation_id();
     let body = operator::resolve_body(&refund, &format!("refund {id} is in the dashboard"));
     story.note(format!("POST {}", operator::resolve_path(&op_id)));

@@ -378,6 +378,7 @@ fn identify(
         fingerprint: Some(&hex),
         key: None,
         operation_id: None,
+        answer: None,
     };
     let rendered = match render_first(&route.operation_id, &inputs) {
         Err(invalid) => return Err(Problem::InvalidBody(invalid.0)),
@@ -450,7 +451,7 @@ impl Named {
     ) -> Result<Identified, Problem> {
         let inputs = fingerprint_inputs(provider, route, target, &self.parts, &self.body, secret);
         let fingerprint = fingerprint::compute(&inputs);
-        let key = identity::key(&self.id, provider.key_format);
+        let key = identity::key(&self.id, provider.key_format, provider.key_length);
         let plain = outgoing(provider, target, self.parts, self.bytes)?;
         let first = place_key(plain.clone(), &key, &provider.key).map_err(Problem::InvalidBody)?;
         Ok(Identified {

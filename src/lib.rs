@@ -13,6 +13,7 @@
 //! - `shown`: the fields of a kept request shown to the person who approves it, masked.
 //! - `ledger`: the durable redb ledger behind a small domain API.
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
+//! - `rules`: what a provider's answer means: `[[provider.rule]]`s, then the status lists.
 //! - `decide`: the pure state machine of a guarded request (SPEC section 5).
 //! - `answer`: replays, refusals and the `Idem-*` headers of every guarded answer.
 //! - `app`: the shared immutable state of a running proxy.
@@ -30,6 +31,8 @@
 //! - `upstream`: pooled TLS clients to providers and header hygiene.
 //! - `wire`: the shared body type and the one bounded body reader (the lowest floor).
 //! - `problem`: every refusal, and the one place it becomes problem+json.
+//! - `shape`: the proxy's own problem answers shaped for a provider's SDK (`pending_status`,
+//!   `[[provider.answer]]`).
 //! - `admin`: the admin API, with the live event stream (`GET /events`).
 //! - `notify`: notifications to the `[notify]` webhook when an operation needs a person.
 //! - `metrics`: Prometheus counters, histograms and gauges.
@@ -63,9 +66,11 @@ pub mod proxy;
 pub mod reconcile;
 pub mod replays;
 pub mod retention;
+pub mod rules;
 pub mod secret;
 pub mod server;
 pub mod settle;
+pub mod shape;
 pub mod shown;
 pub mod template;
 pub mod upstream;

@@ -95,6 +95,9 @@ fn check(path: PathBuf) -> ExitCode {
             if let Some(warning) = idemproxy::notify::secret_warning(&config) {
                 eprintln!("{warning}");
             }
+            for warning in &config.warnings {
+                eprintln!("warning: {warning}");
+            }
             print!("{}", config.routes_table());
             println!("{}: ok", path.display());
             ExitCode::SUCCESS
@@ -108,6 +111,9 @@ fn serve(path: PathBuf) -> ExitCode {
         Ok(config) => config,
         Err(code) => return code,
     };
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -294,12 +294,19 @@ impl Matcher {
     }
 }
 
+/// One `reconcile.lookup` template: `GET /v1/x?key={key}`.
+#[derive(Debug, Clone)]
+pub struct Lookup {
+    pub method: Method,
+    /// Path and query template, relative to the upstream base path.
+    pub target: Template,
+}
+
 /// `[route.reconcile]`: how to ask the provider whether an effect happened.
 #[derive(Debug, Clone)]
 pub struct Reconcile {
-    pub method: Method,
-    /// Path and query template, relative to the upstream base path.
-    pub lookup: Template,
+    /// Tried in order: the first whose parts are all present is sent.
+    pub lookups: Vec<Lookup>,
     /// JSON pointer whose presence in a 200 answer proves the effect.
     pub found: String,
     pub not_found_final_after: Duration,
@@ -415,9 +422,13 @@ pub struct Provider {
     pub dedupe: Dedupe,
     pub key: KeyPlacement,
     pub key_format: KeyFormat,
+    /// How many characters of an opaque key are sent (32..=64); plain keys are never cut.
+    pub key_length: usize,
     pub key_retention: Duration,
     pub timeout: Duration,
     pub ca_file: Option<PathBuf>,
+    /// Connect here instead of resolving the upstream's host; TLS still verifies its name.
+    pub connect_to: Option<std::net::SocketAddr>,
     pub request_id_header: Option<HeaderName>,
     pub control_headers: Vec<HeaderName>,
     pub redact_headers: Vec<HeaderName>,
@@ -426,6 +437,12 @@ pub struct Provider {
     pub unmatched: Unmatched,
     pub path_case: PathCase,
     pub outcomes: Outcomes,
+    /// The status of the `outcome-unknown`, `in-flight` and `awaiting-approval` answers.
+    pub pending_status: u16,
+    /// `[[provider.rule]]`, tried in order before `outcomes`.
+    pub rules: Vec<crate::rules::AnswerRule>,
+    /// `[[provider.answer]]`: how the proxy's own problem answers are shaped, tried in order.
+    pub answers: Vec<crate::shape::AnswerShape>,
     pub routes: Vec<Route>,
     /// The policy file this came from, for messages.
     pub file: PathBuf,
@@ -451,9 +468,11 @@ impl Provider {
             dedupe: Dedupe::None,
             key: KeyPlacement::Header(HeaderName::from_static("idempotency-key")),
             key_format: KeyFormat::Opaque,
+            key_length: 64,
             key_retention: Duration::from_secs(1),
             timeout: Duration::from_secs(1),
             ca_file: None,
+            connect_to: None,
             request_id_header: None,
             control_headers: vec![],
             redact_headers: vec![],
@@ -461,6 +480,9 @@ impl Provider {
             unmatched: Unmatched::Pass,
             path_case: PathCase::Sensitive,
             outcomes: Outcomes::default(),
+            pending_status: 202,
+            rules: vec![],
+            answers: vec![],
             routes: vec![],
             file: PathBuf::new(),
             principal_headers: vec![http::header::AUTHORIZATION],

@@ -77,6 +77,48 @@ pub enum Problem {
     PrincipalMismatch,
 }
 
+/// Every short problem name (`kind`), for policies that name problems.
+pub const KINDS: &[&str] = &[
+    "no-route",
+    "route-not-allowed",
+    "connect-not-supported",
+    "body-too-large",
+    "invalid-body",
+    "missing-operation-id",
+    "invalid-operation-id",
+    "parameter-mismatch",
+    "outcome-unknown",
+    "in-flight",
+    "awaiting-approval",
+    "operation-rejected",
+    "operation-expired",
+    "upstream-unreachable",
+    "upstream-error",
+    "ledger-unavailable",
+    "invalid-path",
+    "invalid-method",
+    "loop-detected",
+    "body-timeout",
+    "overloaded",
+    "principal-mismatch",
+];
+
+/// The RFC 9457 members and the proxy's own: a policy may never add or change them.
+pub const KEPT_MEMBERS: &[&str] = &[
+    "type",
+    "title",
+    "status",
+    "detail",
+    "instance",
+    "operation_id",
+    "provider",
+    "route",
+    "state",
+    "differing_fields",
+    "missing",
+    "pruned_at",
+];
+
 /// What is known about the operation a problem concerns.
 #[derive(Debug, Clone, Default)]
 pub struct Context {
@@ -326,25 +368,97 @@ impl Problem {
             }
         }
         self.extensions(&mut body);
-        let bytes = Bytes::from(Value::Object(body).to_string());
+        let retry_after = self.retry_after();
+        let bytes = Bytes::from(Value::Object(body.clone()).to_string());
         let mut resp = Response::new(full(bytes));
         *resp.status_mut() = status;
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
-        if status == StatusCode::ACCEPTED {
-            resp.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(RETRY_AFTER.as_secs()),
-            );
+        if let Some(after) = retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(after.as_secs()));
         }
-        if matches!(self, Problem::Overloaded) {
-            resp.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(OVERLOADED_RETRY_AFTER.as_secs()),
-            );
-        }
+        resp.extensions_mut().insert(Own {
+            kind: self.kind(),
+            pending: self.is_pending(),
+            body,
+            retry_after,
+        });
         resp
+    }
+
+    /// The answers that mean "not yet": the provider's `pending_status` applies to them.
+    pub fn is_pending(&self) -> bool {
+        matches!(
+            self,
+            Problem::OutcomeUnknown | Problem::InFlight | Problem::AwaitingApproval
+        )
+    }
+
+    /// The `Retry-After` the answer carries, if any.
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            _ if self.is_pending() => Some(RETRY_AFTER),
+            Problem::Overloaded => Some(OVERLOADED_RETRY_AFTER),
+            _ => None,
+        }
+    }
+}
+
+/// Carried in the extensions of every problem answer, so the answer can be shaped for the
+/// provider's SDK where it leaves the proxy (`shape`) without parsing its body again. Never
+/// sent on the wire.
+#[derive(Debug, Clone)]
+pub struct Own {
+    /// The short type name: `parameter-mismatch`.
+    pub kind: &'static str,
+    /// One of the answers `pending_status` applies to.
+    pub pending: bool,
+    /// The problem+json object as sent.
+    pub body: Map<String, Value>,
+    pub retry_after: Option<Duration>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_listed() {
+        let all = [
+            Problem::NoMount,
+            Problem::NoHost("h".into()),
+            Problem::RouteNotAllowed,
+            Problem::ConnectNotSupported,
+            Problem::BodyTooLarge { limit: 1 },
+            Problem::InvalidBody("b".into()),
+            Problem::MissingOperationId { missing: vec![] },
+            Problem::InvalidOperationId { len: 600 },
+            Problem::ParameterMismatch { fields: vec![] },
+            Problem::OutcomeUnknown,
+            Problem::InFlight,
+            Problem::AwaitingApproval,
+            Problem::OperationRejected { reason: None },
+            Problem::OperationExpired {
+                pruned_at: Timestamp(1),
+            },
+            Problem::UpstreamUnreachable("u".into()),
+            Problem::UpstreamBroken("u".into()),
+            Problem::LedgerUnavailable("l".into()),
+            Problem::InvalidPath("p".into()),
+            Problem::InvalidMethod("m".into()),
+            Problem::LoopDetected,
+            Problem::AmbiguousHost("h".into()),
+            Problem::BodyTimeout {
+                after: Duration::from_secs(1),
+            },
+            Problem::Overloaded,
+            Problem::PrincipalMismatch,
+        ];
+        for problem in all {
+            assert!(KINDS.contains(&problem.kind()), "{}", problem.kind());
+        }
     }
 }

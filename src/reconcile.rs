@@ -9,24 +9,27 @@
 //! operation is still the `unknown` one the lookup was about, so two replays reconciling at
 //! once never both re-send. It never sends the operation itself (the guard does, after
 //! `Verdict::Resend`) and never guesses: any other answer leaves the operation `unknown`.
+//! A lookup run at once after a `means = "reconcile"` answer (`at_once`) may read that answer
+//! and never claims a re-send. The lookup's URL is built in `uri`.
 
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, Uri, header};
-use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+use http::{HeaderMap, HeaderValue, Method, Request, Uri, header};
 
 use crate::app::App;
-use crate::body::Body;
 use crate::claim::{Claimed, claimed};
 use crate::clock::Timestamp;
 use crate::ledger::{
     Event, EventKind, Fences, Operation, RequestChange, ResponseMeta, State, StoredResponse, Write,
 };
 use crate::policy::{Captures, Provider, Reconcile, Route};
-use crate::template::{Escape, Inputs, Rendered};
 use crate::upstream::{self, SendError};
 use crate::wire::{collect_limited, full};
+
+mod uri;
+
+use uri::{Names, lookup_uri};
 
 /// What a lookup proved.
 #[derive(Debug, PartialEq, Eq)]
@@ -42,9 +45,9 @@ pub enum Verdict {
 /// What a lookup answer says about the effect.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
-    /// A 200 whose `found` pointer holds this (non-null) value.
+    /// A 200 whose `found` pointer holds this value (not `null`, `[]` or `{}`).
     Found(serde_json::Value),
-    /// A 200 without the pointer (or with `null` there), or a 404.
+    /// A 200 without the pointer (or with `null`, `[]` or `{}` there), or a 404.
     NotFound,
 }
 
@@ -93,6 +96,35 @@ pub async fn run(
     id: &str,
     headers: &HeaderMap,
 ) -> Verdict {
+    look(app, provider, route, captures, id, headers, None).await
+}
+
+/// Reconciles at once the operation `id` whose attempt the provider just answered with an
+/// answer a `means = "reconcile"` rule matched (recorded `unknown` already): the lookup may
+/// read that answer as `{answer:/pointer}`, which is held in memory for this only. As `run`,
+/// except that a not-found never claims a re-send: right after the provider's own answer it
+/// proves nothing, so the operation stays `unknown`.
+pub async fn at_once(
+    app: &App,
+    provider: &Provider,
+    route: &Route,
+    captures: &Captures,
+    id: &str,
+    headers: &HeaderMap,
+    answer: &serde_json::Value,
+) -> Verdict {
+    look(app, provider, route, captures, id, headers, Some(answer)).await
+}
+
+async fn look(
+    app: &App,
+    provider: &Provider,
+    route: &Route,
+    captures: &Captures,
+    id: &str,
+    headers: &HeaderMap,
+    answer: Option<&serde_json::Value>,
+) -> Verdict {
     let Some(rule) = &route.reconcile else {
         return Verdict::Unknown;
     };
@@ -110,9 +142,11 @@ pub async fn run(
         id,
         key: &seen.key,
         fingerprint: &seen.fingerprint,
+        answer,
     };
+    let may_resend = answer.is_none();
     let answer = match lookup_uri(provider, rule, captures, &names) {
-        Ok(uri) => lookup(app, provider, rule, uri, headers).await,
+        Ok((method, uri)) => lookup(app, provider, rule, method, uri, headers).await,
         Err(e) => Err(e),
     };
     let answer = match answer {
@@ -123,7 +157,7 @@ pub async fn run(
         }
     };
     tracing::info!(operation = %id, found = matches!(answer, Answer::Found(_)), "reconciliation lookup answered");
-    conclude(app, id, seen, rule, answer).await
+    conclude(app, id, seen, rule, answer, may_resend).await
 }
 
 /// Records `reconcile.started` if the operation is still `unknown`; `None` when it is not.
@@ -153,7 +187,14 @@ async fn start(app: &App, id: &str) -> Result<Option<Seen>, crate::ledger::Ledge
 
 /// Writes the verdict of `answer` in one update that re-checks the operation.
 /// The clock is read inside the transaction, so finality is judged at the moment of the write.
-async fn conclude(app: &App, id: &str, seen: Seen, rule: &Reconcile, answer: Answer) -> Verdict {
+async fn conclude(
+    app: &App,
+    id: &str,
+    seen: Seen,
+    rule: &Reconcile,
+    answer: Answer,
+    may_resend: bool,
+) -> Verdict {
     let final_after = rule.not_found_final_after;
     let written = match answer {
         Answer::Found(value) => {
@@ -170,6 +211,7 @@ async fn conclude(app: &App, id: &str, seen: Seen, rule: &Reconcile, answer: Ans
             let fences = app.ledger.fences();
             app.ledger
                 .update(id, move |op| {
+                    let final_after = may_resend.then_some(final_after);
                     not_found(op, &seen, final_after, &fences, Timestamp::now())
                 })
                 .await
@@ -199,84 +241,17 @@ async fn settled(app: &App, id: &str) -> Verdict {
     }
 }
 
-/// The names a lookup template may read besides the captures.
-struct Names<'a> {
-    provider: &'a str,
-    route: &'a str,
-    id: &'a str,
-    key: &'a str,
-    fingerprint: &'a str,
-}
-
-/// Characters `http::Uri` refuses (or that end a query) in a literal part of the template;
-/// `%` stays, so escapes already in the template or made by `Escape::Url` survive.
-const NOT_IN_URI: &AsciiSet = &CONTROLS
-    .add(b' ')
-    .add(b'"')
-    .add(b'#')
-    .add(b'<')
-    .add(b'>')
-    .add(b'[')
-    .add(b'\\')
-    .add(b']')
-    .add(b'^')
-    .add(b'`')
-    .add(b'{')
-    .add(b'|')
-    .add(b'}');
-
-/// The lookup URL: the template rendered (values URL-escaped) under the upstream's base.
-fn lookup_uri(
-    provider: &Provider,
-    rule: &Reconcile,
-    captures: &Captures,
-    names: &Names,
-) -> Result<Uri, LookupError> {
-    let headers = HeaderMap::new();
-    let inputs = Inputs {
-        headers: &headers,
-        query: None,
-        body: &Body::Empty,
-        captures,
-        provider: names.provider,
-        route: names.route,
-        fingerprint: Some(names.fingerprint),
-        key: Some(names.key),
-        operation_id: Some(names.id),
-    };
-    let rendered = match rule.lookup.render(&inputs, Escape::Url) {
-        Ok(Rendered::Value(v)) => v,
-        Ok(Rendered::Missing(parts)) => {
-            return Err(LookupError::Template(format!(
-                "absent: {}",
-                parts.join(", ")
-            )));
-        }
-        Err(e) => return Err(LookupError::Template(e.0)),
-    };
-    let safe = utf8_percent_encode(&rendered, NOT_IN_URI).to_string();
-    let (path, query) = match safe.split_once('?') {
-        Some((path, query)) => (path, Some(query)),
-        None => (safe.as_str(), None),
-    };
-    let path = if path.starts_with('/') {
-        path.to_string()
-    } else {
-        format!("/{path}")
-    };
-    upstream::target_uri(provider, &path, query).map_err(LookupError::Uri)
-}
-
 /// Sends the lookup within the provider's `timeout` and reads what it proves.
 async fn lookup(
     app: &App,
     provider: &Provider,
     rule: &Reconcile,
+    method: Method,
     uri: Uri,
     agent_headers: &HeaderMap,
 ) -> Result<Answer, LookupError> {
     let mut req = Request::new(full(Bytes::new()));
-    *req.method_mut() = rule.method.clone();
+    *req.method_mut() = method;
     *req.uri_mut() = uri;
     if let Some(auth) = agent_headers.get(header::AUTHORIZATION) {
         req.headers_mut()
@@ -308,12 +283,22 @@ pub fn classify(status: u16, body: &[u8], pointer: &str) -> Result<Answer, Looku
             let value: serde_json::Value =
                 serde_json::from_slice(body).map_err(|e| LookupError::Body(e.to_string()))?;
             match value.pointer(pointer) {
-                Some(found) if !found.is_null() => Ok(Answer::Found(found.clone())),
+                Some(found) if !empty(found) => Ok(Answer::Found(found.clone())),
                 _ => Ok(Answer::NotFound),
             }
         }
         404 => Ok(Answer::NotFound),
         other => Err(LookupError::Status(other)),
+    }
+}
+
+/// `null`, `[]` and `{}`: nothing was found (an empty list is no effect).
+fn empty(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Null => true,
+        serde_json::Value::Array(items) => items.is_empty(),
+        serde_json::Value::Object(members) => members.is_empty(),
+        _ => false,
     }
 }
 
@@ -377,11 +362,12 @@ fn found(
 /// event. Finality is judged on the record read inside the transaction, counted from the
 /// latest moment an earlier attempt could have reached the provider (`maybe_effect_at`), not
 /// from its dispatch: a lookup right after a timeout must not miss an attempt still running.
-/// A fencing token is taken only for the claim. Pure but for that token.
+/// A fencing token is taken only for the claim. `final_after = None` (a lookup made at once
+/// after the provider's own answer) is never final. Pure but for that token.
 fn not_found(
     existing: Option<Operation>,
     seen: &Seen,
-    final_after: std::time::Duration,
+    final_after: Option<std::time::Duration>,
     fences: &Fences,
     now: Timestamp,
 ) -> (Option<Write>, Option<Verdict>) {
@@ -391,6 +377,13 @@ fn not_found(
     let dispatched = op.last_dispatched_at.unwrap_or(op.created_at);
     let reach = op.maybe_effect_at.unwrap_or(dispatched).max(dispatched);
     let waited = now.since(reach);
+    let Some(final_after) = final_after else {
+        let detail = "not found right after the provider's answer, which proves nothing: \
+                      the operation stays unknown"
+            .to_string();
+        let ev = event(now, EventKind::ReconcileNotFound, op.attempts, detail);
+        return (Some(only_events(op, vec![ev])), Some(Verdict::Unknown));
+    };
     if waited < final_after {
         let detail = format!(
             "not final yet: {}ms since the last attempt could have reached the provider, final after {}ms",
@@ -461,39 +454,20 @@ mod tests {
 
     use std::time::Duration;
 
-    use http::Method;
-
     use super::*;
-
-    use crate::template::Template;
 
     const T0: Timestamp = Timestamp(1_800_000_000_000);
 
-    fn provider(base_path: &str) -> Provider {
-        Provider::example("pay", "/pay", base_path)
-    }
-
-    fn rule(lookup: &str) -> Reconcile {
-        Reconcile {
-            method: Method::GET,
-            lookup: Template::parse(lookup).expect("test template parses"),
-            found: "/data/0".into(),
-            not_found_final_after: Duration::from_secs(60),
-        }
-    }
-
-    fn names<'a>(id: &'a str, key: &'a str) -> Names<'a> {
-        Names {
-            provider: "pay",
-            route: "refund",
-            id,
-            key,
-            fingerprint: "f00d",
-        }
-    }
-
-    fn uri(base: &str, lookup: &str, captures: &Captures, id: &str) -> Result<Uri, LookupError> {
-        lookup_uri(&provider(base), &rule(lookup), captures, &names(id, "k3y"))
+    #[test]
+    fn a_lookup_made_at_once_never_proves_absence() {
+        let op = unknown_op();
+        let now = T0.plus(Duration::from_secs(3600));
+        let fences = Fences::starting_at(9);
+        let (write, verdict) = not_found(Some(op.clone()), &seen(&op), None, &fences, now);
+        let write = write.expect("a write");
+        assert_eq!(verdict, Some(Verdict::Unknown));
+        assert_eq!(kinds(&write), ["reconcile.not_found"]);
+        assert_eq!(write.op, op, "still unknown, nothing claimed");
     }
 
     fn unknown_op() -> Operation {
@@ -518,38 +492,6 @@ mod tests {
     }
 
     #[test]
-    fn lookup_renders_values_escaped_under_the_base_path() {
-        let captures = vec![("charge".to_string(), "ch 1".to_string())];
-        let got = uri(
-            "/api",
-            "/v1/refunds?charge={path:charge}&metadata[operation]={key}&op={operation_id}",
-            &captures,
-            "pay/refund/wf-1",
-        )
-        .expect("lookup URI");
-        assert_eq!(
-            got.to_string(),
-            "https://api.example.com/api/v1/refunds?charge=ch%201\
-             &metadata%5Boperation%5D=k3y&op=pay%2Frefund%2Fwf-1"
-        );
-    }
-
-    #[test]
-    fn lookup_without_leading_slash_or_query_still_lands_under_the_upstream() {
-        let got = uri("", "v1/refunds/{key}", &vec![], "x").expect("lookup URI");
-        assert_eq!(got.to_string(), "https://api.example.com/v1/refunds/k3y");
-    }
-
-    #[test]
-    fn a_lookup_part_that_is_absent_is_a_template_error() {
-        let err = uri("", "/v1/refunds/{path:missing}", &vec![], "x").unwrap_err();
-        assert!(
-            matches!(&err, LookupError::Template(m) if m.contains("path:missing")),
-            "{err}"
-        );
-    }
-
-    #[test]
     fn a_present_pointer_in_a_200_is_found() {
         let body = br#"{"data":[{"id":"re_1","amount":5}]}"#;
         let answer = classify(200, body, "/data/0").expect("readable");
@@ -565,6 +507,17 @@ mod tests {
             assert_eq!(
                 classify(200, body, "/data/0").expect("readable"),
                 Answer::NotFound
+            );
+        }
+        for body in [
+            &br#"{"data":[]}"#[..],
+            br#"{"data":{}}"#,
+            br#"{"data":null}"#,
+        ] {
+            assert_eq!(
+                classify(200, body, "/data").expect("readable"),
+                Answer::NotFound,
+                "an empty list is no effect"
             );
         }
         assert_eq!(
@@ -651,7 +604,7 @@ mod tests {
         let (write, verdict) = not_found(
             Some(op.clone()),
             &seen(&op),
-            Duration::from_secs(60),
+            Some(Duration::from_secs(60)),
             &Fences::starting_at(9),
             now,
         );
@@ -669,7 +622,7 @@ mod tests {
         let (write, verdict) = not_found(
             Some(op.clone()),
             &seen(&op),
-            Duration::from_secs(60),
+            Some(Duration::from_secs(60)),
             &Fences::starting_at(9),
             now,
         );
@@ -697,7 +650,7 @@ mod tests {
             ..unknown_op()
         };
         let early = T0.plus(Duration::from_secs(89));
-        let final_after = Duration::from_secs(60);
+        let final_after = Some(Duration::from_secs(60));
         let fences = Fences::starting_at(9);
         let (_, verdict) = not_found(Some(op.clone()), &seen(&op), final_after, &fences, early);
         assert_eq!(
@@ -722,7 +675,7 @@ mod tests {
         let (write, verdict) = not_found(
             Some(resent),
             &seen(&op),
-            Duration::from_secs(60),
+            Some(Duration::from_secs(60)),
             &Fences::starting_at(9),
             now,
         );
@@ -735,7 +688,7 @@ mod tests {
         let (write, _) = not_found(
             Some(claimed_by_another),
             &seen(&op),
-            Duration::from_secs(60),
+            Some(Duration::from_secs(60)),
             &Fences::starting_at(9),
             now,
         );

@@ -47,6 +47,7 @@ fn config(admin_listen: &str) -> Config {
         },
         notify: None,
         providers: Vec::new(),
+        warnings: Vec::new(),
     }
 }
 

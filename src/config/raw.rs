@@ -76,9 +76,12 @@ pub(super) struct RawProvider {
     pub key_header: Option<String>,
     pub key_json_field: Option<String>,
     pub key_format: Option<String>,
+    /// An integer; a `Value` so a wrong type names the key and the fix.
+    pub key_length: Option<Value>,
     pub key_retention: Option<Value>,
     pub timeout: Option<Value>,
     pub ca_file: Option<String>,
+    pub connect_to: Option<String>,
     pub request_id_header: Option<String>,
     pub control_headers: Option<Vec<String>>,
     pub redact_headers: Option<Vec<String>>,
@@ -87,6 +90,33 @@ pub(super) struct RawProvider {
     pub path_case: Option<String>,
     pub principal_headers: Option<Vec<String>>,
     pub outcomes: Option<RawOutcomes>,
+    /// An integer; a `Value` so a wrong type names the key and the fix.
+    pub pending_status: Option<Value>,
+    /// `[[provider.rule]]`.
+    pub rule: Option<Vec<RawRule>>,
+    /// `[[provider.answer]]`.
+    pub answer: Option<Vec<RawAnswer>>,
+}
+
+/// One `[[provider.answer]]`: header values and body members stay TOML so their errors can
+/// name the key.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAnswer {
+    pub problems: Option<Vec<String>>,
+    pub headers: Option<toml::Table>,
+    pub body: Option<toml::Table>,
+}
+
+/// One `[[provider.rule]]`: `status` and `equals` stay `Value`s (a code or a class; a string,
+/// number or boolean).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRule {
+    pub status: Option<Value>,
+    pub pointer: Option<String>,
+    pub equals: Option<Value>,
+    pub means: Option<String>,
 }
 
 /// `[provider.outcomes]`: entries are integers or class strings, so they stay `Value`s.
@@ -119,7 +149,8 @@ pub(super) struct RawRoute {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawReconcile {
-    pub lookup: Option<String>,
+    /// A template or a list of templates.
+    pub lookup: Option<Value>,
     pub found: Option<String>,
     pub not_found_final_after: Option<Value>,
 }

@@ -113,6 +113,7 @@ fn config(dir: &Path, providers: Vec<Provider>) -> Config {
         retention: Retention::default(),
         notify: None,
         providers,
+        warnings: Vec::new(),
     }
 }
 
@@ -132,9 +133,11 @@ fn provider(up: &Upstreamed) -> Result<Provider, DemoError> {
         dedupe: up.dedupe,
         key: KeyPlacement::Header(header("idempotency-key")),
         key_format: KeyFormat::Opaque,
+        key_length: 64,
         key_retention: Duration::from_secs(24 * 3600),
         timeout: Duration::from_secs(10),
         ca_file: None,
+        connect_to: None,
         request_id_header: Some(header("request-id")),
         control_headers: vec![header("x-operation-id"), header("x-workflow-id")],
         redact_headers: vec![],
@@ -142,6 +145,9 @@ fn provider(up: &Upstreamed) -> Result<Provider, DemoError> {
         unmatched: Unmatched::Pass,
         path_case: crate::policy::PathCase::Sensitive,
         outcomes: Outcomes::default(),
+        pending_status: 202,
+        rules: vec![],
+        answers: vec![],
         routes: vec![refund_route()?],
         file: PathBuf::from(format!("(demo policy {})", up.name)),
         principal_headers: vec![header("authorization")],
