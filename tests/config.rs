@@ -109,7 +109,7 @@ fn shipped_config_loads_the_whole_policy_library() {
     assert_eq!(refund.fingerprint_ignore, ["metadata[trace_id]"]);
     assert!(
         refund.reconcile.is_none(),
-        "Stripe's refund list cannot find a refund by metadata or key"
+        "Stripe's refund list has no filter a lookup could use"
     );
     let (route, captures) = stripe
         .route_for(&http::Method::GET, "/v1/refunds/re_1")
@@ -159,6 +159,8 @@ fn absent_keys_take_the_spec_defaults() {
         KeyPlacement::Header(http::HeaderName::from_static("idempotency-key"))
     );
     assert_eq!(p.key_format, KeyFormat::Opaque);
+    assert_eq!(p.key_length, 64);
+    assert_eq!(p.pending_status, 202);
     assert_eq!(p.key_retention, Duration::from_secs(86_400));
     assert_eq!(p.timeout, Duration::from_secs(30));
     assert_eq!(p.ca_file, None);
@@ -214,6 +216,7 @@ fn every_key_set_is_taken() {
         "json field replaces the header"
     );
     assert_eq!(p.key_format, KeyFormat::Plain);
+    assert_eq!(p.pending_status, 503);
     assert_eq!(p.timeout, Duration::from_millis(1));
     assert_eq!(
         p.ca_file.as_deref(),
