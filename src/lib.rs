@@ -12,6 +12,7 @@
 //! - `kept`: the sealed first request that makes every re-send byte-identical.
 //! - `ledger`: the durable redb ledger behind a small domain API.
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
+//! - `rules`: what a provider's answer means: `[[provider.rule]]`s, then the status lists.
 //! - `decide`: the pure state machine of a guarded request (docs/reference.md section 5.3).
 //! - `answer`: replays, refusals and the `Idem-*` headers of every guarded answer.
 //! - `app`: the shared immutable state of a running proxy.
@@ -29,7 +30,8 @@
 //! - `upstream`: pooled TLS clients to providers and header hygiene.
 //! - `wire`: the shared body type and the one bounded body reader (the lowest floor).
 //! - `problem`: every refusal, and the one place it becomes problem+json.
-//! - `shape`: the proxy's own problem answers shaped for a provider's SDK (`pending_status`).
+//! - `shape`: the proxy's own problem answers shaped for a provider's SDK (`pending_status`,
+//!   `[[provider.answer]]`).
 //! - `admin`: the admin API.
 //! - `metrics`: Prometheus counters, histograms and gauges.
 //! - `ops`: the `idemproxy ops` command line, a client of the admin API.
@@ -61,6 +63,7 @@ pub mod proxy;
 pub mod reconcile;
 pub mod replays;
 pub mod retention;
+pub mod rules;
 pub mod secret;
 pub mod server;
 pub mod settle;
