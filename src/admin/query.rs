@@ -2,7 +2,8 @@
 //! `/metrics`.
 //!
 //! Reads go through the ledger's domain API (indexes, never scans); nothing here writes. A
-//! pruned operation's tombstone is its 410 `operation-expired` problem (SPEC 4), never listed.
+//! pruned operation's tombstone is its 410 `operation-expired` problem (docs/reference.md
+//! section 5.8), never listed.
 //! The kept first request of a `prepared` operation is opened only to show its route's
 //! `approval_show` fields (`shown`), never anything else of it.
 
