@@ -11,7 +11,8 @@ modules say how. What they share:
 - `misbehave(*modes)`: what the next create requests do after committing their effect:
   "drop" closes the connection without answering (the answer is lost), "hold" keeps the
   request running (so it answers after the proxy's timeout) until another request with the
-  same key has been given the in-progress answer.
+  same key has been given the in-progress answer; "late" answers after `late_by` seconds
+  (past an SDK's own timeout, within the proxy's).
 """
 
 import itertools
@@ -19,6 +20,7 @@ import json
 import re
 import socket
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -70,6 +72,7 @@ class FakeProvider:
         self.by_key = {}  # key -> (params, answer)
         self.running = {}  # key -> Event set once the in-progress answer was given
         self.modes = []
+        self.late_by = 1.5
         self.counter = itertools.count(1)
         self._compiled = [
             (m, re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", p) + "$"), h)
@@ -104,9 +107,16 @@ class FakeProvider:
         return f"{prefix}{next(self.counter):06d}"  # itertools.count: safe across threads
 
     def misbehave(self, *modes):
-        """The next len(modes) committed creates do these, in order ("drop" or "hold")."""
+        """The next len(modes) committed creates do these, in order ("drop", "hold", "late")."""
         with self.lock:
             self.modes.extend(modes)
+
+    def reused(self, created, first_params, first_answer):
+        """The answer to a key seen before whose first request has finished: the first answer
+        again for the same parameters, else the provider's mismatch error."""
+        if first_params != created.params:
+            return "mismatch", self.mismatch(created)
+        return "replayed", self.replayed(first_answer)
 
     def keys_seen(self):
         return [key for (_, _, key) in self.requests if key is not None]
@@ -138,7 +148,7 @@ class FakeProvider:
             seen = self.by_key.get(created.key)
             if seen is None:
                 mode = self.modes.pop(0) if self.modes else "answer"
-                kind = {"answer": "answered", "drop": "dropped", "hold": "held"}[mode]
+                kind = {"answer": "answered", "drop": "dropped", "hold": "held", "late": "late"}[mode]
                 effect, answer = created.make()
                 self.effects.append(effect)
                 self.by_key[created.key] = (created.params, answer)
@@ -148,15 +158,17 @@ class FakeProvider:
                 kind, mode, answer = "in_progress", "answer", self.in_progress(created)
                 # The first request finishes right after this answer: the next one replays.
                 self.running.pop(created.key).set()
-            elif seen[0] != created.params:
-                kind, mode, answer = "mismatch", "answer", self.mismatch(created)
             else:
-                kind, mode, answer = "replayed", "answer", self.replayed(seen[1])
+                mode = "answer"
+                kind, answer = self.reused(created, *seen)
             self.history.append(kind)
         if mode == "drop":
             drop(handler)
         elif mode == "hold":
             held.wait(HOLD_LIMIT)
+            write(handler, answer)
+        elif mode == "late":
+            time.sleep(self.late_by)  # the fake's behaviour under test, not a wait for a signal
             write(handler, answer)
         else:
             write(handler, answer)

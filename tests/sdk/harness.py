@@ -18,6 +18,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 READY = re.compile(r"^idemproxy ready proxy=(\S+) admin=(\S+)")
 START_TIMEOUT = 20
+# The admin API is reached directly, whatever HTTP_PROXY a test sets for an SDK.
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def binary():
@@ -117,13 +119,19 @@ class Proxy:
         self.dir.cleanup()
 
     def admin_get(self, path):
-        with urllib.request.urlopen(f"http://{self.admin}{path}", timeout=10) as resp:
+        with DIRECT.open(f"http://{self.admin}{path}", timeout=10) as resp:
             return resp.read().decode()
 
     def operation(self, operation_id):
         """The operation as the admin API shows it (`GET /ops/{id}`)."""
         quoted = urllib.parse.quote(operation_id, safe="")
         return json.loads(self.admin_get(f"/ops/{quoted}"))
+
+    def only_operation(self):
+        """The one operation the test made (`GET /ops`), so a test need not know the template."""
+        ops = json.loads(self.admin_get("/ops"))["ops"]
+        assert len(ops) == 1, ops
+        return ops[0]
 
     def requests(self, outcome=None, route=None):
         """Agent requests the proxy counted (`idemproxy_requests_total`), summed over the

@@ -37,9 +37,6 @@ def pay(sdk, workflow, amount=1200, retries=2, note="first try"):
     )
 
 
-def operation_id(workflow):
-    return f"square/create_payment/{workflow}:payment:order-77"
-
 
 def test_the_key_fits_square_and_a_rerun_replays_the_same_payment(guard, fake):
     proxy = guard("square", fake)
@@ -64,7 +61,7 @@ def test_a_lost_answer_is_retried_by_the_sdk_into_the_same_payment(guard, fake):
     assert first.payment.id == again.payment.id == fake.effects[0]["id"]
     assert len(fake.effects) == 1
     assert fake.history == ["dropped", "replayed"]
-    assert proxy.operation(operation_id("wf-lost"))["state"] == "succeeded"
+    assert proxy.only_operation()["state"] == "succeeded"
 
 
 def test_a_parameter_change_is_an_api_error_with_the_proxy_detail(guard, fake):
@@ -104,7 +101,7 @@ def test_in_progress_at_square_is_waited_out_by_the_sdk(guard, fake):
 
     assert fake.history == ["held", "in_progress", "replayed"]
     assert paid.payment.id == fake.effects[0]["id"] and len(fake.effects) == 1
-    assert proxy.operation(operation_id("wf-busy"))["state"] == "succeeded"
+    assert proxy.only_operation()["state"] == "succeeded"
 
 
 def test_unknown_without_sdk_retries_is_an_api_error_then_a_rerun_succeeds(guard, fake):
@@ -127,7 +124,7 @@ def test_unknown_with_pending_status_202_is_a_response_without_a_payment(guard, 
     taken = pay(client(proxy), "wf-202")
 
     assert taken.payment is None and not taken.errors
-    assert proxy.operation(operation_id("wf-202"))["state"] == "unknown"
+    assert proxy.only_operation()["state"] == "unknown"
     assert len(fake.effects) == 1
 
 

@@ -37,9 +37,6 @@ def refund(sdk, workflow, amount=500, step="2"):
     )
 
 
-def operation_id(workflow, step="2"):
-    return f"stripe/create_refund/{workflow}:ch_1:refund:{step}"
-
 
 def test_a_lost_answer_is_retried_by_the_sdk_and_a_rerun_replays_the_same_refund(guard, fake):
     proxy = guard("stripe", fake)
@@ -52,7 +49,7 @@ def test_a_lost_answer_is_retried_by_the_sdk_and_a_rerun_replays_the_same_refund
     assert len(fake.effects) == 1, fake.effects
     # The SDK's retry re-sent the same key (the provider replayed); the re-run never left the proxy.
     assert len(set(fake.keys_seen())) == 1
-    assert proxy.operation(operation_id("wf-lost"))["state"] == "succeeded"
+    assert proxy.only_operation()["state"] == "succeeded"
     assert proxy.requests(outcome="replayed") == 1
 
 
@@ -84,7 +81,7 @@ def test_in_progress_at_the_provider_is_waited_out_by_the_sdk(guard, fake):
     assert [status for status in fake_statuses(fake)] == ["held", "in_progress", "replayed"]
     assert first.id == fake.effects[0]["id"]
     assert len(fake.effects) == 1
-    assert proxy.operation(operation_id("wf-busy"))["state"] == "succeeded"
+    assert proxy.only_operation()["state"] == "succeeded"
 
 
 def test_unknown_with_503_and_no_sdk_retries_is_a_clear_error_then_a_rerun_succeeds(guard, fake):
@@ -111,7 +108,7 @@ def test_unknown_with_pending_status_202_is_taken_for_the_refund(guard, fake):
     assert taken.get("id") is None
     assert taken["type"] == "urn:idemproxy:outcome-unknown"
     assert taken.last_response.code == 202
-    assert proxy.operation(operation_id("wf-202"))["state"] == "unknown"
+    assert proxy.only_operation()["state"] == "unknown"
     assert len(fake.effects) == 1
 
 
