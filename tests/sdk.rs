@@ -57,3 +57,8 @@ fn increase_sdk() {
 fn resend_sdk() {
     pytest("test_resend.py");
 }
+
+#[test]
+fn agent_examples() {
+    pytest("test_examples.py");
+}
