@@ -203,7 +203,7 @@ async fn provider_replay(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(),
         scene.first_refund_id().as_deref(),
         answer.refund_id(),
     );
-    let key = crate::identity::key(&scene.operation_id(), KeyFormat::Opaque);
+    let key = crate::identity::key(&scene.operation_id(), KeyFormat::Opaque, 64);
     let keys = vec![Some(key.clone()); 2];
     story.expect("the keys the provider saw", keys, scene.provider.keys());
     story.on_track()?;

@@ -383,7 +383,7 @@ fn identify(
             len: provider.name.len() + route.name.len() + rendered.len() + 2,
         }
     })?;
-    let key = identity::key(&id, provider.key_format);
+    let key = identity::key(&id, provider.key_format, provider.key_length);
     let principal = fingerprint::principal(&parts.headers, &provider.principal_headers, secret);
     let plain = outgoing(provider, target, parts, bytes)?;
     let first = place_key(plain.clone(), &key, &provider.key).map_err(Problem::InvalidBody)?;

@@ -36,10 +36,15 @@ pub fn operation_id(provider: &str, route: &str, rendered: &str) -> Result<Strin
 }
 
 /// The idempotency key sent to the provider: `opaque` is the lowercase hex sha256 of the
-/// operation ID's bytes, `plain` is the operation ID itself. Depends on the ID alone.
-pub fn key(operation_id: &str, format: KeyFormat) -> String {
+/// operation ID's bytes, cut to its first `length` characters (at most 64); `plain` is the
+/// operation ID itself, never cut. Depends on the ID and the policy alone.
+pub fn key(operation_id: &str, format: KeyFormat, length: usize) -> String {
     match format {
-        KeyFormat::Opaque => hex::encode(Sha256::digest(operation_id.as_bytes())),
+        KeyFormat::Opaque => {
+            let mut hex = hex::encode(Sha256::digest(operation_id.as_bytes()));
+            hex.truncate(length);
+            hex
+        }
         KeyFormat::Plain => operation_id.to_string(),
     }
 }
@@ -274,10 +279,20 @@ mod tests {
         assert_eq!(id.as_deref(), Ok(SPEC_ID));
         // printf %s 'stripe/create_refund/wf-81:ch_1:refund:2' | sha256sum
         assert_eq!(
-            key(SPEC_ID, KeyFormat::Opaque),
+            key(SPEC_ID, KeyFormat::Opaque, 64),
             "599c9bdd18d493e632bf230d8428d344ea2207d54521cfdb7f91371a11be3f2c"
         );
-        assert_eq!(key(SPEC_ID, KeyFormat::Plain), SPEC_ID);
+        assert_eq!(key(SPEC_ID, KeyFormat::Plain, 64), SPEC_ID);
+    }
+
+    #[test]
+    fn a_short_opaque_key_is_the_start_of_the_long_one_and_plain_is_never_cut() {
+        assert_eq!(
+            key(SPEC_ID, KeyFormat::Opaque, 45),
+            "599c9bdd18d493e632bf230d8428d344ea2207d54521c"
+        );
+        assert_eq!(key(SPEC_ID, KeyFormat::Opaque, 32).len(), 32);
+        assert_eq!(key(SPEC_ID, KeyFormat::Plain, 32), SPEC_ID);
     }
 
     #[test]

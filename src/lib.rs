@@ -29,6 +29,7 @@
 //! - `upstream`: pooled TLS clients to providers and header hygiene.
 //! - `wire`: the shared body type and the one bounded body reader (the lowest floor).
 //! - `problem`: every refusal, and the one place it becomes problem+json.
+//! - `shape`: the proxy's own problem answers shaped for a provider's SDK (`pending_status`).
 //! - `admin`: the admin API.
 //! - `metrics`: Prometheus counters, histograms and gauges.
 //! - `ops`: the `idemproxy ops` command line, a client of the admin API.
@@ -63,6 +64,7 @@ pub mod retention;
 pub mod secret;
 pub mod server;
 pub mod settle;
+pub mod shape;
 pub mod template;
 pub mod upstream;
 pub mod wire;

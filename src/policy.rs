@@ -413,6 +413,8 @@ pub struct Provider {
     pub dedupe: Dedupe,
     pub key: KeyPlacement,
     pub key_format: KeyFormat,
+    /// How many characters of an opaque key are sent (32..=64); plain keys are never cut.
+    pub key_length: usize,
     pub key_retention: Duration,
     pub timeout: Duration,
     pub ca_file: Option<PathBuf>,
@@ -424,6 +426,8 @@ pub struct Provider {
     pub unmatched: Unmatched,
     pub path_case: PathCase,
     pub outcomes: Outcomes,
+    /// The status of the `outcome-unknown`, `in-flight` and `awaiting-approval` answers.
+    pub pending_status: u16,
     pub routes: Vec<Route>,
     /// The policy file this came from, for messages.
     pub file: PathBuf,
@@ -449,6 +453,7 @@ impl Provider {
             dedupe: Dedupe::None,
             key: KeyPlacement::Header(HeaderName::from_static("idempotency-key")),
             key_format: KeyFormat::Opaque,
+            key_length: 64,
             key_retention: Duration::from_secs(1),
             timeout: Duration::from_secs(1),
             ca_file: None,
@@ -459,6 +464,7 @@ impl Provider {
             unmatched: Unmatched::Pass,
             path_case: PathCase::Sensitive,
             outcomes: Outcomes::default(),
+            pending_status: 202,
             routes: vec![],
             file: PathBuf::new(),
             principal_headers: vec![http::header::AUTHORIZATION],

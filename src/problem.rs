@@ -326,25 +326,55 @@ impl Problem {
             }
         }
         self.extensions(&mut body);
-        let bytes = Bytes::from(Value::Object(body).to_string());
+        let retry_after = self.retry_after();
+        let bytes = Bytes::from(Value::Object(body.clone()).to_string());
         let mut resp = Response::new(full(bytes));
         *resp.status_mut() = status;
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
-        if status == StatusCode::ACCEPTED {
-            resp.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(RETRY_AFTER.as_secs()),
-            );
+        if let Some(after) = retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(after.as_secs()));
         }
-        if matches!(self, Problem::Overloaded) {
-            resp.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(OVERLOADED_RETRY_AFTER.as_secs()),
-            );
-        }
+        resp.extensions_mut().insert(Own {
+            kind: self.kind(),
+            pending: self.is_pending(),
+            body,
+            retry_after,
+        });
         resp
     }
+
+    /// The answers that mean "not yet": the provider's `pending_status` applies to them.
+    pub fn is_pending(&self) -> bool {
+        matches!(
+            self,
+            Problem::OutcomeUnknown | Problem::InFlight | Problem::AwaitingApproval
+        )
+    }
+
+    /// The `Retry-After` the answer carries, if any.
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            _ if self.is_pending() => Some(RETRY_AFTER),
+            Problem::Overloaded => Some(OVERLOADED_RETRY_AFTER),
+            _ => None,
+        }
+    }
+}
+
+/// Carried in the extensions of every problem answer, so the answer can be shaped for the
+/// provider's SDK where it leaves the proxy (`shape`) without parsing its body again. Never
+/// sent on the wire.
+#[derive(Debug, Clone)]
+pub struct Own {
+    /// The short type name: `parameter-mismatch`.
+    pub kind: &'static str,
+    /// One of the answers `pending_status` applies to.
+    pub pending: bool,
+    /// The problem+json object as sent.
+    pub body: Map<String, Value>,
+    pub retry_after: Option<Duration>,
 }

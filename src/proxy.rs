@@ -3,7 +3,8 @@
 //! `handle` reads top to bottom: resolve the provider and route, then either stream the
 //! request through unguarded (`passthrough`) or hand it to `guard` for the ledger protocol.
 //! Unguarded traffic is never buffered. This module never writes the ledger itself.
-//! Before either, it refuses what must not be forwarded at all: a request that looped back
+//! Every answer leaves through `handle`, where the proxy's own problem answers are shaped
+//! for the provider's SDK (`shape`). Before either, it refuses what must not be forwarded at all: a request that looped back
 //! to this proxy, and under a provider with guarded routes, spellings of a path or method
 //! that a server could take for a guarded route (`path`).
 
@@ -30,11 +31,14 @@ pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Response<Proxy
         Ok(target) => target,
         Err((problem, provider)) => {
             tracing::info!(%method, status = problem.status().as_u16(), outcome = problem.kind(), "refused");
-            let ctx = Context {
-                provider,
+            let mut resp = problem.into_response(&Context {
+                provider: provider.clone(),
                 ..Context::default()
-            };
-            return problem.into_response(&ctx);
+            });
+            if let Some(provider) = provider.as_deref().and_then(|name| app.provider(name)) {
+                crate::shape::apply(provider, &mut resp);
+            }
+            return resp;
         }
     };
     let provider = target.provider.name.as_str();
@@ -42,7 +46,7 @@ pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Response<Proxy
     let guarded = target.route.as_ref().is_some_and(|(r, _)| r.is_guarded());
     let version = req.version();
     upstream::forwarding_headers(req.headers_mut(), &app.via, version, guarded);
-    let (resp, outcome) = match &target.route {
+    let (mut resp, outcome) = match &target.route {
         None if target.provider.unmatched == Unmatched::Reject => {
             let ctx = Context {
                 provider: Some(provider.to_string()),
@@ -55,6 +59,7 @@ pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Response<Proxy
         }
         _ => (passthrough(&app, &target, req).await, "passthrough"),
     };
+    crate::shape::apply(target.provider, &mut resp);
     app.metrics
         .request(provider, route_name.unwrap_or(""), outcome);
     // The access log line: at `debug`, so the default filter (`info`) writes nothing per

@@ -90,14 +90,10 @@ fn shipped_config_loads_with_stripe_and_square() {
     let refund = &stripe.routes[0];
     assert_eq!(refund.operation_id.len(), 2);
     assert_eq!(refund.fingerprint_ignore, ["metadata[trace_id]"]);
-    let reconcile = refund.reconcile.as_ref().expect("create_refund reconciles");
-    assert_eq!(reconcile.method, http::Method::GET);
-    assert_eq!(
-        reconcile.lookup.as_str(),
-        "/v1/refunds?limit=1&metadata[operation]={key}"
+    assert!(
+        refund.reconcile.is_none(),
+        "Stripe's refund list has no filter a lookup could use"
     );
-    assert_eq!(reconcile.found, "/data/0");
-    assert_eq!(reconcile.not_found_final_after, Duration::from_secs(60));
     let (route, captures) = stripe
         .route_for(&http::Method::GET, "/v1/refunds/re_1")
         .expect("the read route matches");
@@ -142,6 +138,8 @@ fn absent_keys_take_the_spec_defaults() {
         KeyPlacement::Header(http::HeaderName::from_static("idempotency-key"))
     );
     assert_eq!(p.key_format, KeyFormat::Opaque);
+    assert_eq!(p.key_length, 64);
+    assert_eq!(p.pending_status, 202);
     assert_eq!(p.key_retention, Duration::from_secs(86_400));
     assert_eq!(p.timeout, Duration::from_secs(30));
     assert_eq!(p.ca_file, None);
@@ -197,6 +195,7 @@ fn every_key_set_is_taken() {
         "json field replaces the header"
     );
     assert_eq!(p.key_format, KeyFormat::Plain);
+    assert_eq!(p.pending_status, 503);
     assert_eq!(p.timeout, Duration::from_millis(1));
     assert_eq!(
         p.ca_file.as_deref(),

@@ -66,6 +66,10 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
     let dedupe = s.choice("dedupe", raw.dedupe, Dedupe::None, DEDUPE);
     let key = key_placement(s, raw.key_header, raw.key_json_field);
     let key_format = s.choice("key_format", raw.key_format, KeyFormat::Opaque, KEY_FORMATS);
+    let key_length = s.check(
+        "key_length",
+        key_length(raw.key_length.as_ref(), key_format),
+    );
     let day = Duration::from_secs(24 * 3600);
     let retention = s.duration("key_retention", raw.key_retention.as_ref(), day, MIN_WAIT);
     let timeout = s.duration("timeout", raw.timeout.as_ref(), 30 * SECOND, MIN_WAIT);
@@ -81,6 +85,10 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
     let unmatched = s.choice("unmatched", raw.unmatched, Unmatched::Pass, UNMATCHED);
     let path_case = s.choice("path_case", raw.path_case, PathCase::Sensitive, PATH_CASES);
     let outcomes = outcomes(s, raw.outcomes.unwrap_or_default());
+    let pending_status = s.check(
+        "pending_status",
+        pending_status(raw.pending_status.as_ref()),
+    );
     let principal = principal_headers(s, raw.principal_headers);
     let rest = (|| {
         Some(Provider {
@@ -90,6 +98,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
             dedupe: dedupe?,
             key: key?,
             key_format: key_format?,
+            key_length: key_length?,
             key_retention: retention?,
             timeout: timeout?,
             ca_file: ca_file?,
@@ -100,6 +109,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
             unmatched: unmatched?,
             path_case: path_case?,
             outcomes: outcomes?,
+            pending_status: pending_status?,
             routes: Vec::new(),
             file: PathBuf::new(),
             principal_headers: principal?,
@@ -142,6 +152,47 @@ pub(super) const ON_MISSING_ID: &[(&str, OnMissingId)] =
 
 pub(super) const APPROVALS: &[(&str, Approval)] =
     &[("none", Approval::None), ("required", Approval::Required)];
+
+/// `key_length`: 32 to 64 characters of the opaque key (default 64, the whole hex sha256).
+/// A plain key is the operation ID itself, up to 512 bytes: it cannot be cut without two
+/// operations sharing a key, so with `key_format = "plain"` the key is refused altogether.
+pub(super) fn key_length(raw: Option<&Value>, format: Option<KeyFormat>) -> Result<usize, String> {
+    let fix = "give a whole number from 32 to 64 (the opaque key is 64 hex characters; shorter \
+               keys still carry 128 bits or more)";
+    let Some(raw) = raw else {
+        return Ok(64);
+    };
+    if format == Some(KeyFormat::Plain) {
+        return Err(
+            "key_format = \"plain\" sends the operation ID itself (up to 512 bytes), \
+                    which cannot be cut without two operations sharing a key; use \
+                    key_format = \"opaque\" with key_length, or remove key_length"
+                .into(),
+        );
+    }
+    match raw {
+        Value::Integer(n) if (32..=64).contains(n) => Ok(*n as usize),
+        Value::Integer(n) => Err(format!("{n} is outside 32..64 ({fix})")),
+        other => Err(format!("{other} is not a whole number ({fix})")),
+    }
+}
+
+/// The statuses an answer meaning "not yet" may have: 202 (the default), or one an SDK
+/// retries by itself or raises as an error, never a success object.
+pub(super) const PENDING_STATUSES: [u16; 5] = [202, 409, 425, 429, 503];
+
+/// `pending_status`: one of [`PENDING_STATUSES`].
+pub(super) fn pending_status(raw: Option<&Value>) -> Result<u16, String> {
+    let fix = "use 202 (the default), 409, 425, 429 or 503";
+    match raw {
+        None => Ok(202),
+        Some(Value::Integer(n)) => match u16::try_from(*n) {
+            Ok(code) if PENDING_STATUSES.contains(&code) => Ok(code),
+            _ => Err(format!("{n} is not allowed ({fix})")),
+        },
+        Some(other) => Err(format!("{other} is not a status code ({fix})")),
+    }
+}
 
 /// `key_json_field`, when set, replaces the header (SPEC section 2).
 pub(super) fn key_placement(

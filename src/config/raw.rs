@@ -65,6 +65,8 @@ pub(super) struct RawProvider {
     pub key_header: Option<String>,
     pub key_json_field: Option<String>,
     pub key_format: Option<String>,
+    /// An integer; a `Value` so a wrong type names the key and the fix.
+    pub key_length: Option<Value>,
     pub key_retention: Option<Value>,
     pub timeout: Option<Value>,
     pub ca_file: Option<String>,
@@ -76,6 +78,8 @@ pub(super) struct RawProvider {
     pub path_case: Option<String>,
     pub principal_headers: Option<Vec<String>>,
     pub outcomes: Option<RawOutcomes>,
+    /// An integer; a `Value` so a wrong type names the key and the fix.
+    pub pending_status: Option<Value>,
 }
 
 /// `[provider.outcomes]`: entries are integers or class strings, so they stay `Value`s.
