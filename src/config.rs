@@ -11,6 +11,7 @@
 //! - `raw`: the serde structs, TOML error locations, size and duration parsing.
 //! - `provider`: one policy file into a `Provider` (the `[provider]` table).
 //! - `route`: `[[route]]` tables: matchers, templates, reconcile.
+//! - `rule`: `[[provider.rule]]` tables, and the warnings rules earn against the routes.
 //! - `values`: checks of single values (names, URLs, mounts, headers, units).
 //! - `hazards`: settings that parse but would weaken a guard (credentials in IDs, framing
 //!   key headers, lookups reading the request, approvals `on_missing_id = "pass"` skips).
@@ -25,6 +26,7 @@ mod provider;
 mod raw;
 mod retention;
 mod route;
+mod rule;
 mod table;
 mod values;
 
@@ -59,6 +61,9 @@ pub struct Config {
     pub retention: Retention,
     /// One per policy file, sorted by name.
     pub providers: Vec<Provider>,
+    /// Settings that load but do less than they seem to; `check` prints them, `serve` logs
+    /// them, neither refuses them.
+    pub warnings: Vec<ConfigError>,
 }
 
 /// `[limits]` of proxy.toml.
@@ -135,8 +140,9 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     let policies = scope.check("policies", folder_path(&base, raw.policies.as_deref()));
     // proxy.toml's own errors first, then the policy files' in file order.
     let config = settings(path, &base, raw, &mut errors);
+    let mut warnings = Vec::new();
     let providers = match &policies {
-        Some(folder) => load_policies(path, folder, &mut errors),
+        Some(folder) => load_policies(path, folder, &mut errors, &mut warnings),
         None => Vec::new(),
     };
     if let Some(config) = &config {
@@ -145,6 +151,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     let config = config.map(|mut config| {
         config.policies = policies.unwrap_or_default();
         config.providers = providers;
+        config.warnings = warnings;
         config
     });
     match config {
@@ -228,6 +235,7 @@ fn settings(
         limits: limits?,
         retention: retention?,
         providers: Vec::new(),
+        warnings: Vec::new(),
     })
 }
 
@@ -262,7 +270,12 @@ fn limits(s: &mut Scope, raw: RawLimits) -> Option<Limits> {
 
 /// Every policy file of the folder, validated, then checked against each other; sorted by name.
 /// A folder that cannot be read or holds no policy is an error of proxy.toml's `policies` key.
-fn load_policies(proxy: &Path, folder: &Path, errors: &mut Vec<ConfigError>) -> Vec<Provider> {
+fn load_policies(
+    proxy: &Path,
+    folder: &Path,
+    errors: &mut Vec<ConfigError>,
+    warnings: &mut Vec<ConfigError>,
+) -> Vec<Provider> {
     let mut scope = Scope::new(proxy, errors);
     let shown = folder.display();
     let entries = match fs::read_dir(folder) {
@@ -290,6 +303,9 @@ fn load_policies(proxy: &Path, folder: &Path, errors: &mut Vec<ConfigError>) -> 
     let mut providers = Vec::new();
     for file in &files {
         let (claim, provider) = load_policy(file, errors);
+        if let Some(provider) = &provider {
+            warnings.extend(rule::warnings(file, provider));
+        }
         claims.push(claim);
         providers.extend(provider);
     }

@@ -16,8 +16,9 @@ use http_body_util::BodyExt;
 use crate::app::App;
 use crate::clock::Timestamp;
 use crate::ledger::{Event, EventKind, Operation, RequestChange, State, StoredResponse, Write};
-use crate::policy::{Outcome, Provider};
+use crate::policy::Provider;
 use crate::problem::{Context, Problem};
+use crate::rules::{self, Classified, Means};
 use crate::upstream::{self, SendError};
 use crate::wire::{BoxError, ProxyBody, Unbuffered, collect_limited, full};
 
@@ -84,16 +85,21 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
         ))),
     };
     let record = Record::of(provider, &ex, sent_at, &fetched);
+    let means = record.means;
     let recorded = persist(app, provider, &ex, record).await;
     // Wake duplicates waiting on this operation; they re-read the ledger. No receiver: fine.
-    let _ = app.completions.send(Arc::from(ex.id.as_str()));
+    let done = || {
+        let _ = app.completions.send(Arc::from(ex.id.as_str()));
+    };
     let state = match recorded {
         Ok(Some(state)) => state,
         Ok(None) => {
+            done();
             tracing::warn!(operation = %ex.id, "a newer claim owns this operation; this attempt's result was not written");
             return crate::answer::refusal(Problem::OutcomeUnknown, &ctx);
         }
         Err(e) => {
+            done();
             tracing::error!(operation = %ex.id, error = %e, "the provider answered but the ledger could not record it");
             // Nobody will finish this claim: the ledger makes it `unknown` as soon as it can.
             app.ledger.abandon(&ex.id, ex.fence);
@@ -101,17 +107,58 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
             return crate::answer::refusal(Problem::OutcomeUnknown, &ctx);
         }
     };
+    // A `reconcile` rule's lookup runs before duplicates wake, so they see its verdict.
+    let found = match (&fetched, means, state) {
+        (Ok(answer), Means::Reconcile, State::Unknown) => {
+            reconcile_at_once(app, provider, &ex, &answer.body).await
+        }
+        _ => None,
+    };
+    done();
+    if let Some(stored) = found {
+        return crate::answer::replay(stored, &ctx.with_state(State::Succeeded));
+    }
     ctx.state = Some(state);
     if state == State::Unknown {
         app.escalate(&provider.name, &ex.route, &ex.id);
     }
     match fetched {
+        // The provider is still at work on this key: a retry later gets its result.
+        Ok(_) if means == Means::Pending => crate::answer::refusal(Problem::InFlight, &ctx),
         Ok(answer) => first_answer(answer, &ctx),
         // Safe to retry only if no attempt of the operation may have taken effect.
         Err(SendError::Connect(why)) if state == State::Failed => {
             crate::answer::refusal(Problem::UpstreamUnreachable(why), &ctx)
         }
         Err(_) => crate::answer::refusal(Problem::OutcomeUnknown, &ctx),
+    }
+}
+
+/// Looks up at once the effect of an attempt whose answer a `means = "reconcile"` rule
+/// matched (already recorded `unknown`), that answer readable by the lookup as
+/// `{answer:/pointer}` (in memory only). The found response, if the lookup proved the effect.
+async fn reconcile_at_once(
+    app: &App,
+    provider: &Provider,
+    ex: &Exchange,
+    body: &Bytes,
+) -> Option<StoredResponse> {
+    let route = provider.routes.iter().find(|r| r.name == ex.route)?;
+    route.reconcile.as_ref()?;
+    let outgoing = ex.outgoing.as_ref().ok()?;
+    let captures = outgoing
+        .uri
+        .path()
+        .strip_prefix(provider.upstream.base_path.as_str())
+        .and_then(|rel| route.matcher.matches(&outgoing.method, rel))
+        .unwrap_or_default();
+    let answer = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
+    let headers = &outgoing.headers;
+    let verdict =
+        crate::reconcile::at_once(app, provider, route, &captures, &ex.id, headers, &answer).await;
+    match verdict {
+        crate::reconcile::Verdict::Found(stored) => Some(stored),
+        _ => None,
     }
 }
 
@@ -147,6 +194,8 @@ async fn fetch(app: &App, provider: &Provider, outgoing: &Outgoing) -> Result<Fe
 
 /// What an attempt writes to the ledger.
 struct Record {
+    /// What the answer means; `state` is what the ledger records for it.
+    means: Means,
     state: State,
     response: Option<StoredResponse>,
     error: Option<String>,
@@ -171,10 +220,12 @@ impl Record {
         match fetched {
             Ok(answer) => {
                 let status = answer.status.as_u16();
-                let state = match provider.outcomes.classify(status) {
-                    Outcome::Succeeded => State::Succeeded,
-                    Outcome::Failed => State::Failed,
-                    Outcome::Unknown => State::Unknown,
+                let classified =
+                    rules::classify(&provider.rules, &provider.outcomes, status, &answer.body);
+                let state = match classified.means {
+                    Means::Succeeded => State::Succeeded,
+                    Means::Failed => State::Failed,
+                    Means::Unknown | Means::Pending | Means::Reconcile => State::Unknown,
                 };
                 let mut events = vec![
                     event(sent_at, EventKind::ProviderRequested, sent(ex)),
@@ -188,7 +239,7 @@ impl Record {
                     events.push(event(
                         now,
                         EventKind::Unknown,
-                        format!("status {status} proves neither success nor failure"),
+                        unknown_detail(status, classified),
                     ));
                 }
                 events.push(event(
@@ -197,6 +248,7 @@ impl Record {
                     state.as_str().to_string(),
                 ));
                 Record {
+                    means: classified.means,
                     state,
                     response: Some(stored(provider, answer)),
                     error: answer.truncated.then(|| {
@@ -208,6 +260,7 @@ impl Record {
                 }
             }
             Err(SendError::Connect(why)) => Record {
+                means: Means::Failed,
                 state: State::Failed,
                 response: None,
                 error: Some(format!("the provider could not be reached: {why}")),
@@ -219,6 +272,7 @@ impl Record {
                 )],
             },
             Err(e) => Record {
+                means: Means::Unknown,
                 state: State::Unknown,
                 response: None,
                 error: Some(e.to_string()),
@@ -229,6 +283,22 @@ impl Record {
                 ],
             },
         }
+    }
+}
+
+/// Why an answer left the operation `unknown`, for its `operation.unknown` event.
+fn unknown_detail(status: u16, classified: Classified) -> String {
+    let Some(i) = classified.rule else {
+        return format!("status {status} proves neither success nor failure");
+    };
+    match classified.means {
+        Means::Pending => format!(
+            "status {status}, rule {i}: the provider is still processing a request with this key, so the effect may yet happen"
+        ),
+        Means::Reconcile => {
+            format!("status {status}, rule {i}: the effect is looked up with the route's lookup")
+        }
+        _ => format!("status {status}, rule {i}: it proves neither success nor failure"),
     }
 }
 

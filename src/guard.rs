@@ -368,6 +368,7 @@ fn identify(
         fingerprint: Some(&fingerprint.hex),
         key: None,
         operation_id: None,
+        answer: None,
     };
     let rendered = match render_first(&route.operation_id, &inputs) {
         Err(invalid) => return Err(Problem::InvalidBody(invalid.0)),

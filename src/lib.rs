@@ -12,6 +12,7 @@
 //! - `kept`: the sealed first request that makes every re-send byte-identical.
 //! - `ledger`: the durable redb ledger behind a small domain API.
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
+//! - `rules`: what a provider's answer means: `[[provider.rule]]`s, then the status lists.
 //! - `decide`: the pure state machine of a guarded request (SPEC section 5).
 //! - `answer`: replays, refusals and the `Idem-*` headers of every guarded answer.
 //! - `app`: the shared immutable state of a running proxy.
@@ -61,6 +62,7 @@ pub mod proxy;
 pub mod reconcile;
 pub mod replays;
 pub mod retention;
+pub mod rules;
 pub mod secret;
 pub mod server;
 pub mod settle;

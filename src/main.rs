@@ -86,6 +86,9 @@ fn load(path: &std::path::Path) -> Result<idemproxy::config::Config, ExitCode> {
 fn check(path: PathBuf) -> ExitCode {
     match load(&path) {
         Ok(config) => {
+            for warning in &config.warnings {
+                eprintln!("warning: {warning}");
+            }
             print!("{}", config.routes_table());
             println!("{}: ok", path.display());
             ExitCode::SUCCESS
@@ -99,6 +102,9 @@ fn serve(path: PathBuf) -> ExitCode {
         Ok(config) => config,
         Err(code) => return code,
     };
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -294,12 +294,19 @@ impl Matcher {
     }
 }
 
+/// One `reconcile.lookup` template: `GET /v1/x?key={key}`.
+#[derive(Debug, Clone)]
+pub struct Lookup {
+    pub method: Method,
+    /// Path and query template, relative to the upstream base path.
+    pub target: Template,
+}
+
 /// `[route.reconcile]`: how to ask the provider whether an effect happened.
 #[derive(Debug, Clone)]
 pub struct Reconcile {
-    pub method: Method,
-    /// Path and query template, relative to the upstream base path.
-    pub lookup: Template,
+    /// Tried in order: the first whose parts are all present is sent.
+    pub lookups: Vec<Lookup>,
     /// JSON pointer whose presence in a 200 answer proves the effect.
     pub found: String,
     pub not_found_final_after: Duration,
@@ -428,6 +435,8 @@ pub struct Provider {
     pub outcomes: Outcomes,
     /// The status of the `outcome-unknown`, `in-flight` and `awaiting-approval` answers.
     pub pending_status: u16,
+    /// `[[provider.rule]]`, tried in order before `outcomes`.
+    pub rules: Vec<crate::rules::AnswerRule>,
     pub routes: Vec<Route>,
     /// The policy file this came from, for messages.
     pub file: PathBuf,
@@ -465,6 +474,7 @@ impl Provider {
             path_case: PathCase::Sensitive,
             outcomes: Outcomes::default(),
             pending_status: 202,
+            rules: vec![],
             routes: vec![],
             file: PathBuf::new(),
             principal_headers: vec![http::header::AUTHORIZATION],

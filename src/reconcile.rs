@@ -13,7 +13,7 @@
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, Uri, header};
+use http::{HeaderMap, HeaderValue, Method, Request, Uri, header};
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
 use crate::app::App;
@@ -42,9 +42,9 @@ pub enum Verdict {
 /// What a lookup answer says about the effect.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
-    /// A 200 whose `found` pointer holds this (non-null) value.
+    /// A 200 whose `found` pointer holds this value (not `null`, `[]` or `{}`).
     Found(serde_json::Value),
-    /// A 200 without the pointer (or with `null` there), or a 404.
+    /// A 200 without the pointer (or with `null`, `[]` or `{}` there), or a 404.
     NotFound,
 }
 
@@ -93,6 +93,35 @@ pub async fn run(
     id: &str,
     headers: &HeaderMap,
 ) -> Verdict {
+    look(app, provider, route, captures, id, headers, None).await
+}
+
+/// Reconciles at once the operation `id` whose attempt the provider just answered with an
+/// answer a `means = "reconcile"` rule matched (recorded `unknown` already): the lookup may
+/// read that answer as `{answer:/pointer}`, which is held in memory for this only. As `run`,
+/// except that a not-found never claims a re-send: right after the provider's own answer it
+/// proves nothing, so the operation stays `unknown`.
+pub async fn at_once(
+    app: &App,
+    provider: &Provider,
+    route: &Route,
+    captures: &Captures,
+    id: &str,
+    headers: &HeaderMap,
+    answer: &serde_json::Value,
+) -> Verdict {
+    look(app, provider, route, captures, id, headers, Some(answer)).await
+}
+
+async fn look(
+    app: &App,
+    provider: &Provider,
+    route: &Route,
+    captures: &Captures,
+    id: &str,
+    headers: &HeaderMap,
+    answer: Option<&serde_json::Value>,
+) -> Verdict {
     let Some(rule) = &route.reconcile else {
         return Verdict::Unknown;
     };
@@ -110,9 +139,11 @@ pub async fn run(
         id,
         key: &seen.key,
         fingerprint: &seen.fingerprint,
+        answer,
     };
+    let may_resend = answer.is_none();
     let answer = match lookup_uri(provider, rule, captures, &names) {
-        Ok(uri) => lookup(app, provider, rule, uri, headers).await,
+        Ok((method, uri)) => lookup(app, provider, rule, method, uri, headers).await,
         Err(e) => Err(e),
     };
     let answer = match answer {
@@ -123,7 +154,7 @@ pub async fn run(
         }
     };
     tracing::info!(operation = %id, found = matches!(answer, Answer::Found(_)), "reconciliation lookup answered");
-    conclude(app, id, seen, rule, answer).await
+    conclude(app, id, seen, rule, answer, may_resend).await
 }
 
 /// Records `reconcile.started` if the operation is still `unknown`; `None` when it is not.
@@ -153,7 +184,14 @@ async fn start(app: &App, id: &str) -> Result<Option<Seen>, crate::ledger::Ledge
 
 /// Writes the verdict of `answer` in one update that re-checks the operation.
 /// The clock is read inside the transaction, so finality is judged at the moment of the write.
-async fn conclude(app: &App, id: &str, seen: Seen, rule: &Reconcile, answer: Answer) -> Verdict {
+async fn conclude(
+    app: &App,
+    id: &str,
+    seen: Seen,
+    rule: &Reconcile,
+    answer: Answer,
+    may_resend: bool,
+) -> Verdict {
     let final_after = rule.not_found_final_after;
     let written = match answer {
         Answer::Found(value) => {
@@ -170,6 +208,7 @@ async fn conclude(app: &App, id: &str, seen: Seen, rule: &Reconcile, answer: Ans
             let fences = app.ledger.fences();
             app.ledger
                 .update(id, move |op| {
+                    let final_after = may_resend.then_some(final_after);
                     not_found(op, &seen, final_after, &fences, Timestamp::now())
                 })
                 .await
@@ -206,6 +245,8 @@ struct Names<'a> {
     id: &'a str,
     key: &'a str,
     fingerprint: &'a str,
+    /// The answer a `reconcile` rule matched, for `{answer:/pointer}`.
+    answer: Option<&'a serde_json::Value>,
 }
 
 /// Characters `http::Uri` refuses (or that end a query) in a literal part of the template;
@@ -225,13 +266,14 @@ const NOT_IN_URI: &AsciiSet = &CONTROLS
     .add(b'|')
     .add(b'}');
 
-/// The lookup URL: the template rendered (values URL-escaped) under the upstream's base.
+/// The lookup's method and URL: the first template whose parts are all present, rendered
+/// (values URL-escaped) under the upstream's base.
 fn lookup_uri(
     provider: &Provider,
     rule: &Reconcile,
     captures: &Captures,
     names: &Names,
-) -> Result<Uri, LookupError> {
+) -> Result<(Method, Uri), LookupError> {
     let headers = HeaderMap::new();
     let inputs = Inputs {
         headers: &headers,
@@ -243,18 +285,25 @@ fn lookup_uri(
         fingerprint: Some(names.fingerprint),
         key: Some(names.key),
         operation_id: Some(names.id),
+        answer: names.answer,
     };
-    let rendered = match rule.lookup.render(&inputs, Escape::Url) {
-        Ok(Rendered::Value(v)) => v,
-        Ok(Rendered::Missing(parts)) => {
-            return Err(LookupError::Template(format!(
-                "absent: {}",
-                parts.join(", ")
-            )));
+    let mut absent = Vec::new();
+    for lookup in &rule.lookups {
+        match lookup.target.render(&inputs, Escape::Url) {
+            Ok(Rendered::Value(v)) => return Ok((lookup.method.clone(), target(provider, &v)?)),
+            Ok(Rendered::Missing(parts)) => absent.push(parts.join(", ")),
+            Err(e) => return Err(LookupError::Template(e.0)),
         }
-        Err(e) => return Err(LookupError::Template(e.0)),
-    };
-    let safe = utf8_percent_encode(&rendered, NOT_IN_URI).to_string();
+    }
+    Err(LookupError::Template(format!(
+        "absent: {}",
+        absent.join("; ")
+    )))
+}
+
+/// A rendered lookup target as a URL under the upstream's base path.
+fn target(provider: &Provider, rendered: &str) -> Result<Uri, LookupError> {
+    let safe = utf8_percent_encode(rendered, NOT_IN_URI).to_string();
     let (path, query) = match safe.split_once('?') {
         Some((path, query)) => (path, Some(query)),
         None => (safe.as_str(), None),
@@ -272,11 +321,12 @@ async fn lookup(
     app: &App,
     provider: &Provider,
     rule: &Reconcile,
+    method: Method,
     uri: Uri,
     agent_headers: &HeaderMap,
 ) -> Result<Answer, LookupError> {
     let mut req = Request::new(full(Bytes::new()));
-    *req.method_mut() = rule.method.clone();
+    *req.method_mut() = method;
     *req.uri_mut() = uri;
     if let Some(auth) = agent_headers.get(header::AUTHORIZATION) {
         req.headers_mut()
@@ -308,12 +358,22 @@ pub fn classify(status: u16, body: &[u8], pointer: &str) -> Result<Answer, Looku
             let value: serde_json::Value =
                 serde_json::from_slice(body).map_err(|e| LookupError::Body(e.to_string()))?;
             match value.pointer(pointer) {
-                Some(found) if !found.is_null() => Ok(Answer::Found(found.clone())),
+                Some(found) if !empty(found) => Ok(Answer::Found(found.clone())),
                 _ => Ok(Answer::NotFound),
             }
         }
         404 => Ok(Answer::NotFound),
         other => Err(LookupError::Status(other)),
+    }
+}
+
+/// `null`, `[]` and `{}`: nothing was found (an empty list is no effect).
+fn empty(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Null => true,
+        serde_json::Value::Array(items) => items.is_empty(),
+        serde_json::Value::Object(members) => members.is_empty(),
+        _ => false,
     }
 }
 
@@ -377,11 +437,12 @@ fn found(
 /// event. Finality is judged on the record read inside the transaction, counted from the
 /// latest moment an earlier attempt could have reached the provider (`maybe_effect_at`), not
 /// from its dispatch: a lookup right after a timeout must not miss an attempt still running.
-/// A fencing token is taken only for the claim. Pure but for that token.
+/// A fencing token is taken only for the claim. `final_after = None` (a lookup made at once
+/// after the provider's own answer) is never final. Pure but for that token.
 fn not_found(
     existing: Option<Operation>,
     seen: &Seen,
-    final_after: std::time::Duration,
+    final_after: Option<std::time::Duration>,
     fences: &Fences,
     now: Timestamp,
 ) -> (Option<Write>, Option<Verdict>) {
@@ -391,6 +452,13 @@ fn not_found(
     let dispatched = op.last_dispatched_at.unwrap_or(op.created_at);
     let reach = op.maybe_effect_at.unwrap_or(dispatched).max(dispatched);
     let waited = now.since(reach);
+    let Some(final_after) = final_after else {
+        let detail = "not found right after the provider's answer, which proves nothing: \
+                      the operation stays unknown"
+            .to_string();
+        let ev = event(now, EventKind::ReconcileNotFound, op.attempts, detail);
+        return (Some(only_events(op, vec![ev])), Some(Verdict::Unknown));
+    };
     if waited < final_after {
         let detail = format!(
             "not final yet: {}ms since the last attempt could have reached the provider, final after {}ms",
@@ -474,9 +542,16 @@ mod tests {
     }
 
     fn rule(lookup: &str) -> Reconcile {
-        Reconcile {
+        rules(&[lookup])
+    }
+
+    fn rules(lookups: &[&str]) -> Reconcile {
+        let lookups = lookups.iter().map(|l| crate::policy::Lookup {
             method: Method::GET,
-            lookup: Template::parse(lookup).expect("test template parses"),
+            target: Template::parse(l).expect("test template parses"),
+        });
+        Reconcile {
+            lookups: lookups.collect(),
             found: "/data/0".into(),
             not_found_final_after: Duration::from_secs(60),
         }
@@ -489,11 +564,48 @@ mod tests {
             id,
             key,
             fingerprint: "f00d",
+            answer: None,
         }
     }
 
     fn uri(base: &str, lookup: &str, captures: &Captures, id: &str) -> Result<Uri, LookupError> {
-        lookup_uri(&provider(base), &rule(lookup), captures, &names(id, "k3y"))
+        lookup_uri(&provider(base), &rule(lookup), captures, &names(id, "k3y")).map(|(_, u)| u)
+    }
+
+    #[test]
+    fn the_first_lookup_that_renders_wins_and_answer_parts_read_the_answer() {
+        let rule = rules(&[
+            "/customers/{answer:/error/links/id}",
+            "/customers?key={key}",
+        ]);
+        let answer = serde_json::json!({"error": {"links": {"id": "CU 1"}}});
+        let with_answer = Names {
+            answer: Some(&answer),
+            ..names("x", "k3y")
+        };
+        let p = provider("");
+        let (_, got) = lookup_uri(&p, &rule, &vec![], &with_answer).expect("renders");
+        assert_eq!(got.to_string(), "https://api.example.com/customers/CU%201");
+        let (_, got) = lookup_uri(&p, &rule, &vec![], &names("x", "k3y")).expect("renders");
+        assert_eq!(got.to_string(), "https://api.example.com/customers?key=k3y");
+        let only_answer = rules(&["/customers/{answer:/error/links/id}"]);
+        let err = lookup_uri(&p, &only_answer, &vec![], &names("x", "k3y")).unwrap_err();
+        assert!(
+            matches!(&err, LookupError::Template(m) if m.contains("answer:/error/links/id")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_lookup_made_at_once_never_proves_absence() {
+        let op = unknown_op();
+        let now = T0.plus(Duration::from_secs(3600));
+        let fences = Fences::starting_at(9);
+        let (write, verdict) = not_found(Some(op.clone()), &seen(&op), None, &fences, now);
+        let write = write.expect("a write");
+        assert_eq!(verdict, Some(Verdict::Unknown));
+        assert_eq!(kinds(&write), ["reconcile.not_found"]);
+        assert_eq!(write.op, op, "still unknown, nothing claimed");
     }
 
     fn unknown_op() -> Operation {
@@ -565,6 +677,17 @@ mod tests {
             assert_eq!(
                 classify(200, body, "/data/0").expect("readable"),
                 Answer::NotFound
+            );
+        }
+        for body in [
+            &br#"{"data":[]}"#[..],
+            br#"{"data":{}}"#,
+            br#"{"data":null}"#,
+        ] {
+            assert_eq!(
+                classify(200, body, "/data").expect("readable"),
+                Answer::NotFound,
+                "an empty list is no effect"
             );
         }
         assert_eq!(
@@ -651,7 +774,7 @@ mod tests {
         let (write, verdict) = not_found(
             Some(op.clone()),
             &seen(&op),
-            Duration::from_secs(60),
+            Some(Duration::from_secs(60)),
             &Fences::starting_at(9),
             now,
         );
@@ -669,7 +792,7 @@ mod tests {
         let (write, verdict) = not_found(
             Some(op.clone()),
             &seen(&op),
-            Duration::from_secs(60),
+            Some(Duration::from_secs(60)),
             &Fences::starting_at(9),
             now,
         );
@@ -697,7 +820,7 @@ mod tests {
             ..unknown_op()
         };
         let early = T0.plus(Duration::from_secs(89));
-        let final_after = Duration::from_secs(60);
+        let final_after = Some(Duration::from_secs(60));
         let fences = Fences::starting_at(9);
         let (_, verdict) = not_found(Some(op.clone()), &seen(&op), final_after, &fences, early);
         assert_eq!(
@@ -722,7 +845,7 @@ mod tests {
         let (write, verdict) = not_found(
             Some(resent),
             &seen(&op),
-            Duration::from_secs(60),
+            Some(Duration::from_secs(60)),
             &Fences::starting_at(9),
             now,
         );
@@ -735,7 +858,7 @@ mod tests {
         let (write, _) = not_found(
             Some(claimed_by_another),
             &seen(&op),
-            Duration::from_secs(60),
+            Some(Duration::from_secs(60)),
             &Fences::starting_at(9),
             now,
         );

@@ -31,6 +31,9 @@ pub enum Part {
     Key,
     /// `{operation_id}`: only in `reconcile.lookup`.
     OperationId,
+    /// `{answer:/pointer}`: a scalar of the provider's answer that triggered a
+    /// `means = "reconcile"` rule; only in `reconcile.lookup`.
+    Answer(String),
 }
 
 impl Part {
@@ -49,6 +52,7 @@ impl Part {
             Part::Route => "route".into(),
             Part::Key => "key".into(),
             Part::OperationId => "operation_id".into(),
+            Part::Answer(pointer) => format!("answer:{pointer}"),
         })
     }
 }
@@ -66,7 +70,7 @@ pub struct Template {
 }
 
 const SOURCES: &str =
-    "header, json, form, query, path, fingerprint, provider, route, key, operation_id";
+    "header, json, form, query, path, fingerprint, provider, route, key, operation_id, answer";
 
 impl Template {
     /// Parses a template. `{{` and `}}` are literal braces; every other `{` opens a part that
@@ -186,7 +190,7 @@ fn parse_part(inner: &str) -> Result<Part, ParseError> {
         "route" => Some(Part::Route),
         "key" => Some(Part::Key),
         "operation_id" => Some(Part::OperationId),
-        "header" | "json" | "form" | "query" | "path" => None,
+        "header" | "json" | "form" | "query" | "path" | "answer" => None,
         _ => {
             return Err(ParseError(format!(
                 "unknown source \"{source}\" (expected {SOURCES})"
@@ -219,6 +223,9 @@ fn parse_argument(inner: &str, source: &str, arg: &str) -> Result<Part, ParseErr
             }),
         "json" => check_pointer(arg)
             .map(|()| Part::Json(arg.to_string()))
+            .map_err(|why| ParseError(format!("\"{{{inner}}}\": {why}"))),
+        "answer" => check_pointer(arg)
+            .map(|()| Part::Answer(arg.to_string()))
             .map_err(|why| ParseError(format!("\"{{{inner}}}\": {why}"))),
         "form" => Ok(Part::Form(arg.to_string())),
         "query" => Ok(Part::Query(arg.to_string())),
@@ -256,6 +263,8 @@ pub struct Inputs<'a> {
     pub fingerprint: Option<&'a str>,
     pub key: Option<&'a str>,
     pub operation_id: Option<&'a str>,
+    /// The answer that triggered a `means = "reconcile"` rule, for `{answer:/pointer}`.
+    pub answer: Option<&'a serde_json::Value>,
 }
 
 /// How substituted values are written into the result.
@@ -335,6 +344,7 @@ fn value(part: &Part, inputs: &Inputs) -> Result<Option<String>, InvalidBody> {
         Part::Route => Some(inputs.route.to_string()),
         Part::Key => inputs.key.map(str::to_string),
         Part::OperationId => inputs.operation_id.map(str::to_string),
+        Part::Answer(pointer) => inputs.answer.and_then(|a| scalar(a.pointer(pointer)?)),
     })
 }
 
@@ -345,6 +355,15 @@ fn decode_capture(raw: &str) -> String {
         .decode_utf8()
         .map(|s| s.into_owned())
         .unwrap_or_else(|_| raw.to_string())
+}
+
+/// A string as is, a number or boolean as JSON text; anything else is absent.
+fn scalar(value: &serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::String(s) => Some(s.clone()),
+        v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_)) => Some(v.to_string()),
+        _ => None,
+    }
 }
 
 fn json_value(body: &Body, pointer: &str) -> Result<Option<String>, InvalidBody> {
@@ -443,6 +462,7 @@ mod tests {
                 fingerprint: Some("abc123"),
                 key: None,
                 operation_id: None,
+                answer: None,
             }
         }
 
@@ -497,7 +517,7 @@ mod tests {
     fn parse_errors_say_what_and_how_to_fix() {
         assert_eq!(
             err("{hedaer:x}"),
-            "unknown source \"hedaer\" (expected header, json, form, query, path, fingerprint, provider, route, key, operation_id)"
+            "unknown source \"hedaer\" (expected header, json, form, query, path, fingerprint, provider, route, key, operation_id, answer)"
         );
         assert_eq!(
             err("wf-{header:x}:{form:a"),
@@ -679,6 +699,38 @@ mod tests {
             .map(String::from)
             .collect();
         assert_eq!(names, ["id", "sub"]);
+    }
+
+    #[test]
+    fn answer_parts_read_scalars_of_the_answer_and_nothing_else() {
+        assert_eq!(
+            t("/p/{answer:/error/links/id}").parts()[1],
+            Part::Answer("/error/links/id".into())
+        );
+        assert!(err("{answer:error}").contains("starts with"));
+        let answer = json!({"error": {"links": {"id": "PM1"}, "n": 7, "list": [1]}});
+        let req = Req::new(Body::Empty);
+        let with = Inputs {
+            answer: Some(&answer),
+            ..req.inputs()
+        };
+        let render = |text: &str, inputs: &Inputs| t(text).render(inputs, Escape::None).unwrap();
+        assert_eq!(
+            render("/p/{answer:/error/links/id}", &with),
+            value("/p/PM1").unwrap()
+        );
+        assert_eq!(render("{answer:/error/n}", &with), value("7").unwrap());
+        let missing = |label: &str| Rendered::Missing(vec![label.to_string()]);
+        assert_eq!(
+            render("{answer:/error/list}", &with),
+            missing("answer:/error/list")
+        );
+        assert_eq!(render("{answer:/nope}", &with), missing("answer:/nope"));
+        assert_eq!(
+            render("{answer:/error/n}", &req.inputs()),
+            missing("answer:/error/n"),
+            "no answer at hand"
+        );
     }
 
     proptest::proptest! {

@@ -46,6 +46,7 @@ fn config(admin_listen: &str) -> Config {
             tombstones: Duration::from_secs(86_400),
         },
         providers: Vec::new(),
+        warnings: Vec::new(),
     }
 }
 

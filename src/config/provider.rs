@@ -89,6 +89,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
         "pending_status",
         pending_status(raw.pending_status.as_ref()),
     );
+    let rules = super::rule::rules(s, raw.rule.unwrap_or_default());
     let principal = principal_headers(s, raw.principal_headers);
     let rest = (|| {
         Some(Provider {
@@ -110,6 +111,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
             path_case: path_case?,
             outcomes: outcomes?,
             pending_status: pending_status?,
+            rules: rules?,
             routes: Vec::new(),
             file: PathBuf::new(),
             principal_headers: principal?,

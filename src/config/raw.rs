@@ -80,6 +80,19 @@ pub(super) struct RawProvider {
     pub outcomes: Option<RawOutcomes>,
     /// An integer; a `Value` so a wrong type names the key and the fix.
     pub pending_status: Option<Value>,
+    /// `[[provider.rule]]`.
+    pub rule: Option<Vec<RawRule>>,
+}
+
+/// One `[[provider.rule]]`: `status` and `equals` stay `Value`s (a code or a class; a string,
+/// number or boolean).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRule {
+    pub status: Option<Value>,
+    pub pointer: Option<String>,
+    pub equals: Option<Value>,
+    pub means: Option<String>,
 }
 
 /// `[provider.outcomes]`: entries are integers or class strings, so they stay `Value`s.
@@ -111,7 +124,8 @@ pub(super) struct RawRoute {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawReconcile {
-    pub lookup: Option<String>,
+    /// A template or a list of templates.
+    pub lookup: Option<Value>,
     pub found: Option<String>,
     pub not_found_final_after: Option<Value>,
 }

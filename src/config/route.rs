@@ -11,7 +11,7 @@ use super::provider::{APPROVALS, EFFECTS, ON_MISSING_ID, headers, required};
 use super::raw::{RawReconcile, RawRoute};
 use super::values::{duration, json_pointer, name};
 use super::{Scope, hazards};
-use crate::policy::{Approval, Effect, Matcher, OnMissingId, Reconcile, Route, Segment};
+use crate::policy::{Approval, Effect, Lookup, Matcher, OnMissingId, Reconcile, Route, Segment};
 use crate::template::{Part, Template};
 
 /// Every `[[route]]`, then the checks between routes of one provider. `redact` is the
@@ -180,8 +180,8 @@ pub(super) fn template(text: &str, captures: &[String], lookup: bool) -> Result<
                     "{{path:{name}}} names no capture of the route's match ({have})"
                 ));
             }
-            Part::Key | Part::OperationId if !lookup => {
-                return Err("{key} and {operation_id} exist only in reconcile.lookup (build the operation ID from the request: header, json, form, query, path, fingerprint)".into());
+            Part::Key | Part::OperationId | Part::Answer(_) if !lookup => {
+                return Err("{key}, {operation_id} and {answer:...} exist only in reconcile.lookup (build the operation ID from the request: header, json, form, query, path, fingerprint)".into());
             }
             _ if lookup => hazards::lookup_part(part)?,
             _ => {}
@@ -195,17 +195,50 @@ pub(super) fn reconcile(
     raw: RawReconcile,
     captures: &[String],
 ) -> Option<Reconcile> {
-    let lookup = required(s, "lookup", raw.lookup, |v| lookup(&v, captures));
+    let lookups = lookups(s, raw.lookup.as_ref(), captures);
     let found = required(s, "found", raw.found, |v| json_pointer(&v, true));
     let raw_after = raw.not_found_final_after.as_ref();
     let after = s.check("not_found_final_after", final_after(raw_after));
-    let (method, lookup) = lookup?;
     Some(Reconcile {
-        method,
-        lookup,
+        lookups: lookups?,
         found: found?,
         not_found_final_after: after?,
     })
+}
+
+/// `lookup`: a template, or a non-empty list of them tried in order.
+fn lookups(s: &mut Scope, raw: Option<&Value>, captures: &[String]) -> Option<Vec<Lookup>> {
+    let items: Vec<(String, &Value)> = match raw {
+        None => {
+            s.push("lookup", "missing (this key is required)");
+            return None;
+        }
+        Some(Value::Array(list)) if list.is_empty() => {
+            let fix = "give at least one template, e.g. \"GET /v1/x?key={key}\"";
+            s.push("lookup", format!("empty list ({fix})"));
+            return None;
+        }
+        Some(Value::Array(list)) => list
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (format!("lookup[{i}]"), v))
+            .collect(),
+        Some(v) => vec![("lookup".to_string(), v)],
+    };
+    let checked: Vec<Option<Lookup>> = items
+        .into_iter()
+        .map(|(key, v)| {
+            let text = v
+                .as_str()
+                .ok_or_else(|| format!("{v} is not a string (write lookups as strings)"));
+            let parsed = text.and_then(|t| lookup(t, captures));
+            s.check(
+                &key,
+                parsed.map(|(method, target)| Lookup { method, target }),
+            )
+        })
+        .collect();
+    checked.into_iter().collect()
 }
 
 /// `not_found_final_after`: at least 1ms. Zero would let a lookup sent right after the

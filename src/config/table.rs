@@ -74,12 +74,14 @@ fn routes_block(routes: &[Route]) -> String {
             .map(|(i, t)| format!("      operation_id[{i}]  {}\n", t.as_str()))
             .collect();
         if let Some(rc) = &r.reconcile {
-            lines.push(format!(
-                "      reconcile        {} {}  found {}\n",
-                rc.method,
-                rc.lookup.as_str(),
-                rc.found
-            ));
+            for lookup in &rc.lookups {
+                lines.push(format!(
+                    "      reconcile        {} {}  found {}\n",
+                    lookup.method,
+                    lookup.target.as_str(),
+                    rc.found
+                ));
+            }
         }
         details.push(lines.concat());
     }

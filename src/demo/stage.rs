@@ -112,6 +112,7 @@ fn config(dir: &Path, providers: Vec<Provider>) -> Config {
         },
         retention: Retention::default(),
         providers,
+        warnings: Vec::new(),
     }
 }
 
@@ -143,6 +144,7 @@ fn provider(up: &Upstreamed) -> Result<Provider, DemoError> {
         path_case: crate::policy::PathCase::Sensitive,
         outcomes: Outcomes::default(),
         pending_status: 202,
+        rules: vec![],
         routes: vec![refund_route()?],
         file: PathBuf::from(format!("(demo policy {})", up.name)),
         principal_headers: vec![header("authorization")],

@@ -3,7 +3,8 @@
 //! and the pure pieces that make an answer (dedupe key, echo, response). The state (counts,
 //! stored answers, the gate) lives in `provider`.
 //!
-//! Order, for every request that is not a streaming endpoint: hold gate -> effect committed
+//! A request named by one of the behaviour's `reads` is answered at once with that read's
+//! answer (no effect). Order, for every other request that is not a streaming endpoint: hold gate -> effect committed
 //! (or replayed, when deduplicating on a key already seen) -> delay -> answer or drop. So the
 //! gate decides *whether* an effect happens (a crash test may never release it), and the
 //! delay and drop model a provider that did the work but answered slowly or not at all.
@@ -50,6 +51,18 @@ pub struct Behavior {
     /// Commit the effect, then close the connection without answering, for this many
     /// requests (counted from the moment this behaviour was set).
     pub drop_first_response: usize,
+    /// Requests answered as reads (no effect, no gate, no delay, never dropped): exact
+    /// method and path with query, and their JSON answer.
+    pub reads: Vec<Read>,
+}
+
+/// A read the provider answers from what it holds, like `GET /payments/PM123`.
+#[derive(Clone, Debug)]
+pub struct Read {
+    pub method: String,
+    pub path_and_query: String,
+    pub status: u16,
+    pub body: serde_json::Value,
 }
 
 impl Default for Behavior {
@@ -68,6 +81,7 @@ impl Behavior {
             hold: false,
             dedupe: None,
             drop_first_response: 0,
+            reads: Vec::new(),
         }
     }
 
@@ -116,6 +130,32 @@ impl Behavior {
     pub fn dedupe_on_json(mut self, pointer: &str) -> Self {
         self.dedupe = Some(Dedupe::JsonField(pointer.to_string()));
         self
+    }
+
+    /// Answers `METHOD /path?query` (exactly) with this status and JSON, as a read.
+    pub fn read(mut self, request: &str, status: u16, body: serde_json::Value) -> Self {
+        let (method, path) = request.split_once(' ').expect("\"METHOD /path\"");
+        self.reads.push(Read {
+            method: method.to_string(),
+            path_and_query: path.to_string(),
+            status,
+            body,
+        });
+        self
+    }
+
+    /// The read answering this request, if any.
+    pub fn read_for(&self, request: &Recorded) -> Option<Response<Body>> {
+        let read = self.reads.iter().find(|r| {
+            r.method == request.method.as_str() && r.path_and_query == request.path_and_query
+        })?;
+        let status = StatusCode::from_u16(read.status).expect("test gave a valid status");
+        let response = Response::builder()
+            .status(status)
+            .header("content-type", "application/json")
+            .body(full(read.body.to_string()))
+            .expect("valid read answer");
+        Some(response)
     }
 
     /// Loses the answer of the first `n` requests after committing their effect.

@@ -274,6 +274,9 @@ async fn handle(
     let request = recorded(&Request::from_parts(parts, ()), body);
     let behavior = lock(&shared.behavior).clone();
     shared.record(request.clone());
+    if let Some(read) = behavior.read_for(&request) {
+        return Ok(read);
+    }
     // The work runs in its own task, as at a real provider: once received, the effect
     // happens even if the caller's connection goes away meanwhile.
     let work = tokio::spawn(async move { shared.act(&behavior, &request).await });
