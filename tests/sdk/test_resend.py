@@ -132,9 +132,10 @@ def test_unknown_with_pending_status_202_is_still_an_error(guard, fake, sdk):
     with pytest.raises(ResendError) as raised:
         send("wf-202")
 
+    assert raised.value.error_type == "application_error" and int(raised.value.code) == 500
+    assert "application/problem+json" in raised.value.message
     assert proxy.only_operation()["state"] == "unknown"
     assert len(fake.effects) == 1
-    return raised
 
 
 def test_an_unreachable_resend_is_raised(guard, closed_port_url, sdk):
