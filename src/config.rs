@@ -12,6 +12,7 @@
 //! - `provider`: one policy file into a `Provider` (the `[provider]` table).
 //! - `route`: `[[route]]` tables: matchers, templates, reconcile.
 //! - `rule`: `[[provider.rule]]` tables, and the warnings rules earn against the routes.
+//! - `answer`: `[[provider.answer]]` tables: the shaping of the proxy's own problem answers.
 //! - `values`: checks of single values (names, URLs, mounts, headers, units).
 //! - `hazards`: settings that parse but would weaken a guard (credentials in IDs, framing
 //!   key headers, lookups reading the request, approvals `on_missing_id = "pass"` skips).
@@ -19,6 +20,7 @@
 //! - `forward`: providers a forward-proxy request could not tell apart.
 //! - `retention`: `[retention]` and its check against the providers.
 
+mod answer;
 mod forward;
 mod hazards;
 mod inbound;

@@ -30,7 +30,8 @@
 //! - `upstream`: pooled TLS clients to providers and header hygiene.
 //! - `wire`: the shared body type and the one bounded body reader (the lowest floor).
 //! - `problem`: every refusal, and the one place it becomes problem+json.
-//! - `shape`: the proxy's own problem answers shaped for a provider's SDK (`pending_status`).
+//! - `shape`: the proxy's own problem answers shaped for a provider's SDK (`pending_status`,
+//!   `[[provider.answer]]`).
 //! - `admin`: the admin API.
 //! - `metrics`: Prometheus counters, histograms and gauges.
 //! - `ops`: the `idemproxy ops` command line, a client of the admin API.

@@ -437,6 +437,8 @@ pub struct Provider {
     pub pending_status: u16,
     /// `[[provider.rule]]`, tried in order before `outcomes`.
     pub rules: Vec<crate::rules::AnswerRule>,
+    /// `[[provider.answer]]`: how the proxy's own problem answers are shaped, tried in order.
+    pub answers: Vec<crate::shape::AnswerShape>,
     pub routes: Vec<Route>,
     /// The policy file this came from, for messages.
     pub file: PathBuf,
@@ -475,6 +477,7 @@ impl Provider {
             outcomes: Outcomes::default(),
             pending_status: 202,
             rules: vec![],
+            answers: vec![],
             routes: vec![],
             file: PathBuf::new(),
             principal_headers: vec![http::header::AUTHORIZATION],

@@ -77,6 +77,48 @@ pub enum Problem {
     PrincipalMismatch,
 }
 
+/// Every short problem name (`kind`), for policies that name problems.
+pub const KINDS: &[&str] = &[
+    "no-route",
+    "route-not-allowed",
+    "connect-not-supported",
+    "body-too-large",
+    "invalid-body",
+    "missing-operation-id",
+    "invalid-operation-id",
+    "parameter-mismatch",
+    "outcome-unknown",
+    "in-flight",
+    "awaiting-approval",
+    "operation-rejected",
+    "operation-expired",
+    "upstream-unreachable",
+    "upstream-error",
+    "ledger-unavailable",
+    "invalid-path",
+    "invalid-method",
+    "loop-detected",
+    "body-timeout",
+    "overloaded",
+    "principal-mismatch",
+];
+
+/// The RFC 9457 members and the proxy's own: a policy may never add or change them.
+pub const KEPT_MEMBERS: &[&str] = &[
+    "type",
+    "title",
+    "status",
+    "detail",
+    "instance",
+    "operation_id",
+    "provider",
+    "route",
+    "state",
+    "differing_fields",
+    "missing",
+    "pruned_at",
+];
+
 /// What is known about the operation a problem concerns.
 #[derive(Debug, Clone, Default)]
 pub struct Context {
@@ -377,4 +419,46 @@ pub struct Own {
     /// The problem+json object as sent.
     pub body: Map<String, Value>,
     pub retry_after: Option<Duration>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_listed() {
+        let all = [
+            Problem::NoMount,
+            Problem::NoHost("h".into()),
+            Problem::RouteNotAllowed,
+            Problem::ConnectNotSupported,
+            Problem::BodyTooLarge { limit: 1 },
+            Problem::InvalidBody("b".into()),
+            Problem::MissingOperationId { missing: vec![] },
+            Problem::InvalidOperationId { len: 600 },
+            Problem::ParameterMismatch { fields: vec![] },
+            Problem::OutcomeUnknown,
+            Problem::InFlight,
+            Problem::AwaitingApproval,
+            Problem::OperationRejected { reason: None },
+            Problem::OperationExpired {
+                pruned_at: Timestamp(1),
+            },
+            Problem::UpstreamUnreachable("u".into()),
+            Problem::UpstreamBroken("u".into()),
+            Problem::LedgerUnavailable("l".into()),
+            Problem::InvalidPath("p".into()),
+            Problem::InvalidMethod("m".into()),
+            Problem::LoopDetected,
+            Problem::AmbiguousHost("h".into()),
+            Problem::BodyTimeout {
+                after: Duration::from_secs(1),
+            },
+            Problem::Overloaded,
+            Problem::PrincipalMismatch,
+        ];
+        for problem in all {
+            assert!(KINDS.contains(&problem.kind()), "{}", problem.kind());
+        }
+    }
 }

@@ -132,7 +132,7 @@ fn tls_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, String> {
 }
 
 /// Headers that describe one connection, never forwarded (RFC 9110 7.6.1).
-const HOP_BY_HOP: [HeaderName; 9] = [
+pub const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),

@@ -90,6 +90,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
         pending_status(raw.pending_status.as_ref()),
     );
     let rules = super::rule::rules(s, raw.rule.unwrap_or_default());
+    let answers = super::answer::answers(s, raw.answer.unwrap_or_default());
     let principal = principal_headers(s, raw.principal_headers);
     let rest = (|| {
         Some(Provider {
@@ -112,6 +113,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
             outcomes: outcomes?,
             pending_status: pending_status?,
             rules: rules?,
+            answers: answers?,
             routes: Vec::new(),
             file: PathBuf::new(),
             principal_headers: principal?,

@@ -82,6 +82,18 @@ pub(super) struct RawProvider {
     pub pending_status: Option<Value>,
     /// `[[provider.rule]]`.
     pub rule: Option<Vec<RawRule>>,
+    /// `[[provider.answer]]`.
+    pub answer: Option<Vec<RawAnswer>>,
+}
+
+/// One `[[provider.answer]]`: header values and body members stay TOML so their errors can
+/// name the key.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAnswer {
+    pub problems: Option<Vec<String>>,
+    pub headers: Option<toml::Table>,
+    pub body: Option<toml::Table>,
 }
 
 /// One `[[provider.rule]]`: `status` and `equals` stay `Value`s (a code or a class; a string,

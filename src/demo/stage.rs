@@ -145,6 +145,7 @@ fn provider(up: &Upstreamed) -> Result<Provider, DemoError> {
         outcomes: Outcomes::default(),
         pending_status: 202,
         rules: vec![],
+        answers: vec![],
         routes: vec![refund_route()?],
         file: PathBuf::from(format!("(demo policy {})", up.name)),
         principal_headers: vec![header("authorization")],
