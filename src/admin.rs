@@ -1,4 +1,4 @@
-//! The admin API (SPEC section 7) on `admin_listen`: health, operations, operator decisions
+//! The admin API (docs/reference.md section 7) on `admin_listen`: health, operations, operator decisions
 //! (resolve, approve, reject, rebind) and metrics.
 //!
 //! This module owns the admin routes, the bearer-token check, the refusal to expose the

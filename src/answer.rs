@@ -1,5 +1,5 @@
 //! The operation's answers: a stored response replayed, a refusal, and the `Idem-*` headers
-//! every guarded answer carries (SPEC section 5).
+//! every guarded answer carries (docs/reference.md section 6.1).
 //!
 //! It sits below the request path (`guard`, `dispatch`) and the admin API, which all answer
 //! in these shapes; it never reads the ledger and never decides anything.
@@ -27,7 +27,7 @@ pub fn refusal(problem: Problem, ctx: &Context) -> Response<ProxyBody> {
     resp
 }
 
-/// `Idem-Operation-Id`, `Idem-State`, `Idempotent-Replayed` (SPEC section 5).
+/// `Idem-Operation-Id`, `Idem-State`, `Idempotent-Replayed` (docs/reference.md section 6.1).
 pub fn op_headers(resp: &mut Response<ProxyBody>, ctx: &Context, replayed: bool) {
     let Some(id) = &ctx.operation_id else { return };
     let headers = resp.headers_mut();

@@ -1,4 +1,4 @@
-//! The claim: in one ledger transaction, read the operation, decide (SPEC section 5, step 2)
+//! The claim: in one ledger transaction, read the operation, decide (docs/reference.md section 5.3, step 2)
 //! and record the decision.
 //!
 //! A decision that writes nothing never waits for the writer: the claim first decides on a

@@ -1,4 +1,4 @@
-//! Configuration: `proxy.toml` and the policy files (SPEC section 2), read and validated into
+//! Configuration: `proxy.toml` and the policy files (docs/reference.md sections 2 and 3), read and validated into
 //! the domain types the proxy runs on.
 //!
 //! Two layers: `raw` says what the files say; this module gives it meaning (defaults, units,

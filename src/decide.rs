@@ -1,4 +1,4 @@
-//! The state machine of SPEC section 5, as one pure function.
+//! The state machine of docs/reference.md section 5.3, as one pure function.
 //!
 //! `decide` looks at what the ledger holds for an operation, the new request's fingerprint,
 //! the route's rules and the time, and says what to do. It performs no I/O and reads no clock:
@@ -72,7 +72,7 @@ pub enum Decision {
     Reconcile,
     /// `unknown`, nothing may be sent: 202 `outcome-unknown`.
     Hold,
-    /// Pruned, its tombstone remains (SPEC 4): 410 `operation-expired`, whatever the
+    /// Pruned, its tombstone remains (docs/reference.md section 5.8): 410 `operation-expired`, whatever the
     /// parameters; nothing is sent, ever.
     Expired,
     /// The operation is bound to another caller: 403, nothing replayed or sent, no field named.
@@ -99,7 +99,7 @@ pub enum Resend {
     Idempotent,
 }
 
-/// Decides a guarded request (SPEC section 5, step 2).
+/// Decides a guarded request (docs/reference.md section 5.3, step 2).
 pub fn decide(
     existing: Option<&Operation>,
     intent: Intent<'_>,

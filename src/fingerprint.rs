@@ -1,4 +1,4 @@
-//! The parameter fingerprint: "same parameters = same intent" (SPEC section 3), and the
+//! The parameter fingerprint: "same parameters = same intent" (docs/reference.md section 4), and the
 //! principal: "same caller", a keyed hash of the provider's `principal_headers`.
 //!
 //! This module owns the canonical form of a request's parameters, its keyed hash, and the
@@ -165,7 +165,7 @@ fn keyed(digests: BTreeMap<String, String>, secret: &Secret) -> BTreeMap<String,
 /// The mac domain of principals.
 pub const PRINCIPAL_DOMAIN: &str = "principal";
 
-/// The caller's principal (SPEC 3): a mac under `secret` over the values of `names` in
+/// The caller's principal (docs/reference.md section 4): a mac under `secret` over the values of `names` in
 /// order (the provider's `principal_headers`, `authorization` first), each header framed
 /// with its count of values, so a missing header is a principal too ("no credentials").
 pub fn principal(headers: &HeaderMap, names: &[HeaderName], secret: &Secret) -> String {

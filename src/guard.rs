@@ -1,4 +1,4 @@
-//! The ledger protocol for guarded routes (SPEC section 5), step by step.
+//! The ledger protocol for guarded routes (docs/reference.md section 5.3), step by step.
 //!
 //! `handle` reads top to bottom: read the body, identify the operation, decide in one ledger
 //! transaction, then dispatch, replay, wait or refuse. Nothing reaches the provider unless its

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use crate::policy::KeyFormat;
 use crate::template::InvalidBody;
 
-/// The longest operation ID, in bytes (SPEC section 3).
+/// The longest operation ID, in bytes (docs/reference.md section 4.3).
 pub const MAX_OPERATION_ID: usize = 512;
 
 /// The operation ID is over [`MAX_OPERATION_ID`] bytes (a 422 `invalid-operation-id`).

@@ -1,5 +1,5 @@
 //! The kept first request: what makes every re-send of an operation byte-identical to its
-//! first attempt (SPEC section 8).
+//! first attempt (docs/reference.md section 10).
 //!
 //! Providers that deduplicate on a key compare the parameters of a reused key (Stripe and
 //! Square answer a 400 when they differ), so a re-send must carry the first attempt's method,

@@ -12,7 +12,7 @@
 //! commit (in SQL terms: an asynchronous
 //! commit); a crash may lose such an event, never a state. It never decides what a request
 //! means: callers pass a closure that sees the current operation and says what to write.
-//! It stores only what a `Write` carries, so never a request header or body (SPEC section 8).
+//! It stores only what a `Write` carries, so never a request header or body (docs/reference.md section 10).
 //! One storage error does not stop it: it reopens itself once the disk allows (`recovery`).
 
 mod batch;
@@ -45,7 +45,7 @@ use writer::{Job, PruneJob, Reply, SweepJob, TombJob, UpdateJob, Writer};
 
 pub use replays::{ReplayNote, Replays};
 
-/// The five states of SPEC section 4.
+/// The five states of docs/reference.md section 5.2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum State {
     Prepared,
@@ -135,10 +135,10 @@ pub struct Operation {
     /// Fencing token of the claim that owns this operation while `in_flight`; 0 for none.
     pub fence: u64,
     pub approval: Approval,
-    /// Set only on an operation rebuilt from its tombstone (SPEC 4): when retention pruned
+    /// Set only on an operation rebuilt from its tombstone (docs/reference.md section 5.8): when retention pruned
     /// it. Such an operation is never written back; every request for it is refused (410).
     pub pruned_at: Option<Timestamp>,
-    /// Keyed hash of the caller's `principal_headers` (SPEC 3); `None`: bound to no one yet
+    /// Keyed hash of the caller's `principal_headers` (docs/reference.md section 4); `None`: bound to no one yet
     /// (written by an older version, or rebound by an operator), adopted by the next caller.
     pub principal: Option<String>,
 }
@@ -197,7 +197,7 @@ impl StoredResponse {
     }
 }
 
-/// The event kinds of SPEC section 7.
+/// The event kinds of docs/reference.md section 8.2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
     Prepared,
@@ -302,7 +302,7 @@ impl Write {
 
 /// The kept first request of an operation: sealed bytes (method, URI, content type, body of
 /// attempt 1, encrypted with the installation secret; never credentials), kept while the
-/// operation may be sent again so that every re-send is byte-identical (SPEC section 8).
+/// operation may be sent again so that every re-send is byte-identical (docs/reference.md section 10).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum RequestChange {
     /// Leave it as it is.
@@ -583,7 +583,7 @@ impl Ledger {
     /// Deletes `succeeded` and `failed` operations last updated before `older_than`, with
     /// their events, responses and index entries, in transactions of at most `max.max(1)`
     /// deletions so other writes interleave; a succeeded or operator-rejected one leaves a
-    /// tombstone with `pruned_at = now` in the same transaction (SPEC 4). Never touches
+    /// tombstone with `pruned_at = now` in the same transaction (docs/reference.md section 5.8). Never touches
     /// `prepared`, `in_flight` or `unknown` operations. Returns how many were deleted.
     pub async fn prune(
         &self,

@@ -5,7 +5,7 @@
 //! - `config`: reads `proxy.toml` and the policy files, validates them into domain types.
 //! - `policy`: the validated provider and route types, route matching, outcome classes.
 //! - `path`: the one normalized spelling of a request path, and the ambiguous ones refused.
-//! - `template`: the `{source:argument}` template language (SPEC section 3).
+//! - `template`: the `{source:argument}` template language (docs/reference.md section 4).
 //! - `body`: a buffered request body, parsed once by content type (JSON, form, bytes).
 //! - `fingerprint`: the canonical parameter hash and the per-field hashes behind a 409.
 //! - `identity`: operation IDs, idempotency keys and their injection into a request.
@@ -13,7 +13,7 @@
 //! - `ledger`: the durable redb ledger behind a small domain API.
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
 //! - `rules`: what a provider's answer means: `[[provider.rule]]`s, then the status lists.
-//! - `decide`: the pure state machine of a guarded request (SPEC section 5).
+//! - `decide`: the pure state machine of a guarded request (docs/reference.md section 5.3).
 //! - `answer`: replays, refusals and the `Idem-*` headers of every guarded answer.
 //! - `app`: the shared immutable state of a running proxy.
 //! - `server`: listeners, connections, graceful shutdown.

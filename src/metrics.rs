@@ -1,4 +1,4 @@
-//! Prometheus metrics (SPEC section 7), kept in memory and rendered as text on scrape.
+//! Prometheus metrics (docs/reference.md section 8), kept in memory and rendered as text on scrape.
 //!
 //! Counters and histograms are updated on the request path; the gauges about operations
 //! (`idemproxy_operations`, the oldest ages) are set from the ledger's counters at scrape time,

@@ -1,4 +1,4 @@
-//! `idemproxy ops`: the operator's command line, a client of the admin API (SPEC section 9).
+//! `idemproxy ops`: the operator's command line, a client of the admin API (docs/reference.md section 9).
 //!
 //! It owns the verbs (`list`, `show`, `resolve`, `approve`, `reject`, `rebind`), turning each into one
 //! admin call, and the human-readable tables; `--json` prints the API's JSON as it came. It

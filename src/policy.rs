@@ -428,7 +428,7 @@ pub struct Provider {
     pub request_id_header: Option<HeaderName>,
     pub control_headers: Vec<HeaderName>,
     pub redact_headers: Vec<HeaderName>,
-    /// Headers the settler sends when it has no caller's headers in memory (SPEC 8).
+    /// Headers the settler sends when it has no caller's headers in memory (docs/reference.md section 5.5).
     pub settle_headers: Vec<(HeaderName, EnvTemplate)>,
     pub unmatched: Unmatched,
     pub path_case: PathCase,

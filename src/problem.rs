@@ -1,7 +1,7 @@
 //! Everything the proxy refuses or cannot do, and the one place it becomes an answer.
 //!
 //! `Problem` is the request path's error type, grouped by whose fault it is. `into_response`
-//! turns it into an RFC 9457 `application/problem+json` answer (SPEC section 6) with the
+//! turns it into an RFC 9457 `application/problem+json` answer (docs/reference.md section 6) with the
 //! operation's headers when the operation is known. `detail` is written for a person; it never
 //! says "failed" for an outcome that is unknown, and never carries a header value or body.
 

@@ -1,4 +1,4 @@
-//! Reconciliation (SPEC 2 `[route.reconcile]`, 5 step 2 (b)): asking the provider whether the
+//! Reconciliation (docs/reference.md sections 3.4 and 5.5): asking the provider whether the
 //! effect of an `unknown` operation happened.
 //!
 //! This module owns the lookup exchange and what its answer proves: a `found` pointer present
@@ -73,7 +73,7 @@ struct Seen {
     last_dispatched_at: Option<Timestamp>,
 }
 
-/// Reconciles the `unknown` operation `id` of `route` (SPEC 5 step 2 (b)).
+/// Reconciles the `unknown` operation `id` of `route` (docs/reference.md section 5.5).
 ///
 /// `captures` and `headers` come from the replayed request; of the headers (already cleaned
 /// by `upstream::outbound_headers`) only `Authorization` is sent with the lookup, since a real

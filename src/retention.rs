@@ -1,4 +1,4 @@
-//! Retention (SPEC 2 `[retention]`): the background task that prunes finished operations and
+//! Retention (docs/reference.md sections 2 and 5.8, `[retention]`): the background task that prunes finished operations and
 //! sweeps expired tombstones.
 //!
 //! It owns only the schedule: every `min(shorter of completed and tombstones / 10, 60s)` (at
@@ -7,7 +7,7 @@
 //! than `tombstones` ago, in batches so agents' writes interleave. It never chooses what may
 //! be deleted or what leaves a tombstone: the ledger's `prune` never touches `prepared`,
 //! `in_flight` or `unknown` operations, so an outcome nobody knows is never forgotten, and
-//! leaves the tombstone of every succeeded or rejected one (SPEC 4).
+//! leaves the tombstone of every succeeded or rejected one (docs/reference.md section 5.8).
 
 use std::future::Future;
 use std::sync::Arc;

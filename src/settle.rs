@@ -1,4 +1,4 @@
-//! The settler (SPEC section 8): settles `unknown` operations in the background, so an agent
+//! The settler (docs/reference.md section 5.5): settles `unknown` operations in the background, so an agent
 //! whose SDK took a 202 for success, and never retries, still finds the result on its next
 //! replay.
 //!

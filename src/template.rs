@@ -1,4 +1,4 @@
-//! The template language of SPEC section 3: literal text with `{source:argument}` parts.
+//! The template language of docs/reference.md section 4: literal text with `{source:argument}` parts.
 //!
 //! This module owns parsing templates (with messages that say what is wrong and how to fix
 //! it) and rendering them against one request. It never decides what a missing part means

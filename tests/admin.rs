@@ -1,4 +1,4 @@
-//! The admin API (SPEC section 7) against the real binary: auth, listing and paging, an
+//! The admin API (docs/reference.md section 7) against the real binary: auth, listing and paging, an
 //! operation with its events, the stored response, operator resolutions, the approval gate,
 //! metrics, and the refusal to expose an untokened admin API.
 

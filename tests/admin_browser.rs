@@ -1,4 +1,4 @@
-//! The admin API cannot be driven by a web page (SPEC section 7), against the real binary: a
+//! The admin API cannot be driven by a web page (docs/reference.md section 7), against the real binary: a
 //! POST needs `Content-Type: application/json` (a cross-origin form or `text/plain` POST needs
 //! no preflight), a foreign `Origin` is 403, and without a token `Host` must be an IP literal
 //! or `localhost` (DNS rebinding). `/healthz` stays open to any caller.

@@ -1,4 +1,4 @@
-//! Duplicates of an operation in flight (SPEC 5): they wait for its result up to
+//! Duplicates of an operation in flight (docs/reference.md section 5.3): they wait for its result up to
 //! `in_flight_wait` and answer it, replayed; past that, 202 `in-flight` with `Retry-After`.
 //! Exactly one request reaches the provider however many agents ask at once.
 

@@ -1,4 +1,4 @@
-//! Same operation, other parameters (SPEC 5, 6): 409 `parameter-mismatch` naming the fields
+//! Same operation, other parameters (docs/reference.md sections 5.3 and 6): 409 `parameter-mismatch` naming the fields
 //! that differ, never their values, and nothing sent; the same parameters written another
 //! way (JSON key order, form field order) are the same intent.
 

@@ -1,4 +1,4 @@
-//! A crash while a request is at the provider (SPEC 4): the proxy is SIGKILLed while the
+//! A crash while a request is at the provider (docs/reference.md section 5.7): the proxy is SIGKILLed while the
 //! provider holds the request; on restart the operation is `unknown` (event
 //! `operation.orphaned`), and a replay then recovers it (deduplicating provider: same key,
 //! one effect) or holds it (202, nothing sent).

@@ -1,4 +1,4 @@
-//! An agent that gives up (SPEC 5 step 4): the exchange with the provider and the recording
+//! An agent that gives up (docs/reference.md section 5.3): the exchange with the provider and the recording
 //! of its answer run to the end after the agent's connection closes, so the agent's timeout
 //! never turns a known outcome into an unknown one.
 

@@ -1,4 +1,4 @@
-//! Requests whose operation cannot be identified (SPEC 3, 6): 422 `missing-operation-id`
+//! Requests whose operation cannot be identified (docs/reference.md sections 4 and 6): 422 `missing-operation-id`
 //! naming the absent parts per template, 422 `invalid-operation-id` over 512 bytes, 400
 //! `invalid-body`, 413 `body-too-large`; and `on_missing_id = "pass"`, which forwards
 //! unguarded. Nothing is sent for a refusal.

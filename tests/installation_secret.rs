@@ -1,4 +1,4 @@
-//! The installation secret (SPEC 3, 8, 10): fingerprints and field hashes are keyed with a
+//! The installation secret (docs/reference.md sections 4.5, 10 and 12): fingerprints and field hashes are keyed with a
 //! per-installation secret kept outside the ledger (`IDEMPROXY_SECRET`, or a 0600 file
 //! `<ledger>.secret` created at first start); a ledger first used with one secret refuses
 //! to be served with another, naming where the secret came from and what to do.

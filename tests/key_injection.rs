@@ -1,4 +1,4 @@
-//! The idempotency key (SPEC 3): derived from the operation ID alone (`opaque`: lowercase
+//! The idempotency key (docs/reference.md section 4): derived from the operation ID alone (`opaque`: lowercase
 //! hex sha256 of its bytes; `plain`: the ID itself), sent on every guarded request into
 //! `key_header` or `key_json_field`, replacing whatever key the client sent, and never part
 //! of the fingerprint.

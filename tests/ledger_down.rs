@@ -1,4 +1,4 @@
-//! A ledger that cannot record (SPEC 5 step 5): 503 `ledger-unavailable`, and nothing is
+//! A ledger that cannot record (docs/reference.md section 5.7): 503 `ledger-unavailable`, and nothing is
 //! sent, because a request the proxy could not claim durably must never leave.
 //! `IDEMPROXY_FAIL=ledger.commit` makes every ledger write fail.
 

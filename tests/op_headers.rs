@@ -1,4 +1,4 @@
-//! Headers of a guarded exchange (SPEC 3, 5): `Idem-Operation-Id` (percent-encoded),
+//! Headers of a guarded exchange (docs/reference.md sections 4.3 and 6.1): `Idem-Operation-Id` (percent-encoded),
 //! `Idem-State` and `Idempotent-Replayed` on every guarded answer and on none that was
 //! forwarded unguarded; and the request as the provider sees it: control and hop-by-hop
 //! headers gone, `Host` the upstream's.

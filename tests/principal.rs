@@ -1,4 +1,4 @@
-//! Principals (SPEC 3): an operation is bound to a keyed hash of its caller's
+//! Principals (docs/reference.md section 4): an operation is bound to a keyed hash of its caller's
 //! `principal_headers` (`Authorization` always among them). Another caller asking for the
 //! same operation, with the same or other parameters, gets 403 `principal-mismatch`: nothing
 //! is replayed, nothing is sent, no field is named; the first caller still gets its replay.

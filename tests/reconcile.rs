@@ -1,4 +1,4 @@
-//! Reconciliation (SPEC 2 `[route.reconcile]`, 5 step 2 (b)) through the real binary: a
+//! Reconciliation (docs/reference.md sections 3.4 and 5.5) through the real binary: a
 //! provider that cannot deduplicate loses the answer to a refund, so the operation is
 //! `unknown`; the agent's replay makes the proxy look the refund up instead of guessing.
 //! Found -> succeeded with the found JSON; not found too early -> still unknown, nothing

@@ -1,4 +1,4 @@
-//! Replaying an operation (SPEC 5): a lost answer recovered from a deduplicating provider
+//! Replaying an operation (docs/reference.md section 5.3): a lost answer recovered from a deduplicating provider
 //! with the same key, a succeeded operation answered from the ledger, and a failed one
 //! (provider refusal or no connection) sent again as its next attempt with the same key.
 

@@ -1,4 +1,4 @@
-//! Every re-send repeats the first attempt (SPEC 8): after an unknown outcome, a failure or an
+//! Every re-send repeats the first attempt (docs/reference.md section 5.3): after an unknown outcome, a failure or an
 //! approval, the provider receives the first attempt's method, path, query and body byte for
 //! byte, whatever the retry carried in fields the fingerprint ignores; and it carries the key
 //! (and key placement) stored with the operation, whatever the policy says after a restart.

@@ -1,4 +1,4 @@
-//! Retention (SPEC 2 `[retention] completed`) through the real binary: a finished operation
+//! Retention (docs/reference.md section 5.8, `[retention] completed`) through the real binary: a finished operation
 //! is pruned once it is older than `completed` (a succeeded one leaves its tombstone, so a
 //! replay is refused 410, never sent again), while `unknown` and `prepared` operations of the
 //! same age are kept. (An `in_flight` operation never gets that old: `check` refuses a

@@ -1,4 +1,4 @@
-//! Key retention (SPEC 5, unknown (a)): a deduplicating provider only remembers a key for
+//! Key retention (docs/reference.md section 5.5): a deduplicating provider only remembers a key for
 //! `key_retention` from the first claim; past it, an unknown operation is held (202), never
 //! re-sent, because the provider could no longer recognise the repeat.
 

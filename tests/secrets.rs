@@ -1,4 +1,4 @@
-//! What the ledger and the logs never hold (SPEC 8): request headers (an agent's bearer
+//! What the ledger and the logs never hold (docs/reference.md section 10): request headers (an agent's bearer
 //! token, its cookies, fingerprinted headers), request body values, `Set-Cookie` and
 //! redacted response headers. The proxy runs with `IDEMPROXY_LOG=debug`.
 

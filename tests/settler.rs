@@ -1,4 +1,4 @@
-//! The settler (SPEC 8): an `unknown` operation whose agent never comes back is settled by
+//! The settler (docs/reference.md section 5.5): an `unknown` operation whose agent never comes back is settled by
 //! the proxy itself, so the agent's next replay (or an operator) finds the result. It re-sends
 //! the kept first request with the same key where the rules allow a re-send, or runs the
 //! route's lookup; it sends only with credentials held in memory from the operation's last

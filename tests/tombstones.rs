@@ -1,4 +1,4 @@
-//! Tombstones (SPEC 4, `[retention] tombstones`) through the real binary: a succeeded or
+//! Tombstones (docs/reference.md section 5.8, `[retention] tombstones`) through the real binary: a succeeded or
 //! operator-rejected operation pruned by `[retention] completed` is refused 410
 //! `operation-expired` for `tombstones`, and nothing is sent, across restarts; a plainly failed
 //! one leaves no tombstone; an expired tombstone frees the ID; and `check` refuses a

@@ -1,4 +1,4 @@
-//! Unknown outcomes (SPEC 4, 5): a timeout after sending or an unclassified status leaves
+//! Unknown outcomes (docs/reference.md sections 5.2 and 5.5): a timeout after sending or an unclassified status leaves
 //! the operation `unknown`; it is re-sent only when that is safe (`effect = "idempotent"`,
 //! or a deduplicating provider inside `key_retention`), otherwise every replay is a 202
 //! `outcome-unknown` and nothing is sent.

@@ -1,5 +1,5 @@
-//! Once an attempt may have taken effect, the operation stays under the unknown rules (SPEC 4,
-//! 5): a later attempt that fails (the provider refuses it, or cannot be reached) proves only
+//! Once an attempt may have taken effect, the operation stays under the unknown rules (docs/reference.md sections
+//! 5.2 and 5.5): a later attempt that fails (the provider refuses it, or cannot be reached) proves only
 //! that *that* attempt did nothing, so it never turns the operation `failed`, and a replay past
 //! the key's retention is held, never sent with a key the provider has forgotten.
 

@@ -356,7 +356,7 @@ pub fn reject(existing: Option<Operation>, id: &str, reason: String, now: Timest
 }
 
 /// Any state -> the same state bound to no caller: the next request's principal adopts it
-/// (SPEC 3, key rotation). Nothing is sent.
+/// (docs/reference.md section 12, rotating an API key). Nothing is sent.
 pub fn rebind(existing: Option<Operation>, id: &str, reason: String, now: Timestamp) -> Outcome {
     let Some(op) = existing else {
         return refuse(AdminError::NotFound(id.to_string()));

@@ -1,4 +1,4 @@
-//! Why a web page cannot drive the admin API (SPEC section 7), even on loopback without a
+//! Why a web page cannot drive the admin API (docs/reference.md section 7), even on loopback without a
 //! token: a request with a foreign `Origin` is refused (403), a `Host` other than an IP
 //! literal or `localhost` is refused unless a token is set (421: DNS rebinding names the
 //! attacker's host), and a POST must say `Content-Type: application/json`, which a page can

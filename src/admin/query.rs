@@ -1,7 +1,7 @@
 //! The read-only admin calls: `GET /ops`, `/ops/{id}`, `/ops/{id}/response`, `/metrics`.
 //!
 //! Reads go through the ledger's domain API (indexes, never scans); nothing here writes. A
-//! pruned operation's tombstone is its 410 `operation-expired` problem (SPEC 4), never listed.
+//! pruned operation's tombstone is its 410 `operation-expired` problem (docs/reference.md section 5.8), never listed.
 
 use http::{HeaderValue, Response, header};
 use serde_json::json;

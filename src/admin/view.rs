@@ -1,4 +1,4 @@
-//! Operations and events as the admin API shows them (SPEC section 7), as JSON.
+//! Operations and events as the admin API shows them (docs/reference.md section 7), as JSON.
 //!
 //! Pure: it formats what the ledger returned and never reads or writes the ledger. The
 //! per-field fingerprint hashes (`fields`) and the fencing token are internal and never shown.
@@ -10,7 +10,7 @@ use crate::clock::Timestamp;
 use crate::ledger::{Approval, Event, Operation, Replays};
 use crate::wire::{ProxyBody, full};
 
-/// The operation's SPEC 7 fields, plus `approval` (`not_required`, `pending`, `approved`,
+/// The operation's fields of docs/reference.md section 7, plus `approval` (`not_required`, `pending`, `approved`,
 /// `rejected`), which tells a waiting `prepared` operation from an approved one.
 pub fn operation(op: &Operation) -> Value {
     let response = op.response.as_ref().map(|r| {

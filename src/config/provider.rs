@@ -198,7 +198,7 @@ pub(super) fn pending_status(raw: Option<&Value>) -> Result<u16, String> {
     }
 }
 
-/// `key_json_field`, when set, replaces the header (SPEC section 2).
+/// `key_json_field`, when set, replaces the header (docs/reference.md section 3.1).
 pub(super) fn key_placement(
     s: &mut Scope,
     header_raw: Option<String>,
@@ -331,7 +331,7 @@ pub(super) fn required<T>(
     }
 }
 
-/// `principal_headers`: `authorization` first, always (SPEC 2), then the listed others.
+/// `principal_headers`: `authorization` first, always (docs/reference.md section 3.1), then the listed others.
 pub(super) fn principal_headers(
     s: &mut Scope,
     raw: Option<Vec<String>>,

@@ -141,7 +141,7 @@ pub(super) fn short_duration(d: Duration) -> String {
         (60_000, "m"),
         (1000, "s"),
     ];
-    // Whole days read better as hours up to one day: the SPEC writes "24h".
+    // Whole days read better as hours up to one day: docs/reference.md writes "24h".
     let fits =
         |unit: u128| ms >= unit && ms.is_multiple_of(unit) && !(unit == 86_400_000 && ms == unit);
     match units.iter().find(|(unit, _)| fits(*unit)) {

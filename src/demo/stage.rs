@@ -24,7 +24,7 @@ use crate::policy::{
 use crate::server::{Bound, Server};
 use crate::template::Template;
 
-/// The route every demo provider guards, with the operation ID of SPEC section 3.
+/// The route every demo provider guards, with the operation ID of docs/reference.md section 4.3.
 pub const ROUTE: &str = "create_refund";
 const OPERATION_ID: &str = "{header:x-workflow-id}:{form:charge}:refund:{form:metadata[step]}";
 

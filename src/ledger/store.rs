@@ -204,7 +204,7 @@ impl<'t> Tables<'t> {
                 write.op.id
             )));
         }
-        // No write may turn a tombstone back into a live operation (SPEC 4).
+        // No write may turn a tombstone back into a live operation (docs/reference.md section 5.8).
         if write.op.pruned_at.is_some() || self.tombs.contains(id)? {
             return Err(Fault(format!(
                 "operation {id} was pruned; its tombstone refuses every write"

@@ -1,4 +1,4 @@
-//! Tombstones (SPEC 4): what a pruned succeeded or operator-rejected operation leaves behind,
+//! Tombstones (docs/reference.md section 5.8): what a pruned succeeded or operator-rejected operation leaves behind,
 //! so that pruning never turns an old intent into a new effect.
 //!
 //! This file owns the two tombstone tables (the only tables defined outside `store`) and runs,

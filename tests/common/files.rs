@@ -1,5 +1,5 @@
 //! The TOML text tests write: policy files and routes, built from a few arguments so each
-//! test shows only what it is about. It knows SPEC.md's file format, nothing else.
+//! test shows only what it is about. It knows the file format of docs/reference.md, nothing else.
 
 use std::path::Path;
 

@@ -4,7 +4,7 @@
 //! Everything binds port 0 and lives in temp dirs, so tests run in parallel; waits are on
 //! signals (ready line, request counters), never on sleeps. It must never depend on the
 //! proxy's internals: it drives the binary only through its files, its wire and its CLI,
-//! exactly as SPEC.md describes them.
+//! exactly as docs/reference.md describes them.
 //!
 //! Each test file does `mod common;` and uses only part of this module, hence the allows
 //! (dead code, and the re-exports below that a given test file does not use).

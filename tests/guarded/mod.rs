@@ -5,7 +5,7 @@
 //!
 //! Like `common`, it drives the proxy only through its files and its wire; the one look
 //! inside is `ledger`, which opens the redb file with the crate's own ledger API after the
-//! process is gone (a test's way to see the state SPEC 4 names).
+//! process is gone (a test's way to see the state docs/reference.md section 5.2 names).
 //!
 //! Each test file does `mod guarded;` and uses only part of this module.
 #![allow(dead_code)]
@@ -89,7 +89,7 @@ pub fn refund_in_background(
     )
 }
 
-/// Asserts the three operation headers of SPEC 5 on a guarded answer.
+/// Asserts the three operation headers of docs/reference.md section 6.1 on a guarded answer.
 pub fn assert_op_headers(resp: &Resp, encoded_id: &str, state: &str, replayed: bool) {
     assert_eq!(
         resp.header("idem-operation-id"),
