@@ -123,7 +123,9 @@ def test_unknown_with_pending_status_202_is_a_response_without_a_payment(guard, 
 
     taken = pay(client(proxy), "wf-202")
 
-    assert taken.payment is None and not taken.errors
+    # No exception: a response whose payment is None, and the policy's shaped `errors` entry.
+    assert taken.payment is None
+    assert taken.errors[0].code == "SERVICE_UNAVAILABLE" and "cannot yet confirm" in taken.errors[0].detail
     assert proxy.only_operation()["state"] == "unknown"
     assert len(fake.effects) == 1
 

@@ -97,18 +97,29 @@ def test_unknown_with_503_and_no_sdk_retries_is_a_clear_error_then_a_rerun_succe
     assert again.id == fake.effects[0]["id"] and len(fake.effects) == 1
 
 
-def test_unknown_with_pending_status_202_is_taken_for_the_refund(guard, fake):
-    # Why the shipped policy answers 503: with 202 the SDK takes the problem for the refund.
+def test_unknown_with_pending_status_202_and_no_retry_left_is_taken_for_the_refund(guard, fake):
+    # Why the shipped policy answers 503: a 202 the SDK does not retry is taken for the refund.
     proxy = guard("stripe", fake, pending_status=202)
     fake.misbehave("drop")
 
-    taken = refund(client(proxy), "wf-202")
+    taken = refund(client(proxy, retries=0), "wf-202")
 
     assert "id" not in taken
     assert taken["type"] == "urn:idemproxy:outcome-unknown"
     assert taken.last_response.code == 202
     assert proxy.only_operation()["state"] == "unknown"
     assert len(fake.effects) == 1
+
+
+def test_unknown_with_pending_status_202_is_still_retried_for_stripe_should_retry(guard, fake):
+    # The SDK reads Stripe-Should-Retry before the status: `true` retries even a 2xx.
+    proxy = guard("stripe", fake, pending_status=202)
+    fake.misbehave("drop")
+
+    refunded = refund(client(proxy), "wf-202-retry")
+
+    assert refunded.id == fake.effects[0]["id"] and fake.history == ["dropped", "replayed"]
+    assert proxy.only_operation()["state"] == "succeeded"
 
 
 def test_an_unreachable_stripe_is_retried_by_the_sdk_then_raised(guard, closed_port_url):
