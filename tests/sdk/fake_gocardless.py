@@ -4,8 +4,9 @@ JSON bodies wrapped in the resource's envelope (`{"payments": {...}}`), errors a
 `{"error": {"type", "code", "message", "errors": [...]}}`. Dedupe as GoCardless documents it
 (https://developer.gocardless.com/api-reference/#making-requests-idempotency-keys): a create
 with an `Idempotency-Key` already used is a 409 `invalid_state` whose error has the reason
-`idempotent_creation_conflict` and `links.conflicting_resource_id`, whatever its parameters
-and also while the first request still runs (the resource is created in its transaction).
+`idempotent_creation_conflict` and `links.conflicting_resource_id`, whatever its parameters.
+While the first request still runs the fake answers the same (GoCardless documents no
+in-progress answer: the fake assumes the resource is made in the first request's transaction).
 """
 
 from fakebase import Answer, Created, FakeProvider

@@ -5,8 +5,9 @@ JSON requests and answers; errors are flat problem documents (`type`, `title`, `
 (https://increase.com/documentation/idempotency-keys): the same `Idempotency-Key` with the
 same arguments answers the first object again with `Idempotent-Replayed: true`; other
 arguments are a 409 `idempotency_key_already_used_error` with `resource_id`; while the first
-request still runs, a 409 `idempotency_key_already_used_error` too (the key is taken, its
-object not yet made, so `resource_id` is null). List endpoints filter by `idempotency_key`.
+request still runs, a 409 `idempotency_key_already_used_error` too, `resource_id` null (Increase
+documents no in-progress answer: this is the fake's assumption). List endpoints filter by
+`idempotency_key`.
 """
 
 from fakebase import Answer, Created, FakeProvider

@@ -6,7 +6,8 @@ The idempotency key is the body's `idempotency_key`, at most 45 characters for C
 a 400 `VALUE_TOO_LONG`, so a test proves the policy's `key_length`. The same key with the same
 parameters answers the first payment again; with other parameters a 400
 `IDEMPOTENCY_KEY_REUSED` (https://developer.squareup.com/docs/build-basics/common-api-patterns/idempotency);
-while the first request still runs, a 409 `CONFLICT`.
+while the first request still runs, a 409 `CONFLICT` (Square documents no in-progress answer:
+this one is the fake's assumption, and the shipped policy leaves a 409 `unknown`).
 """
 
 from fakebase import Answer, Created, FakeProvider

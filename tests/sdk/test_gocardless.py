@@ -78,9 +78,10 @@ def test_a_retried_create_answered_with_a_conflict_replays_the_conflicting_payme
     via(proxy)
     fake.misbehave("drop")
 
-    with pytest.raises(errors.GoCardlessProError) as raised:
-        collect(client(fake), "wf-conflict")
-    assert "cannot yet confirm" in str(raised.value).lower() or "unknown" in str(raised.value).lower()
+    with pytest.raises(errors.GoCardlessInternalError) as raised:
+        collect(client(fake), "wf-conflict")  # 503 outcome-unknown, never retried by the SDK
+    assert "cannot yet confirm" in str(raised.value)
+    assert proxy.requests() == 1
 
     # The agent re-runs the step: the proxy re-sends with the same key, GoCardless answers 409
     # idempotent_creation_conflict, the policy's reconcile rule looks the payment up.
@@ -102,7 +103,7 @@ def test_a_parameter_change_is_an_api_error_raised_once_with_the_proxy_detail(gu
     via(proxy)
     collect(client(fake), "wf-change", amount=2500)
 
-    with pytest.raises(errors.ApiError) as raised:
+    with pytest.raises(errors.InvalidApiUsageError) as raised:
         collect(client(fake), "wf-change", amount=9900)
 
     assert "amount" in str(raised.value) and "Nothing was sent" in str(raised.value)

@@ -56,7 +56,7 @@ def test_a_parameter_change_is_a_stripe_error_raised_once_with_the_proxy_detail(
     proxy = guard("stripe", fake)
     refund(client(proxy), "wf-change", amount=500)
 
-    with pytest.raises(stripe.StripeError) as raised:
+    with pytest.raises(stripe.APIError) as raised:
         refund(client(proxy), "wf-change", amount=700)
 
     error = raised.value
