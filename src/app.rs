@@ -111,7 +111,7 @@ impl App {
             tracing::warn!(
                 operation = %id,
                 "outcome unknown and the provider cannot deduplicate: check with the provider, \
-                 then run `idemproxy ops resolve {id} --succeeded` or `--failed --reason ...`"
+                 then run `idemproxy ops resolve {id} --succeeded --body-file FILE` or `--failed --reason ...`"
             );
         }
     }

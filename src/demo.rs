@@ -301,7 +301,9 @@ async fn resolve(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoErr
     story.step(format!(
         "An operator checks the provider's dashboard, finds refund {id} and resolves the"
     ));
-    story.note("operation with it (what `idemproxy ops resolve ID --succeeded` does):");
+    story.note(
+        "operation with it (what `idemproxy ops resolve ID --succeeded --body-file F` does):",
+    );
     let op_id = scene.operation_id();
     let body = operator::resolve_body(&refund, &format!("refund {id} is in the dashboard"));
     story.note(format!("POST {}", operator::resolve_path(&op_id)));

@@ -70,8 +70,15 @@ pub enum Verb {
     Resolve {
         /// The operation ID as `ops list` shows it (not percent-encoded).
         id: String,
-        /// The effect happened; replays will answer the given response.
-        #[arg(long, conflicts_with = "failed", required_unless_present = "failed")]
+        /// The effect happened; every later replay answers the given response, so it needs
+        /// --body-file with the provider's object (an empty body would break the SDK that
+        /// parses it).
+        #[arg(
+            long,
+            conflicts_with = "failed",
+            required_unless_present = "failed",
+            requires = "body_file"
+        )]
         succeeded: bool,
         /// The effect did not happen; the agent's next request sends it again.
         #[arg(long, requires = "reason")]
@@ -79,7 +86,8 @@ pub enum Verb {
         /// Status of the stored response (default 200).
         #[arg(long, requires = "succeeded")]
         status: Option<u16>,
-        /// File holding the stored response's body (UTF-8; `-` reads stdin).
+        /// Required with --succeeded: the file holding the stored response's body, the
+        /// provider's object as its API returns it (UTF-8; `-` reads stdin).
         #[arg(long, requires = "succeeded", value_name = "F")]
         body_file: Option<PathBuf>,
         /// A header of the stored response, `NAME: VALUE` (repeatable).
@@ -284,10 +292,14 @@ fn resolve_body(
         map.insert(name.trim().to_string(), json!(value.trim()));
     }
     body.insert("headers".into(), Value::Object(map));
-    let text = match body_file {
-        Some(path) => read(path)?,
-        None => String::new(),
+    let Some(path) = body_file else {
+        return Err(
+            "--succeeded needs --body-file: the stored response every later replay \
+                    answers, the provider's object as its API returns it"
+                .into(),
+        );
     };
+    let text = read(path)?;
     body.insert("body".into(), json!(text));
     if let Some(reason) = reason {
         body.insert("reason".into(), json!(reason));

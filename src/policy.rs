@@ -425,6 +425,8 @@ pub struct Provider {
     pub key_retention: Duration,
     pub timeout: Duration,
     pub ca_file: Option<PathBuf>,
+    /// Connect here instead of resolving the upstream's host; TLS still verifies its name.
+    pub connect_to: Option<std::net::SocketAddr>,
     pub request_id_header: Option<HeaderName>,
     pub control_headers: Vec<HeaderName>,
     pub redact_headers: Vec<HeaderName>,
@@ -468,6 +470,7 @@ impl Provider {
             key_retention: Duration::from_secs(1),
             timeout: Duration::from_secs(1),
             ca_file: None,
+            connect_to: None,
             request_id_header: None,
             control_headers: vec![],
             redact_headers: vec![],

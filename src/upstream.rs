@@ -1,14 +1,19 @@
 //! Talking to providers: one pooled HTTP client per provider, TLS by rustls.
 //!
 //! This module owns connection pooling, TLS trust (the bundled web roots plus a provider's
-//! `ca_file`; verification is never switched off), ALPN (h2 or HTTP/1.1) and the header
+//! `ca_file`; verification is never switched off), a provider's `connect_to` address (TLS
+//! still verifies the upstream's own name), ALPN (h2 or HTTP/1.1) and the header
 //! hygiene of both directions (hop-by-hop headers, control headers, `Host`). It never decides
 //! whether a request may be sent; `proxy` does, after the ledger has spoken.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io::BufReader;
+use std::net::SocketAddr;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::header::{self, HeaderName};
@@ -17,12 +22,13 @@ use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
 
 use crate::policy::Provider;
-use crate::wire::ProxyBody;
+use crate::wire::{BoxError, ProxyBody};
 
-type HttpClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
+type HttpClient = Client<HttpsConnector<Dial>, ProxyBody>;
 
 /// Pooled clients, one per provider (each may trust its own extra CA).
 #[derive(Clone)]
@@ -50,7 +56,7 @@ impl Upstreams {
         for p in providers {
             let tls = tls_config(p.ca_file.as_deref())
                 .map_err(|e| format!("{}: ca_file: {e}", p.file.display()))?;
-            clients.insert(p.name.clone(), client(tls));
+            clients.insert(p.name.clone(), client(tls, p.connect_to));
         }
         Ok(Upstreams {
             clients: Arc::new(clients),
@@ -87,17 +93,54 @@ fn describe(e: &dyn std::error::Error) -> String {
     s
 }
 
-fn client(tls: rustls::ClientConfig) -> HttpClient {
+/// The TCP connector: to the URI's host and port, or to a provider's `connect_to` address.
+/// TLS sits above it and takes the server name from the URI, so it still verifies the
+/// upstream's own name.
+#[derive(Clone)]
+struct Dial {
+    http: HttpConnector,
+    to: Option<SocketAddr>,
+}
+
+type Dialing = Pin<Box<dyn Future<Output = Result<TokioIo<TcpStream>, BoxError>> + Send>>;
+
+impl tower_service::Service<Uri> for Dial {
+    type Response = TokioIo<TcpStream>;
+    type Error = BoxError;
+    type Future = Dialing;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Dialing {
+        let uri = match self.to {
+            None => uri,
+            Some(addr) => match Uri::try_from(format!("http://{addr}/")) {
+                Ok(uri) => uri,
+                Err(e) => return Box::pin(async move { Err(e.into()) }),
+            },
+        };
+        let connecting = self.http.call(uri);
+        Box::pin(async move { connecting.await.map_err(Into::into) })
+    }
+}
+
+fn client(tls: rustls::ClientConfig, connect_to: Option<SocketAddr>) -> HttpClient {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(Duration::from_secs(10)));
+    let dial = Dial {
+        http,
+        to: connect_to,
+    };
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
         .enable_http2()
-        .wrap_connector(http);
+        .wrap_connector(dial);
     Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())

@@ -217,6 +217,24 @@ fn every_key_set_is_taken() {
     );
     assert_eq!(p.key_format, KeyFormat::Plain);
     assert_eq!(p.pending_status, 503);
+    assert_eq!(p.connect_to, Some("[::1]:9443".parse().unwrap()));
+    let rule = &p.rules[0];
+    assert_eq!(
+        (rule.status, rule.pointer.as_deref(), rule.means),
+        (
+            StatusRule::Class(4),
+            Some("/error/code"),
+            idemproxy::rules::Means::Pending
+        )
+    );
+    assert_eq!(rule.equals, Some(serde_json::json!(704)));
+    assert_eq!(p.answers.len(), 1);
+    assert_eq!(
+        p.answers[0].problems.as_deref(),
+        Some(&["parameter-mismatch".to_string()][..])
+    );
+    assert_eq!(p.answers[0].headers[0].0, "x-retry");
+    assert_eq!(p.answers[0].body[0].0, "error");
     assert_eq!(p.timeout, Duration::from_millis(1));
     assert_eq!(
         p.ca_file.as_deref(),

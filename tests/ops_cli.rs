@@ -218,6 +218,27 @@ async fn resolve_failed_lets_the_agent_send_again() {
     assert_eq!(code, Some(2), "{err}");
 }
 
+/// `--succeeded` stores the response every later replay answers: without `--body-file` it
+/// would be an empty 200 that breaks the SDK parsing it, so it is a usage error, the
+/// operation untouched, and `--help` says so.
+#[tokio::test]
+async fn resolve_succeeded_requires_a_body_file() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = start(&provider, "", &[]).await;
+    unknown(&proxy, &provider, "op-1").await;
+    let (code, _, err) = ops(&proxy, &["resolve", "shop/create/op-1", "--succeeded"]).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--body-file"), "{err}");
+    let out = ok(&proxy, &["show", "shop/create/op-1"]).await;
+    assert_eq!(field(&out, "state"), Some("unknown"), "{out}");
+
+    let (_, help, _) = ops(&proxy, &["resolve", "--help"]).await;
+    assert!(
+        help.contains("--body-file") && help.contains("Required with --succeeded"),
+        "{help}"
+    );
+}
+
 #[tokio::test]
 async fn approve_and_reject_with_a_token() {
     let provider = FakeProvider::start(Behavior::fixed(200, "sent")).await;

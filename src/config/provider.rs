@@ -75,6 +75,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
     let timeout = s.duration("timeout", raw.timeout.as_ref(), 30 * SECOND, MIN_WAIT);
     let ca_file = ca_file(raw.ca_file.as_deref().unwrap_or(""), folder);
     let ca_file = s.check("ca_file", ca_file);
+    let connect_to = s.check("connect_to", connect_to(raw.connect_to.as_deref()));
     let request_id = match raw.request_id_header.as_deref() {
         None | Some("") => Some(None),
         Some(v) => s.check("request_id_header", header(v)).map(Some),
@@ -104,6 +105,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
             key_retention: retention?,
             timeout: timeout?,
             ca_file: ca_file?,
+            connect_to: connect_to?,
             request_id_header: request_id?,
             control_headers: control?,
             redact_headers: redact.clone()?,
@@ -156,6 +158,20 @@ pub(super) const ON_MISSING_ID: &[(&str, OnMissingId)] =
 
 pub(super) const APPROVALS: &[(&str, Approval)] =
     &[("none", Approval::None), ("required", Approval::Required)];
+
+/// `connect_to`: an IP address and a port, or `""` (none). Never a host name: the point is
+/// to connect somewhere without resolving one.
+fn connect_to(raw: Option<&str>) -> Result<Option<std::net::SocketAddr>, String> {
+    match raw {
+        None | Some("") => Ok(None),
+        Some(text) => text.parse().map(Some).map_err(|_| {
+            format!(
+                "\"{text}\" is not an IP address and a port (write e.g. \"10.0.0.7:443\" or \
+                 \"[::1]:8443\"; host names are not resolved)"
+            )
+        }),
+    }
+}
 
 /// `key_length`: 32 to 64 characters of the opaque key (default 64, the whole hex sha256).
 /// A plain key is the operation ID itself, up to 512 bytes: it cannot be cut without two

@@ -70,6 +70,7 @@ pub(super) struct RawProvider {
     pub key_retention: Option<Value>,
     pub timeout: Option<Value>,
     pub ca_file: Option<String>,
+    pub connect_to: Option<String>,
     pub request_id_header: Option<String>,
     pub control_headers: Option<Vec<String>>,
     pub redact_headers: Option<Vec<String>>,

@@ -136,6 +136,7 @@ fn provider(up: &Upstreamed) -> Result<Provider, DemoError> {
         key_retention: Duration::from_secs(24 * 3600),
         timeout: Duration::from_secs(10),
         ca_file: None,
+        connect_to: None,
         request_id_header: Some(header("request-id")),
         control_headers: vec![header("x-operation-id"), header("x-workflow-id")],
         redact_headers: vec![],

@@ -70,6 +70,12 @@ fn resolve_builds_the_spec_bodies() {
         *headers = vec!["no colon".into()];
     }
     assert!(plan(&bad, &read).is_err());
+    let mut bodiless = resolve(true, None);
+    if let Verb::Resolve { body_file, .. } = &mut bodiless {
+        *body_file = None;
+    }
+    let err = plan(&bodiless, &read).unwrap_err();
+    assert!(err.contains("--body-file"), "{err}");
 }
 
 #[test]
