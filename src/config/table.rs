@@ -74,12 +74,16 @@ fn routes_block(routes: &[Route]) -> String {
             .map(|(i, t)| format!("      operation_id[{i}]  {}\n", t.as_str()))
             .collect();
         if let Some(rc) = &r.reconcile {
+            // `found = ""` (the whole body) is shown as written, not as nothing.
+            let found = match rc.found.as_str() {
+                "" => "\"\" (the whole body)",
+                pointer => pointer,
+            };
             for lookup in &rc.lookups {
                 lines.push(format!(
-                    "      reconcile        {} {}  found {}\n",
+                    "      reconcile        {} {}  found {found}\n",
                     lookup.method,
                     lookup.target.as_str(),
-                    rc.found
                 ));
             }
         }
@@ -172,14 +176,19 @@ mod tests {
         let expected = [
             "PROVIDER  MOUNT    UPSTREAM                DEDUPE     KEY                     UNMATCHED",
             "stripe    /stripe  https://api.stripe.com  key (24h)  header idempotency-key  pass",
-            "  ROUTE                  MATCH                     EFFECT        APPROVAL  GUARDED",
-            "  create_refund          POST /v1/refunds          irreversible  none      yes",
+            "  ROUTE                    MATCH                                  EFFECT        APPROVAL  GUARDED",
+            "  create_refund            POST /v1/refunds                       irreversible  none      yes",
             "      operation_id[0]  {header:x-operation-id}",
-            "  retrieve_refund        GET /v1/refunds/{id}      read_only     none      no",
+            "  retrieve_refund          GET /v1/refunds/{id}                   read_only     none      no",
         ];
         for line in expected {
             assert!(lines.contains(&line), "missing {line:?} in:\n{table}");
         }
+        let whole_body = "found \"\" (the whole body)";
+        assert!(
+            table.contains(whole_body),
+            "GoCardless replays the whole body:\n{table}"
+        );
         assert!(
             lines.iter().all(|l| l.trim_end() == *l),
             "trailing spaces:\n{table}"
