@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use redb::{Database, Durability, WriteTransaction};
 
 use super::LedgerError;
-use super::store::Fault;
+use super::store::{Fault, Tables};
 use super::writer::{Job, Staged};
 
 /// What the writer reports of each commit.
@@ -84,9 +84,26 @@ fn stage_all(
     jobs: &mut [Box<dyn Job>],
 ) -> Result<(WriteTransaction, Staged), (Option<usize>, LedgerError)> {
     let txn = begin(db).map_err(|e| (None, LedgerError::from(e)))?;
+    match stage_in(&txn, jobs) {
+        Ok(batch) => Ok((txn, batch)),
+        Err(failed) => {
+            // What the failed job left half-written goes with the transaction.
+            let _ = txn.abort();
+            Err(failed)
+        }
+    }
+}
+
+/// Stages every job through one set of open tables, closed again before the transaction
+/// commits or aborts; the first failure names its job.
+fn stage_in(
+    txn: &WriteTransaction,
+    jobs: &mut [Box<dyn Job>],
+) -> Result<Staged, (Option<usize>, LedgerError)> {
+    let mut tables = Tables::open(txn).map_err(|e| (None, LedgerError::from(e)))?;
     let mut batch = Staged::Nothing;
     for (index, job) in jobs.iter_mut().enumerate() {
-        let staged = match catch_unwind(AssertUnwindSafe(|| job.stage(&txn))) {
+        let staged = match catch_unwind(AssertUnwindSafe(|| job.stage(&mut tables))) {
             Ok(staged) => staged,
             Err(_) => Err(LedgerError::Unavailable(
                 "the update panicked; nothing was written".to_owned(),
@@ -94,14 +111,10 @@ fn stage_all(
         };
         match staged {
             Ok(staged) => batch = batch.max(staged),
-            Err(e) => {
-                // What the failed job left half-written goes with the transaction.
-                let _ = txn.abort();
-                return Err((Some(index), e));
-            }
+            Err(e) => return Err((Some(index), e)),
         }
     }
-    Ok((txn, batch))
+    Ok(batch)
 }
 
 /// Ends a staged transaction: a durable commit if any job changed a state, a commit without

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use redb::{Database, Durability, WriteTransaction};
+use redb::{Database, Durability};
 
 use super::store::{Fault, Tables};
 use super::{LedgerError, Operation};
@@ -115,11 +115,10 @@ impl Shared {
 /// Stages the sweep: every dead claim whose operation is still `in_flight` under its fence
 /// becomes `unknown` with an `operation.orphaned` event.
 pub(super) fn stage_sweep(
-    txn: &WriteTransaction,
+    tables: &mut Tables<'_>,
     claims: &[DeadClaim],
     now: Timestamp,
 ) -> Result<Vec<Operation>, Fault> {
-    let mut tables = Tables::open(txn)?;
     let mut orphaned = Vec::new();
     for claim in claims {
         if let Some(op) = tables.orphan_claim(&claim.id, claim.fence, now)? {
@@ -237,7 +236,7 @@ impl Recovery {
 fn sweep(db: &Database, claims: &[DeadClaim]) -> Result<Vec<Operation>, Fault> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
-    let orphaned = stage_sweep(&txn, claims, Timestamp::now())?;
+    let orphaned = stage_sweep(&mut Tables::open(&txn)?, claims, Timestamp::now())?;
     txn.commit()?;
     Ok(orphaned)
 }

@@ -84,10 +84,9 @@ pub(super) fn merged(kept: Option<(u64, i64, i64)>, note: &ReplayNote) -> (u64, 
 /// Returns how many operations were noted (the others are gone), and each event appended
 /// with its operation.
 fn stage_notes(
-    txn: &WriteTransaction,
+    tables: &mut Tables<'_>,
     notes: &[ReplayNote],
 ) -> Result<(usize, Vec<(Operation, Event)>), Fault> {
-    let mut tables = Tables::open(txn)?;
     let mut noted = 0;
     let mut appended = Vec::new();
     for note in notes {
@@ -136,11 +135,11 @@ impl NoteJob {
 }
 
 impl Job for NoteJob {
-    fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError> {
+    fn stage(&mut self, tables: &mut Tables<'_>) -> Result<Staged, LedgerError> {
         if self.fail_writes {
             return Err(injected());
         }
-        let (noted, appended) = stage_notes(txn, &self.notes)?;
+        let (noted, appended) = stage_notes(tables, &self.notes)?;
         self.noted = Some(noted);
         self.appended = appended;
         Ok(if noted == 0 {

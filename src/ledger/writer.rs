@@ -15,8 +15,6 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
 
-use redb::WriteTransaction;
-
 use tokio::sync::oneshot;
 
 use super::batch::{OnCommit, gather, run_batch};
@@ -49,8 +47,9 @@ pub(super) enum Staged {
 /// and each call must stage the same changes again (remember what the first call decided;
 /// never consume shared input for good before `finish` says the commit stands).
 pub(super) trait Job: Send {
-    /// Stages this job's changes in `txn`.
-    fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError>;
+    /// Stages this job's changes in the batch's transaction, through its tables (opened once
+    /// per batch: opening redb's tables for every job cost more than most jobs' own writes).
+    fn stage(&mut self, tables: &mut Tables<'_>) -> Result<Staged, LedgerError>;
     /// Answers the caller once the commit (or the failure) is final.
     fn finish(self: Box<Self>, outcome: Result<(), LedgerError>);
     /// The new claim this job staged, if any: when its commit fails it may still have landed,
@@ -226,9 +225,10 @@ where
     F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send,
     T: Send,
 {
-    fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError> {
-        // The closure runs with no table open, so its panic cannot leave redb mid-change.
-        let existing = Tables::open(txn)?.get_op_or_tombstone(&self.id)?;
+    fn stage(&mut self, tables: &mut Tables<'_>) -> Result<Staged, LedgerError> {
+        // The closure runs between redb calls, never inside one: its panic (caught by the
+        // batch, which then aborts the transaction) cannot leave redb mid-change.
+        let existing = tables.get_op_or_tombstone(&self.id)?;
         // Staged again (its batch ran again without a failed job): the transaction holds what
         // it held the first time, so the closure's first decision still stands.
         if let Some(f) = self.f.take() {
@@ -252,7 +252,7 @@ where
                 fence,
             });
         }
-        let changed = Tables::open(txn)?.apply(&self.id, existing.as_ref(), write)?;
+        let changed = tables.apply(&self.id, existing.as_ref(), write)?;
         Ok(if changed {
             Staged::State
         } else {
@@ -298,11 +298,11 @@ impl PruneJob {
 }
 
 impl Job for PruneJob {
-    fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError> {
+    fn stage(&mut self, tables: &mut Tables<'_>) -> Result<Staged, LedgerError> {
         if self.fail_writes {
             return Err(injected());
         }
-        let pruned = Tables::open(txn)?.prune_batch(&self.batch)?;
+        let pruned = tables.prune_batch(&self.batch)?;
         let wrote = pruned.deleted > 0;
         self.result = Some(pruned);
         Ok(if wrote {
@@ -341,7 +341,7 @@ impl SweepJob {
 }
 
 impl Job for SweepJob {
-    fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError> {
+    fn stage(&mut self, tables: &mut Tables<'_>) -> Result<Staged, LedgerError> {
         if self.fail_writes {
             return Err(injected());
         }
@@ -349,7 +349,7 @@ impl Job for SweepJob {
         let (claims, now) = self
             .claims
             .get_or_insert_with(|| (shared.dead_claims(), Timestamp::now()));
-        self.orphaned = stage_sweep(txn, claims, *now)?;
+        self.orphaned = stage_sweep(tables, claims, *now)?;
         Ok(if self.orphaned.is_empty() {
             Staged::Nothing
         } else {
@@ -398,11 +398,11 @@ impl TombJob {
 }
 
 impl Job for TombJob {
-    fn stage(&mut self, txn: &WriteTransaction) -> Result<Staged, LedgerError> {
+    fn stage(&mut self, tables: &mut Tables<'_>) -> Result<Staged, LedgerError> {
         if self.fail_writes {
             return Err(injected());
         }
-        let deleted = Tables::open(txn)?.sweep_tombstones(self.older_than, self.max)?;
+        let deleted = tables.sweep_tombstones(self.older_than, self.max)?;
         self.deleted = Some(deleted);
         Ok(if deleted > 0 {
             Staged::State
