@@ -4,13 +4,14 @@
 //! provider-specific headers, and they take every 2xx for the object they asked for. A policy
 //! may therefore answer the "not yet" problems (`outcome-unknown`, `in-flight`,
 //! `awaiting-approval`) with its `pending_status` instead of 202, and add headers and body
-//! members to chosen problems (`[[provider.answer]]`). This module owns both, applied once, in
+//! members to chosen problems (`[[provider.answer]]`), or send them as `application/json` for
+//! an SDK that reads no other media type. This module owns both, applied once, in
 //! `proxy`, to every problem answer of a provider (found by the [`Own`] mark `problem` leaves
 //! in its extensions). It never touches a provider's answer or a replay (they carry no mark),
 //! never removes or changes an RFC 9457 member or one of the proxy's own (config refuses
-//! them), and knows no provider by name.
+//! them), never sends a media type but the two below, and knows no provider by name.
 
-use http::{HeaderName, HeaderValue, Response, StatusCode};
+use http::{HeaderName, HeaderValue, Response, StatusCode, header};
 use serde_json::{Map, Value};
 
 use crate::policy::Provider;
@@ -25,6 +26,32 @@ pub struct AnswerShape {
     pub headers: Vec<(HeaderName, Text)>,
     /// Members added to the problem+json object, in order.
     pub body: Vec<(String, Shaped)>,
+    pub content_type: MediaType,
+}
+
+/// The `Content-Type` of a shaped answer. The body is the same RFC 9457 object either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MediaType {
+    /// `application/problem+json`, as every unshaped problem answer.
+    #[default]
+    ProblemJson,
+    /// `application/json`, for SDKs that read no other media type.
+    Json,
+}
+
+/// The media types by name.
+pub const MEDIA_TYPES: &[(&str, MediaType)] = &[
+    ("application/problem+json", MediaType::ProblemJson),
+    ("application/json", MediaType::Json),
+];
+
+impl MediaType {
+    fn header(self) -> HeaderValue {
+        HeaderValue::from_static(match self {
+            MediaType::ProblemJson => "application/problem+json",
+            MediaType::Json => "application/json",
+        })
+    }
 }
 
 impl AnswerShape {
@@ -232,6 +259,10 @@ pub fn apply(provider: &Provider, resp: &mut Response<ProxyBody>) {
             if let Some(value) = value {
                 resp.headers_mut().insert(name.clone(), value);
             }
+        }
+        if shape.content_type != MediaType::ProblemJson {
+            let value = shape.content_type.header();
+            resp.headers_mut().insert(header::CONTENT_TYPE, value);
         }
         let added = values.members(&shape.body);
         changed |= !added.is_empty();

@@ -1,7 +1,8 @@
 //! `[[provider.answer]]`: the proxy's own problem answers shaped for the provider's SDK, the
 //! first entry naming the problem adding headers and body members (with placeholders), the
-//! RFC 9457 members and the proxy's own always kept; the provider's answers and replays are
-//! never shaped, and `check` refuses what would change what the proxy promises.
+//! RFC 9457 members and the proxy's own always kept, sent as `application/json` where the entry
+//! asks; the provider's answers and replays are never shaped, and `check` refuses what would
+//! change what the proxy promises.
 
 mod common;
 mod guarded;
@@ -107,6 +108,61 @@ async fn every_problem_of_the_provider_can_be_shaped_and_absent_values_leave_hea
     assert_eq!(provider.request_count(), 0);
 }
 
+/// `content_type = "application/json"` changes the media type of the problems its entry names,
+/// and nothing else: the same RFC 9457 object, the other problems and the provider's answers
+/// as they were.
+#[tokio::test]
+async fn an_entry_may_send_its_problems_as_application_json_with_the_same_body() {
+    let provider = FakeProvider::start(
+        Behavior::fixed(200, r#"{"id":"re_1"}"#).header("content-type", "application/vnd.pay+json"),
+    )
+    .await;
+    let shapes = r#"
+[[provider.answer]]
+problems     = ["parameter-mismatch"]
+content_type = "application/json"
+body         = { message = "{detail}" }
+
+[[provider.answer]]
+problems     = ["*"]
+content_type = "application/problem+json"
+body         = { message = "{detail}" }
+"#;
+    let proxy = builder(&provider, shapes, &refund_route("")).start().await;
+    let first = refund(&proxy, "wf-j", "amount=500").await;
+    assert_eq!(
+        first.header("content-type"),
+        Some("application/vnd.pay+json")
+    );
+    let replay = refund(&proxy, "wf-j", "amount=500").await;
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(
+        replay.header("content-type"),
+        Some("application/vnd.pay+json")
+    );
+
+    let changed = refund(&proxy, "wf-j", "amount=900").await;
+    assert_eq!(changed.header("content-type"), Some("application/json"));
+    let body = changed.json();
+    assert_eq!(changed.status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["type"], "urn:idemproxy:parameter-mismatch");
+    assert_eq!(body["status"], 409);
+    assert!(body["title"].is_string(), "{body}");
+    assert_problem_context(&body, &op_id("wf-j"), "succeeded");
+    assert_eq!(body["differing_fields"], serde_json::json!(["amount"]));
+    assert_eq!(body["message"], body["detail"]);
+    assert_op_headers(&changed, &op_id("wf-j"), "succeeded", false);
+
+    let missing = refund_with(&proxy, &[FORM], "amount=500").await;
+    let body = problem(
+        &missing,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "missing-operation-id",
+    );
+    assert_eq!(body["message"], body["detail"], "the default, written out");
+    assert_eq!(provider.request_count(), 1);
+}
+
 /// Runs `check` with this `[[provider.answer]]` body; returns success and stderr.
 async fn check(answer: &str) -> (bool, String) {
     let text = common::policy(
@@ -123,7 +179,7 @@ async fn check(answer: &str) -> (bool, String) {
 #[tokio::test]
 async fn check_refuses_shapes_that_would_change_what_the_proxy_promises() {
     let p = "problems = [\"in-flight\"]\n";
-    let cases: [(String, &[&str]); 9] = [
+    let cases: [(String, &[&str]); 11] = [
         (
             format!("{p}body = {{ detail = \"x\" }}"),
             &["answer[0].body.detail", "kept"],
@@ -151,6 +207,14 @@ async fn check_refuses_shapes_that_would_change_what_the_proxy_promises() {
         (
             format!("{p}headers = {{ \"x-d\" = \"{{detial}}\" }}"),
             &["unknown placeholder"],
+        ),
+        (
+            format!("{p}content_type = \"text/plain\""),
+            &["answer[0].content_type", "\"application/json\""],
+        ),
+        (
+            format!("{p}content_type = \"application/problem+json; charset=utf-8\""),
+            &["answer[0].content_type", "unknown value"],
         ),
         (
             "problems = [\"in-fligth\"]".into(),

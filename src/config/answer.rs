@@ -1,7 +1,8 @@
 //! `[[provider.answer]]` tables into `AnswerShape`s: which of the proxy's own problems they
-//! shape, the headers and the body members they add. It refuses whatever would change what
-//! the proxy promises (the RFC 9457 members and the proxy's own, framing, hop-by-hop and
-//! `Idem-*` headers); it never shapes an answer itself (that is `shape`).
+//! shape, the headers and the body members they add, and the media type they are sent as. It
+//! refuses whatever would change what the proxy promises (the RFC 9457 members and the proxy's
+//! own, framing, hop-by-hop and `Idem-*` headers, any media type but the two JSON ones); it
+//! never shapes an answer itself (that is `shape`).
 
 use http::{HeaderName, HeaderValue, header};
 use toml::{Table, Value};
@@ -10,7 +11,7 @@ use super::Scope;
 use super::raw::RawAnswer;
 use super::values;
 use crate::problem::{KEPT_MEMBERS, KINDS};
-use crate::shape::{AnswerShape, Hole, Shaped, Text};
+use crate::shape::{AnswerShape, Hole, MEDIA_TYPES, MediaType, Shaped, Text};
 
 /// Every `[[provider.answer]]`, in order; `None` if any has an error.
 pub(super) fn answers(s: &mut Scope, raw: Vec<RawAnswer>) -> Option<Vec<AnswerShape>> {
@@ -26,10 +27,17 @@ fn answer(s: &mut Scope, raw: RawAnswer) -> Option<AnswerShape> {
     let problems = problems(s, raw.problems);
     let headers = headers(s, raw.headers.unwrap_or_default());
     let body = body(s, raw.body.unwrap_or_default());
+    let content_type = s.choice(
+        "content_type",
+        raw.content_type,
+        MediaType::ProblemJson,
+        MEDIA_TYPES,
+    );
     Some(AnswerShape {
         problems: problems?,
         headers: headers?,
         body: body?,
+        content_type: content_type?,
     })
 }
 
@@ -90,7 +98,7 @@ fn owned_header(name: HeaderName) -> Result<HeaderName, String> {
     let proxy = text.starts_with("idem-") || text == "idempotent-replayed";
     match (framing, hop, proxy) {
         (true, _, _) => Err(format!(
-            "\"{text}\" describes the problem+json body itself (remove it)"
+            "\"{text}\" describes the problem+json body itself (remove it; `content_type` chooses the media type)"
         )),
         (_, true, _) => Err(format!(
             "\"{text}\" is a hop-by-hop header, not part of the answer (remove it)"

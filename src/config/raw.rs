@@ -106,6 +106,7 @@ pub(super) struct RawAnswer {
     pub problems: Option<Vec<String>>,
     pub headers: Option<toml::Table>,
     pub body: Option<toml::Table>,
+    pub content_type: Option<String>,
 }
 
 /// One `[[provider.rule]]`: `status` and `equals` stay `Value`s (a code or a class; a string,

@@ -6,7 +6,8 @@ error at once (status >= 400 as that code, else 500, type `application_error`); 
 with status >= 400 (or a `statusCode` in the body) is raised by `raise_for_code_and_type`
 (resend/exceptions.py) from the body's `name` and `message`; anything else is the result.
 HTTP headers of its own cannot be added but through its HTTP client (`resend.default_http_client`),
-which is how the workflow ID travels here.
+which is how the workflow ID travels here. The shipped policy sends the proxy's problems as
+`application/json` in Resend's envelope, so the SDK raises them with the proxy's detail.
 """
 
 import pytest
@@ -73,7 +74,9 @@ def test_a_lost_answer_is_a_clear_error_and_the_rerun_gets_the_same_email(guard,
 
     with pytest.raises(ResendError) as raised:
         send("wf-lost")
-    assert int(raised.value.code) == 503 or int(raised.value.code) >= 500
+    assert int(raised.value.code) == 503
+    assert raised.value.error_type == "idemproxy_outcome-unknown"
+    assert "cannot yet confirm" in raised.value.message, raised.value.message
     assert proxy.requests() == 1  # the SDK never retries
 
     first = send("wf-lost")
@@ -101,13 +104,12 @@ def test_a_parameter_change_is_a_resend_error_raised_once(guard, fake, sdk):
     assert len(fake.effects) == 1 and len(fake.requests) == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "resend/request.py refuses any Content-Type without `application/json` before reading the "
-    "body; the proxy's problems are application/problem+json, which a policy cannot change"))
 def test_a_parameter_change_carries_the_proxy_detail(guard, fake, sdk):
     error = change(sdk(guard("resend", fake)))
 
     assert "Nothing was sent" in error.message, error.message
+    assert "other parameters" in error.message, error.message
+    assert error.error_type == "invalid_idempotent_request"
 
 
 def test_in_progress_at_resend_is_an_error_until_the_first_request_ends(guard, fake, sdk):
@@ -132,8 +134,10 @@ def test_unknown_with_pending_status_202_is_still_an_error(guard, fake, sdk):
     with pytest.raises(ResendError) as raised:
         send("wf-202")
 
-    assert raised.value.error_type == "application_error" and int(raised.value.code) == 500
-    assert "application/problem+json" in raised.value.message
+    # Request.perform raises for the body's statusCode (202, not 200), with the proxy's detail.
+    assert int(raised.value.code) == 202
+    assert raised.value.error_type == "idemproxy_outcome-unknown"
+    assert "cannot yet confirm" in raised.value.message, raised.value.message
     assert proxy.only_operation()["state"] == "unknown"
     assert len(fake.effects) == 1
 
@@ -145,6 +149,7 @@ def test_an_unreachable_resend_is_raised(guard, closed_port_url, sdk):
         send("wf-down")
 
     assert int(raised.value.code) == 502
+    assert raised.value.error_type == "idemproxy_upstream-unreachable"
     assert proxy.requests(outcome="forwarded") == 1
 
 
@@ -155,4 +160,5 @@ def test_an_unwritable_ledger_is_raised(guard, fake, sdk):
         send("wf-ledger")
 
     assert int(raised.value.code) == 503
+    assert raised.value.error_type == "idemproxy_ledger-unavailable"
     assert fake.requests == []
