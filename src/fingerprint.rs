@@ -556,7 +556,7 @@ fn frame(out: &mut Vec<u8>, bytes: &[u8]) {
 
 /// The lowercase hex sha256 of `bytes`; in memory only (`keyed` keys it before it leaves).
 fn digest(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    crate::secret::lower_hex(&Sha256::digest(bytes))
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ pub fn operation_id(provider: &str, route: &str, rendered: &str) -> Result<Strin
 pub fn key(operation_id: &str, format: KeyFormat, length: usize) -> String {
     match format {
         KeyFormat::Opaque => {
-            let mut hex = hex::encode(Sha256::digest(operation_id.as_bytes()));
+            let mut hex = crate::secret::lower_hex(&Sha256::digest(operation_id.as_bytes()));
             hex.truncate(length);
             hex
         }

@@ -55,7 +55,9 @@ pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Response<Proxy
             (Problem::RouteNotAllowed.into_response(&ctx), "rejected")
         }
         Some((route, captures)) if route.is_guarded() => {
-            crate::guard::handle(&app, &target, route, captures, req).await
+            // Boxed: the guarded path's future is large, and unboxed it would make every
+            // request's future that large, moved and zeroed on the pass-through path too.
+            Box::pin(crate::guard::handle(&app, &target, route, captures, req)).await
         }
         _ => (passthrough(&app, &target, req).await, "passthrough"),
     };
