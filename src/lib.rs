@@ -11,6 +11,8 @@
 //! - `identity`: operation IDs, idempotency keys and their injection into a request.
 //! - `kept`: the sealed first request that makes every re-send byte-identical.
 //! - `shown`: the fields of a kept request shown to the person who approves it, masked.
+//! - `operation`: the operation model (operation, state, approval, event, stored response, the
+//!   `Write` a decision asks for) that decisions, the admin API and the ledger share.
 //! - `ledger`: the durable redb ledger behind a small domain API.
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
 //! - `rules`: what a provider's answer means: `[[provider.rule]]`s, then the status lists.
@@ -58,6 +60,7 @@ pub mod kept;
 pub mod ledger;
 pub mod metrics;
 pub mod notify;
+pub mod operation;
 pub mod ops;
 pub mod path;
 pub mod policy;

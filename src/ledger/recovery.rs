@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 
 use redb::{Database, Durability, WriteTransaction};
 
+use super::LedgerError;
 use super::store::{Fault, Tables};
-use super::{LedgerError, Operation};
 use crate::clock::Timestamp;
+use crate::operation::Operation;
 
 /// What must be writable (and syncable) beside the ledger before it is trusted again.
 const HEADROOM: usize = 1 << 20;

@@ -3,10 +3,12 @@
 use std::collections::HashSet;
 use std::sync::atomic::AtomicUsize;
 
-use http::HeaderValue;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
 use tempfile::TempDir;
 
 use super::*;
+use crate::operation::{EventKind, ResponseMeta};
 
 const T0: i64 = 1_800_000_000_000;
 
