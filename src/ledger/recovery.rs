@@ -226,7 +226,7 @@ impl Recovery {
     fn reopen(&mut self) -> Result<(), String> {
         self.shared.replace(None);
         self.db = None;
-        let db = super::create_database(&self.shared.path).map_err(|e| e.to_string())?;
+        let db = super::redb::create_database(&self.shared.path).map_err(|e| e.to_string())?;
         let db = Arc::new(db);
         self.shared.replace(Some(Arc::clone(&db)));
         self.db = Some(db);

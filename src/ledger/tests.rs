@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
 use tempfile::TempDir;
 
+use super::store::Tables;
 use super::*;
 use crate::operation::{EventKind, ResponseMeta};
 
@@ -605,7 +606,7 @@ async fn list_stays_fast_with_many_operations() {
     // Bulk load straight through the store in big transactions: one commit per op would
     // measure fsync, not the index.
     for chunk in (0..N).collect::<Vec<_>>().chunks(10_000) {
-        let txn = ledger.inner.shared.db().unwrap().begin_write().unwrap();
+        let txn = ledger.redb().shared().db().unwrap().begin_write().unwrap();
         {
             let mut tables = Tables::open(&txn).unwrap();
             for &i in chunk {
@@ -728,7 +729,7 @@ async fn an_abandoned_claim_becomes_unknown_only_under_its_own_fence() {
     let untouched = ledger.get("p/r/live").await.unwrap();
     assert_eq!(untouched, live, "another fence owns it");
     assert!(ledger.writable());
-    let left = ledger.inner.shared.dead_claims();
+    let left = ledger.redb().shared().dead_claims();
     assert!(left.is_empty(), "swept claims are forgotten: {left:?}");
 }
 
