@@ -14,9 +14,9 @@ use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::{HeaderMap, HeaderName};
 use idemproxy::clock::Timestamp;
-use idemproxy::ledger::{
-    Approval, Event, EventKind, Ledger, LedgerOptions, Operation, RequestChange, State,
-    StoredResponse, Write,
+use idemproxy::ledger::{Ledger, LedgerOptions};
+use idemproxy::operation::{
+    Approval, Event, EventKind, Operation, RequestChange, State, StoredResponse, Write,
 };
 use idemproxy::policy::{Effect, KeyPlacement};
 

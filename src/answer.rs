@@ -7,7 +7,7 @@
 use http::{HeaderValue, Response};
 
 use crate::identity;
-use crate::ledger::StoredResponse;
+use crate::operation::StoredResponse;
 use crate::problem::{Context, Problem};
 use crate::wire::{ProxyBody, full};
 

@@ -19,7 +19,7 @@ use crate::clock::Timestamp;
 use crate::decide::{Decision, Intent, Resend, Rules, decide};
 use crate::fingerprint::{Fingerprint, LEGACY, Legacy};
 use crate::kept::KeptRequest;
-use crate::ledger::{
+use crate::operation::{
     Approval, Event, EventKind, Operation, RequestChange, State, StoredResponse, Write,
 };
 use crate::policy::{Effect, KeyPlacement, Provider, Route};

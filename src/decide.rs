@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::clock::Timestamp;
 use crate::fingerprint::{LEGACY, Legacy, differing_fields};
-use crate::ledger::{Approval as Gate, Operation, State};
+use crate::operation::{Approval as Gate, Operation, State};
 use crate::policy::{Approval, Dedupe, Effect, Provider, Route};
 
 /// The rules of a route that the state machine needs.
@@ -173,7 +173,7 @@ fn decide_unknown(op: &Operation, rules: Rules, now: Timestamp) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Approval as Gate;
+    use crate::operation::Approval as Gate;
 
     const T0: Timestamp = Timestamp(1_000_000);
 

@@ -15,7 +15,7 @@ use http_body_util::BodyExt;
 
 use crate::app::App;
 use crate::clock::Timestamp;
-use crate::ledger::{Event, EventKind, Operation, RequestChange, State, StoredResponse, Write};
+use crate::operation::{Event, EventKind, Operation, RequestChange, State, StoredResponse, Write};
 use crate::policy::Provider;
 use crate::problem::{Context, Problem};
 use crate::rules::{self, Classified, Means};
@@ -376,7 +376,7 @@ async fn persist(
 fn settle(
     op: Operation,
     mut record: Record,
-    meta: Option<crate::ledger::ResponseMeta>,
+    meta: Option<crate::operation::ResponseMeta>,
     timeout: std::time::Duration,
     now: Timestamp,
 ) -> Write {

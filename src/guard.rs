@@ -24,7 +24,7 @@ use crate::dispatch::{self, Outgoing};
 use crate::fingerprint::{self, Fingerprint};
 use crate::identity;
 use crate::kept::{KeptRequest, place_key};
-use crate::ledger::{Operation, State, StoredResponse};
+use crate::operation::{Operation, State, StoredResponse};
 use crate::policy::{Captures, KeyPlacement, OnMissingId, Provider, Route};
 use crate::problem::{Context, Problem};
 use crate::secret::Secret;

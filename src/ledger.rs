@@ -1,25 +1,36 @@
-//! The durable ledger: operations, their events and their stored responses, in redb.
+//! The durable ledger: operations, their events and their stored responses. It keeps the
+//! values of the operation model (`crate::operation`) and never decides what they mean.
 //!
-//! This module owns the on-disk layout and the single writer. Its public surface is a small
-//! domain API (`open`, `update`, `get`, `events`, `response`, `list`, `prune`, `stats`,
-//! `subscribe` to the events as they commit, and
-//! the tombstones' `tombstone` and `prune_tombstones`, the replay counts' `note_replays` and
-//! `replays`) whose
-//! semantics a SQL backend could match; no redb type ever leaves it. Every state change is one
-//! durable commit (`Durability::Immediate`) made by one writer thread fed by a channel; the
-//! writes queued together share one commit (group commit, see `writer`). A write that only
-//! appends history (the operation and its response unchanged, e.g. a conflict noted, or a
-//! batch of replay counts) commits without an fsync and becomes durable with the next durable
-//! commit (in SQL terms: an asynchronous
-//! commit); a crash may lose such an event, never a state. It never decides what a request
-//! means: callers pass a closure that sees the current operation and says what to write.
-//! It stores only what a `Write` carries, so never a request header or body (docs/reference.md section 10).
-//! One storage error does not stop it: it reopens itself once the disk allows (`recovery`).
+//! This module is storage only. Its public surface is one type, `Ledger`, with a small
+//! domain API (`open`, `update`, `get`, `replayable`, `events`, `response`, `list`, `prune`,
+//! `stats`, `subscribe` to the events as they commit, the fences of claims, `abandon` for the
+//! orphan sweep, the tombstones' `tombstone` and `prune_tombstones`, the replay counts'
+//! `note_replays` and `replays`) that every backend implements with the same semantics; no
+//! backend type ever leaves it, and no module above it names a backend. Today the one backend
+//! is redb (`redb`, with its tables in `store`, `codec`, `tombstone` and `replays`, its single
+//! writer in `writer` and `batch`, its reopen after a storage error in `recovery`); `feed` is
+//! the in-process broadcast of committed events.
+//!
+//! `Ledger` dispatches to its backend through a private enum, not a trait object: every call
+//! is a `match` the compiler inlines, so the hot path (`replayable`, a synchronous point read
+//! on the calling thread) stays a plain call with no boxing, no vtable and no future, and
+//! `update` keeps its generic closure (a trait with async, generic methods could not be a
+//! `dyn` object without boxing both). A second backend is a second variant.
+//!
+//! Every state change is one durable commit; writes queued together may share one commit
+//! (group commit). A write that only appends history (the operation and its response
+//! unchanged, e.g. a conflict noted, or a batch of replay counts) may commit without an fsync
+//! and becomes durable with the next durable commit (in SQL terms: an asynchronous commit); a
+//! crash may lose such an event, never a state. Callers pass a closure that sees the current
+//! operation and says what to write. The ledger stores only what a `Write` carries, so never a
+//! request header or body (docs/reference.md section 10). One storage error does not stop it:
+//! it recovers by itself once the storage allows.
 
 mod batch;
 mod codec;
 mod feed;
 mod recovery;
+mod redb;
 mod replays;
 mod store;
 #[cfg(test)]
@@ -33,290 +44,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bytes::Bytes;
-use http::HeaderMap;
-use recovery::{DeadClaim, Shared};
-use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
-use sha2::{Digest, Sha256};
-
+use self::redb::Redb;
 use crate::clock::Timestamp;
-use crate::policy::{Effect, KeyPlacement};
+use crate::operation::{Event, Operation, State, StoredResponse, Write};
 pub use batch::Commit;
-use feed::Feed;
 pub use feed::Published;
-use store::{Fault, PruneBatch, Tables};
-use writer::{Job, PruneJob, Reply, SweepJob, TombJob, UpdateJob, Writer};
-
 pub use replays::{ReplayNote, Replays};
-
-/// The five states of docs/reference.md section 5.2.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum State {
-    Prepared,
-    InFlight,
-    Succeeded,
-    Failed,
-    Unknown,
-}
-
-impl State {
-    pub const ALL: [State; 5] = [
-        State::Prepared,
-        State::InFlight,
-        State::Succeeded,
-        State::Failed,
-        State::Unknown,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Prepared => "prepared",
-            State::InFlight => "in_flight",
-            State::Succeeded => "succeeded",
-            State::Failed => "failed",
-            State::Unknown => "unknown",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<State> {
-        State::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-}
-
-/// Where an operation stands with respect to the human gate (`approval = "required"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Approval {
-    /// The route needs no approval.
-    NotRequired,
-    /// Waiting for an operator.
-    Pending,
-    Approved,
-    /// Rejected by an operator: failed for good.
-    Rejected,
-}
-
-/// Summary of the stored response, as the admin API shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResponseMeta {
-    pub status: u16,
-    pub body_bytes: u64,
-    pub body_sha256: String,
-}
-
-/// One operation: a business intent identified by its operation ID.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Operation {
-    /// `{provider}/{route}/{rendered}`; the ledger key.
-    pub id: String,
-    pub provider: String,
-    pub route: String,
-    pub effect: Effect,
-    pub state: State,
-    /// Hex sha256 of the canonical parameters.
-    pub fingerprint: String,
-    /// Field path -> short hash of its value, to name differing fields in a conflict.
-    pub fields: BTreeMap<String, String>,
-    pub idempotency_key: String,
-    /// Where the key travels, as the first attempt sent it (header or JSON body field);
-    /// every re-send and lookup uses this, whatever the policy says today. `None` only for
-    /// operations written before it was recorded.
-    pub key_placement: Option<KeyPlacement>,
-    pub attempts: u32,
-    pub created_at: Timestamp,
-    pub updated_at: Timestamp,
-    /// When the first claim was committed: the earliest moment the provider could see the key.
-    pub first_dispatched_at: Option<Timestamp>,
-    pub last_dispatched_at: Option<Timestamp>,
-    /// Set once an attempt may have taken effect (it ended unknown, or its process died): the
-    /// latest moment that attempt could have reached the provider (the later of the recorded
-    /// unknown and its dispatch plus the provider's `timeout`; for an orphan, the orphaning).
-    /// While set, a later attempt's failure proves nothing about the earlier one: the
-    /// operation stays `unknown`. Cleared only when reconciliation proves absence.
-    pub maybe_effect_at: Option<Timestamp>,
-    pub provider_request_id: Option<String>,
-    pub response: Option<ResponseMeta>,
-    pub error: Option<String>,
-    /// Fencing token of the claim that owns this operation while `in_flight`; 0 for none.
-    pub fence: u64,
-    pub approval: Approval,
-    /// Set only on an operation rebuilt from its tombstone (docs/reference.md section 5.8): when retention pruned
-    /// it. Such an operation is never written back; every request for it is refused (410).
-    pub pruned_at: Option<Timestamp>,
-    /// Keyed hash of the caller's `principal_headers` (docs/reference.md section 4); `None`: bound to no one yet
-    /// (written by an older version, or rebound by an operator), adopted by the next caller.
-    pub principal: Option<String>,
-}
-
-impl Operation {
-    /// An operation with plain values, for unit tests: provider and route from the ID,
-    /// attempt 1 created, updated and dispatched at `at`; tests override what they need.
-    #[cfg(test)]
-    pub(crate) fn example(id: &str, state: State, at: Timestamp) -> Operation {
-        let mut parts = id.splitn(3, '/');
-        Operation {
-            id: id.to_owned(),
-            provider: parts.next().unwrap_or_default().to_owned(),
-            route: parts.next().unwrap_or_default().to_owned(),
-            effect: Effect::Irreversible,
-            state,
-            fingerprint: "f00d".to_owned(),
-            fields: BTreeMap::new(),
-            idempotency_key: "k".to_owned(),
-            key_placement: None,
-            attempts: 1,
-            created_at: at,
-            updated_at: at,
-            first_dispatched_at: Some(at),
-            last_dispatched_at: Some(at),
-            maybe_effect_at: None,
-            provider_request_id: None,
-            response: None,
-            error: None,
-            fence: 0,
-            approval: Approval::NotRequired,
-            pruned_at: None,
-            principal: None,
-        }
-    }
-}
-
-/// A response exactly as it will be replayed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredResponse {
-    pub status: u16,
-    /// Already stripped of hop-by-hop, `set-cookie` and redacted headers.
-    pub headers: HeaderMap,
-    pub body: Bytes,
-}
-
-impl StoredResponse {
-    /// The summary an `Operation` keeps of this response. Hashes the body: compute it before
-    /// `Ledger::update`, not in its closure, which runs on the single writer thread.
-    pub fn meta(&self) -> ResponseMeta {
-        ResponseMeta {
-            status: self.status,
-            body_bytes: self.body.len() as u64,
-            body_sha256: hex::encode(Sha256::digest(&self.body)),
-        }
-    }
-}
-
-/// The event kinds of docs/reference.md section 8.2.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
-    Prepared,
-    Claimed,
-    ProviderRequested,
-    ProviderResponded,
-    ResultPersisted,
-    Replayed,
-    Conflict,
-    Orphaned,
-    Unknown,
-    ReconcileStarted,
-    ReconcileFound,
-    ReconcileNotFound,
-    OperatorResolved,
-    OperatorApproved,
-    OperatorRejected,
-    OperatorRebound,
-}
-
-impl EventKind {
-    pub const ALL: [EventKind; 16] = [
-        EventKind::Prepared,
-        EventKind::Claimed,
-        EventKind::ProviderRequested,
-        EventKind::ProviderResponded,
-        EventKind::ResultPersisted,
-        EventKind::Replayed,
-        EventKind::Conflict,
-        EventKind::Orphaned,
-        EventKind::Unknown,
-        EventKind::ReconcileStarted,
-        EventKind::ReconcileFound,
-        EventKind::ReconcileNotFound,
-        EventKind::OperatorResolved,
-        EventKind::OperatorApproved,
-        EventKind::OperatorRejected,
-        EventKind::OperatorRebound,
-    ];
-
-    /// The kind named by `s` (as `as_str` spells it).
-    pub fn parse(s: &str) -> Option<EventKind> {
-        EventKind::ALL.into_iter().find(|k| k.as_str() == s)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::Prepared => "operation.prepared",
-            EventKind::Claimed => "operation.claimed",
-            EventKind::ProviderRequested => "provider.requested",
-            EventKind::ProviderResponded => "provider.responded",
-            EventKind::ResultPersisted => "result.persisted",
-            EventKind::Replayed => "operation.replayed",
-            EventKind::Conflict => "operation.conflict",
-            EventKind::Orphaned => "operation.orphaned",
-            EventKind::Unknown => "operation.unknown",
-            EventKind::ReconcileStarted => "reconcile.started",
-            EventKind::ReconcileFound => "reconcile.found",
-            EventKind::ReconcileNotFound => "reconcile.not_found",
-            EventKind::OperatorResolved => "operator.resolved",
-            EventKind::OperatorApproved => "operator.approved",
-            EventKind::OperatorRejected => "operator.rejected",
-            EventKind::OperatorRebound => "operator.rebound",
-        }
-    }
-}
-
-/// One entry of an operation's history.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
-    pub at: Timestamp,
-    pub kind: EventKind,
-    pub attempt: u32,
-    /// Words for a person; never a header value or a request body.
-    pub detail: String,
-}
-
-/// What an `update` closure asks the ledger to write, atomically and durably.
-#[derive(Debug, Clone)]
-pub struct Write {
-    /// The operation's new record (created if it did not exist).
-    pub op: Operation,
-    /// Appended to the operation's history, in order.
-    pub events: Vec<Event>,
-    /// Replaces the stored response when `Some`.
-    pub response: Option<StoredResponse>,
-    /// What happens to the kept first request (sealed; see `RequestChange`).
-    pub request: RequestChange,
-}
-
-impl Write {
-    /// A write of `op` and `events` that leaves the stored response and kept request as they are.
-    pub fn of(op: Operation, events: Vec<Event>) -> Write {
-        Write {
-            op,
-            events,
-            response: None,
-            request: RequestChange::Keep,
-        }
-    }
-}
-
-/// The kept first request of an operation: sealed bytes (method, URI, content type, body of
-/// attempt 1, encrypted with the installation secret; never credentials), kept while the
-/// operation may be sent again so that every re-send is byte-identical (docs/reference.md section 10).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum RequestChange {
-    /// Leave it as it is.
-    #[default]
-    Keep,
-    /// Keep these sealed bytes (the first claim or preparation).
-    Store(Vec<u8>),
-    /// Erase it: the operation became final (succeeded, rejected, resolved).
-    Erase,
-}
 
 /// Filters of `GET /ops`; `None` matches all.
 #[derive(Debug, Clone, Default)]
@@ -380,21 +113,16 @@ impl fmt::Debug for LedgerOptions {
     }
 }
 
-/// A cheap `Clone` handle to the ledger. The database file stays open (and locked against
-/// other processes) until the last clone is dropped; that drop waits for the writer thread
-/// to finish the writes already queued.
+/// A cheap `Clone` handle to the ledger, whichever backend holds it. The storage stays open
+/// (a redb file stays locked against other processes) until the last clone is dropped; that
+/// drop waits for the writes already queued.
 #[derive(Clone)]
-pub struct Ledger {
-    inner: Arc<Inner>,
-}
+pub struct Ledger(Backend);
 
-struct Inner {
-    /// The database handle, replaced by the writer when it reopens the file.
-    shared: Arc<Shared>,
-    writer: Writer,
-    feed: Feed,
-    fences: Fences,
-    fail_writes: bool,
+/// The backend behind a `Ledger`; private, so nothing outside `ledger` can name one.
+#[derive(Clone)]
+enum Backend {
+    Redb(Redb),
 }
 
 /// Issues fencing tokens; a cheap `Clone`, so an `update` closure can take a token only when
@@ -405,6 +133,13 @@ pub struct Fences {
 }
 
 impl Fences {
+    /// A source for a ledger whose boot epoch is `epoch`; its first token is `(epoch << 32) | 1`.
+    fn from_epoch(epoch: u64) -> Fences {
+        Fences {
+            inner: Arc::new((epoch, AtomicU64::new(1))),
+        }
+    }
+
     /// A source whose first token is `first` (epoch 0), for unit tests.
     #[cfg(test)]
     pub(crate) fn starting_at(first: u64) -> Fences {
@@ -429,7 +164,7 @@ fn orphan_reason() -> &'static str {
 }
 
 impl Ledger {
-    /// Opens (or creates, with its parent directories) the ledger; every `in_flight`
+    /// Opens (or creates, with its parent directories) the ledger file at `path`; every `in_flight`
     /// operation left by an earlier process becomes `unknown` (fence 0, `updated_at = now`)
     /// with an `operation.orphaned` event, and the boot epoch behind `fence` is bumped, in one
     /// durable commit. Returns the orphaned operations as they now are. A path that cannot be
@@ -439,56 +174,44 @@ impl Ledger {
         now: Timestamp,
         opts: LedgerOptions,
     ) -> Result<(Ledger, Vec<Operation>), LedgerError> {
-        let owned = path.to_path_buf();
-        let check = opts.secret_check.clone();
-        let (db, epoch, orphaned) =
-            match tokio::task::spawn_blocking(move || open_blocking(&owned, now, check)).await {
-                Ok(opened) => opened?,
-                Err(e) => return Err(open_error(path, e)),
-            };
-        let shared = Arc::new(Shared::new(path, db));
-        let feed = Feed::new();
-        let writer = Writer::start(Arc::clone(&shared), opts.on_commit, feed.clone())
-            .map_err(|reason| open_error(path, reason))?;
-        let inner = Inner {
-            shared,
-            writer,
-            feed,
-            fences: Fences {
-                inner: Arc::new((epoch, AtomicU64::new(1))),
-            },
-            fail_writes: opts.fail_writes || fault_injected(),
-        };
-        let ledger = Ledger {
-            inner: Arc::new(inner),
-        };
-        Ok((ledger, orphaned))
+        let (redb, orphaned) = Redb::open(path, now, opts).await?;
+        Ok((Ledger(Backend::Redb(redb)), orphaned))
     }
 
     /// Follows the events committed from now on, each with its operation as that commit
     /// left it, in commit order (see `feed`). A subscriber that falls more than a few
     /// thousand events behind loses the oldest and is told how many (`Lagged`); it never
-    /// slows the writer. The start-up orphaning happens before anyone can subscribe.
+    /// slows the writes. The start-up orphaning happens before anyone can subscribe.
+    #[inline]
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Published> {
-        self.inner.feed.subscribe()
+        match &self.0 {
+            Backend::Redb(redb) => redb.subscribe(),
+        }
     }
 
     /// A fresh fencing token (see `Fences::next`).
+    #[inline]
     pub fn fence(&self) -> u64 {
-        self.inner.fences.next()
+        match &self.0 {
+            Backend::Redb(redb) => redb.fence(),
+        }
     }
 
     /// The token source, for an `update` closure that takes a token only if it claims.
+    #[inline]
     pub fn fences(&self) -> Fences {
-        self.inner.fences.clone()
+        match &self.0 {
+            Backend::Redb(redb) => redb.fences(),
+        }
     }
 
     /// Reads the operation `id` (for a pruned one, the operation rebuilt from its tombstone,
     /// `pruned_at` set), calls `f` with it and applies the `Write` it returns, in one
-    /// write transaction made durable (`Durability::Immediate`) before this returns `f`'s
+    /// write transaction made durable before this returns `f`'s
     /// value; a `Write` that leaves the operation and its response unchanged (history only)
-    /// commits without an fsync (see the module doc). `f` runs on the writer thread: keep
-    /// it cheap. Updates are serialized: no other write happens between the read and the commit.
+    /// may commit without an fsync (see the module doc). `f` may run on another thread while
+    /// the transaction is open (redb: the single writer thread): keep it cheap. Updates are
+    /// serialized: no other write happens between the read and the commit.
     /// If `f` returns no `Write`, nothing is written. On any storage failure, a `Write` whose
     /// `op.id` is not `id`, a `Write` for a tombstoned `id` (none may bring it back), or a
     /// panic in `f`, the answer is `Unavailable` and nothing is
@@ -499,16 +222,19 @@ impl Ledger {
         F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send + 'static,
         T: Send + 'static,
     {
-        let fail_writes = self.inner.fail_writes;
-        self.submit(|reply| UpdateJob::new(id, f, fail_writes, reply))
-            .await
+        match &self.0 {
+            Backend::Redb(redb) => redb.update(id, f).await,
+        }
     }
 
     /// Whether the ledger can write. False from a storage error after which the database
     /// refused new transactions (every write then fails fast with `Unavailable`) until the
     /// ledger has reopened its file and committed the sweep of `abandon`ed claims.
+    #[inline]
     pub fn writable(&self) -> bool {
-        self.inner.shared.writable()
+        match &self.0 {
+            Backend::Redb(redb) => redb.writable(),
+        }
     }
 
     /// Says that the holder of claim `fence` on `id` could not record its result and will
@@ -516,57 +242,52 @@ impl Ledger {
     /// the result could not be recorded) if it is still `in_flight` under `fence`, at once
     /// if the ledger can write, else by the sweep that ends its recovery. Returns at once.
     pub fn abandon(&self, id: &str, fence: u64) {
-        let shared = &self.inner.shared;
-        shared.bury(DeadClaim {
-            id: id.to_owned(),
-            fence,
-        });
-        let sweep = SweepJob::new(Arc::clone(shared), self.inner.fail_writes);
-        self.inner.writer.submit(Box::new(sweep));
+        match &self.0 {
+            Backend::Redb(redb) => redb.abandon(id, fence),
+        }
     }
 
     /// The live operation stored under `id`, if any (never a tombstone: see `tombstone`).
     pub async fn get(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
-        let id = id.to_owned();
-        self.read(move |txn| store::get(txn, &id)).await
+        match &self.0 {
+            Backend::Redb(redb) => redb.get(id).await,
+        }
     }
 
     /// The live operation `id` and, when it is `succeeded`, its stored response, read on one
     /// snapshot (what a replay needs, without the writer).
     ///
-    /// Read on the calling thread (see `read_here`): this is the one read of every replay.
+    /// Synchronous, on the calling thread, with no hop to another thread: this is the one read
+    /// of every replay, and every backend answers it that cheaply.
+    #[inline]
     pub fn replayable(
         &self,
         id: &str,
     ) -> Result<Option<(Operation, Option<StoredResponse>)>, LedgerError> {
-        self.read_here(|txn| {
-            let Some(op) = store::get(txn, id)? else {
-                return Ok(None);
-            };
-            let stored = match op.state {
-                State::Succeeded => store::response(txn, id)?,
-                _ => None,
-            };
-            Ok(Some((op, stored)))
-        })
+        match &self.0 {
+            Backend::Redb(redb) => redb.replayable(id),
+        }
     }
 
     /// The history of `id`, in the order it was written (empty for an unknown ID).
     pub async fn events(&self, id: &str) -> Result<Vec<Event>, LedgerError> {
-        let id = id.to_owned();
-        self.read(move |txn| store::events(txn, &id)).await
+        match &self.0 {
+            Backend::Redb(redb) => redb.events(id).await,
+        }
     }
 
     /// The sealed first request kept for `id` (see `RequestChange`), if any.
     pub async fn kept_request(&self, id: &str) -> Result<Option<Vec<u8>>, LedgerError> {
-        let id = id.to_owned();
-        self.read(move |txn| store::kept_request(txn, &id)).await
+        match &self.0 {
+            Backend::Redb(redb) => redb.kept_request(id).await,
+        }
     }
 
     /// The response stored for `id`, exactly as it will be replayed.
     pub async fn response(&self, id: &str) -> Result<Option<StoredResponse>, LedgerError> {
-        let id = id.to_owned();
-        self.read(move |txn| store::response(txn, &id)).await
+        match &self.0 {
+            Backend::Redb(redb) => redb.response(id).await,
+        }
     }
 
     /// Up to `limit` (at least 1) operations matching `filter`, newest first by `created_at`
@@ -579,20 +300,17 @@ impl Ledger {
         limit: usize,
         after: Option<&str>,
     ) -> Result<Page, LedgerError> {
-        let after = match after {
-            Some(cursor) => Some(codec::decode_cursor(cursor).ok_or(LedgerError::BadCursor)?),
-            None => None,
-        };
-        let filter = filter.clone();
-        self.read(move |txn| store::list(txn, &filter, limit, after))
-            .await
+        match &self.0 {
+            Backend::Redb(redb) => redb.list(filter, limit, after).await,
+        }
     }
 
     /// The operation rebuilt from the tombstone of `id` (`pruned_at` set), if `id` was pruned
     /// and its tombstone has not been swept yet. Holds no response and no per-field hashes.
     pub async fn tombstone(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
-        let id = id.to_owned();
-        self.read(move |txn| tombstone::get(txn, &id)).await
+        match &self.0 {
+            Backend::Redb(redb) => redb.tombstone(id).await,
+        }
     }
 
     /// Deletes `succeeded` and `failed` operations last updated before `older_than`, with
@@ -606,30 +324,9 @@ impl Ledger {
         now: Timestamp,
         max: usize,
     ) -> Result<usize, LedgerError> {
-        let max = max.max(1);
-        let fail_writes = self.inner.fail_writes;
-        let mut total = 0;
-        for state in [State::Succeeded, State::Failed] {
-            let mut after = None;
-            loop {
-                let batch = PruneBatch {
-                    state,
-                    older_than,
-                    after: after.take(),
-                    max,
-                    now,
-                };
-                let pruned = self
-                    .submit(|reply| PruneJob::new(batch, fail_writes, reply))
-                    .await?;
-                total += pruned.deleted;
-                match pruned.resume {
-                    Some(position) => after = Some(position),
-                    None => break,
-                }
-            }
+        match &self.0 {
+            Backend::Redb(redb) => redb.prune(older_than, now, max).await,
         }
-        Ok(total)
     }
 
     /// Deletes the tombstones made (`pruned_at`) before `older_than`, oldest first, in
@@ -640,17 +337,8 @@ impl Ledger {
         older_than: Timestamp,
         max: usize,
     ) -> Result<usize, LedgerError> {
-        let max = max.max(1);
-        let fail_writes = self.inner.fail_writes;
-        let mut total = 0;
-        loop {
-            let deleted = self
-                .submit(|reply| TombJob::new(older_than, max, fail_writes, reply))
-                .await?;
-            total += deleted;
-            if deleted < max {
-                return Ok(total);
-            }
+        match &self.0 {
+            Backend::Redb(redb) => redb.prune_tombstones(older_than, max).await,
         }
     }
 
@@ -660,138 +348,31 @@ impl Ledger {
     /// `operation.replayed` event. Notes for an operation that is gone are dropped. Returns
     /// how many operations were noted. On `Unavailable` nothing was written.
     pub async fn note_replays(&self, notes: Vec<ReplayNote>) -> Result<usize, LedgerError> {
-        if notes.is_empty() {
-            return Ok(0);
+        match &self.0 {
+            Backend::Redb(redb) => redb.note_replays(notes).await,
         }
-        let fail_writes = self.inner.fail_writes;
-        self.submit(|reply| replays::NoteJob::new(notes, fail_writes, reply))
-            .await
     }
 
     /// What the ledger keeps of the replays of `id` (`None`: none written yet).
     pub async fn replays(&self, id: &str) -> Result<Option<Replays>, LedgerError> {
-        let id = id.to_owned();
-        self.read(move |txn| replays::get(txn, &id)).await
+        match &self.0 {
+            Backend::Redb(redb) => redb.replays(id).await,
+        }
     }
 
     /// Operation counts per state (every state present) and the `created_at` of the oldest
     /// `unknown` and `in_flight` operations, from counters and indexes (no scan).
     pub async fn stats(&self) -> Result<Stats, LedgerError> {
-        self.read(store::stats).await
-    }
-
-    async fn submit<T, J>(&self, job: impl FnOnce(Reply<T>) -> J) -> Result<T, LedgerError>
-    where
-        J: Job + 'static,
-    {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        self.inner.writer.submit(Box::new(job(reply)));
-        answer.await.unwrap_or_else(|_| {
-            Err(LedgerError::Unavailable(
-                "the ledger writer stopped before answering".to_owned(),
-            ))
-        })
-    }
-
-    /// Runs `f` on a read snapshot on the calling thread, for the point reads of the request
-    /// path: a few B-tree pages, almost always in the ledger's page cache, read in
-    /// microseconds. Handing such a read to the blocking pool costs more than the read itself
-    /// (two thread wake-ups; they were most of a replay's CPU time). Reads that may touch many
-    /// pages (lists, histories, sweeps) use `read`.
-    fn read_here<T>(
-        &self,
-        f: impl FnOnce(&ReadTransaction) -> Result<T, Fault>,
-    ) -> Result<T, LedgerError> {
-        let db = self.inner.shared.db()?;
-        let txn = db.begin_read().map_err(Fault::from)?;
-        f(&txn).map_err(LedgerError::from)
-    }
-
-    /// Runs `f` on a read snapshot, off the async workers.
-    async fn read<T, F>(&self, f: F) -> Result<T, LedgerError>
-    where
-        F: FnOnce(&ReadTransaction) -> Result<T, Fault> + Send + 'static,
-        T: Send + 'static,
-    {
-        let db = self.inner.shared.db()?;
-        let joined = tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read()?;
-            f(&txn)
-        })
-        .await;
-        match joined {
-            Ok(result) => result.map_err(LedgerError::from),
-            Err(e) => Err(LedgerError::Unavailable(format!(
-                "a ledger read failed: {e}"
-            ))),
+        match &self.0 {
+            Backend::Redb(redb) => redb.stats().await,
         }
     }
-}
 
-fn open_error(path: &Path, reason: impl fmt::Display) -> LedgerError {
-    LedgerError::Open {
-        path: path.display().to_string(),
-        reason: reason.to_string(),
-    }
-}
-
-/// Whether `IDEMPROXY_FAIL` (a comma-separated list of fault points) names `ledger.commit`.
-fn fault_injected() -> bool {
-    std::env::var("IDEMPROXY_FAIL")
-        .is_ok_and(|points| points.split(',').any(|p| p.trim() == "ledger.commit"))
-}
-
-type Opened = (Database, u64, Vec<Operation>);
-
-fn open_blocking(
-    path: &Path,
-    now: Timestamp,
-    secret_check: Option<String>,
-) -> Result<Opened, LedgerError> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| open_error(path, e))?;
-    }
-    let db = create_database(path).map_err(|e| open_error(path, e))?;
-    let (epoch, orphaned) = match recover(&db, now, secret_check.as_deref()) {
-        Ok(Some(recovered)) => recovered,
-        Ok(None) => {
-            return Err(LedgerError::OtherSecret {
-                path: path.display().to_string(),
-            });
+    /// The redb backend, for the unit tests that reach into its file.
+    #[cfg(test)]
+    fn redb(&self) -> &Redb {
+        match &self.0 {
+            Backend::Redb(redb) => redb,
         }
-        Err(fault) => return Err(open_error(path, fault)),
-    };
-    Ok((db, epoch, orphaned))
-}
-
-/// redb's page cache, bounded: it would otherwise grow to 1 GiB with a large ledger, and the
-/// hot data of a guarded request (one operation, its index entries) is small.
-const CACHE_BYTES: usize = 32 << 20;
-
-/// Opens (or creates) the database file with the ledger's settings; start-up and the reopen
-/// after a storage error use the same.
-pub(crate) fn create_database(path: &Path) -> Result<Database, redb::DatabaseError> {
-    Database::builder().set_cache_size(CACHE_BYTES).create(path)
-}
-
-/// The start-up write: check (or keep) the secret's check value, bump the boot epoch and
-/// orphan what a dead process left in flight. `None`, with nothing written, when the ledger
-/// keeps another check value.
-fn recover(
-    db: &Database,
-    now: Timestamp,
-    secret_check: Option<&str>,
-) -> Result<Option<(u64, Vec<Operation>)>, Fault> {
-    let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate)?;
-    if let Some(check) = secret_check
-        && !store::keep_secret_check(&txn, check)?
-    {
-        txn.abort()?;
-        return Ok(None);
     }
-    let epoch = store::bump_epoch(&txn)?;
-    let orphaned = Tables::open(&txn)?.orphan_in_flight(now)?;
-    txn.commit()?;
-    Ok(Some((epoch, orphaned)))
 }

@@ -11,7 +11,10 @@
 //! - `identity`: operation IDs, idempotency keys and their injection into a request.
 //! - `kept`: the sealed first request that makes every re-send byte-identical.
 //! - `shown`: the fields of a kept request shown to the person who approves it, masked.
-//! - `ledger`: the durable redb ledger behind a small domain API.
+//! - `operation`: the operation model (operation, state, approval, event, stored response, the
+//!   `Write` a decision asks for) that decisions, the admin API and the ledger share.
+//! - `ledger`: storage only: the durable ledger as one type (`Ledger`) with a small domain API,
+//!   dispatching to its backend (today redb, `ledger::redb`); no module above it names one.
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
 //! - `rules`: what a provider's answer means: `[[provider.rule]]`s, then the status lists.
 //! - `decide`: the pure state machine of a guarded request (docs/reference.md section 5.3).
@@ -58,6 +61,7 @@ pub mod kept;
 pub mod ledger;
 pub mod metrics;
 pub mod notify;
+pub mod operation;
 pub mod ops;
 pub mod path;
 pub mod policy;

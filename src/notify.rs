@@ -29,8 +29,9 @@ use tokio::time::{Instant, interval_at};
 use crate::app::App;
 use crate::clock::Timestamp;
 use crate::config::Config;
-use crate::ledger::{Operation, Published};
+use crate::ledger::Published;
 use crate::metrics::Metrics;
+use crate::operation::Operation;
 use deliver::{Signer, Webhook};
 use queue::Queue;
 
@@ -99,10 +100,10 @@ impl Notifier {
 }
 
 /// The `operation.orphaned` event an orphaned operation got (its error and update time).
-fn op_event(op: &Operation) -> Option<crate::ledger::Event> {
-    Some(crate::ledger::Event {
+fn op_event(op: &Operation) -> Option<crate::operation::Event> {
+    Some(crate::operation::Event {
         at: op.updated_at,
-        kind: crate::ledger::EventKind::Orphaned,
+        kind: crate::operation::EventKind::Orphaned,
         attempt: op.attempts,
         detail: op.error.clone()?,
     })

@@ -12,7 +12,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::{Map, Value, json};
 
 use crate::clock::Timestamp;
-use crate::ledger::State;
+use crate::operation::State;
 use crate::wire::{ProxyBody, full};
 
 /// Why a request was not (or not fully) carried out.

@@ -20,8 +20,9 @@ use http::{HeaderMap, HeaderValue, Method, Request, Uri, header};
 use crate::app::App;
 use crate::claim::{Claimed, claimed};
 use crate::clock::Timestamp;
-use crate::ledger::{
-    Event, EventKind, Fences, Operation, RequestChange, ResponseMeta, State, StoredResponse, Write,
+use crate::ledger::Fences;
+use crate::operation::{
+    Event, EventKind, Operation, RequestChange, ResponseMeta, State, StoredResponse, Write,
 };
 use crate::policy::{Captures, Provider, Reconcile, Route};
 use crate::upstream::{self, SendError};

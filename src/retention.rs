@@ -95,7 +95,8 @@ mod tests {
     use http::HeaderMap;
 
     use super::*;
-    use crate::ledger::{Event, EventKind, LedgerOptions, Operation, State, StoredResponse, Write};
+    use crate::ledger::LedgerOptions;
+    use crate::operation::{Event, EventKind, Operation, State, StoredResponse, Write};
 
     fn op(id: &str, state: State, updated: Timestamp) -> Operation {
         Operation {

@@ -30,7 +30,8 @@ use crate::decide::{Decision, Intent, Rules, decide};
 use crate::dispatch::{self, Outgoing};
 use crate::fingerprint::{Fingerprint, LEGACY, Legacy};
 use crate::kept::KeptRequest;
-use crate::ledger::{Filter, Operation, State};
+use crate::ledger::Filter;
+use crate::operation::{Operation, State};
 use crate::policy::{Provider, Route};
 
 /// How often the settler looks for work.

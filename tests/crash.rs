@@ -9,7 +9,7 @@ mod guarded;
 use common::{Behavior, FakeProvider, Proxy};
 use guarded::*;
 use http::StatusCode;
-use idemproxy::ledger::{EventKind, State};
+use idemproxy::operation::{EventKind, State};
 
 /// Sends the refund, waits until the provider holds it, SIGKILLs the proxy, restarts it,
 /// and checks in the ledger file that the restarted proxy made the operation `unknown`.

@@ -11,7 +11,7 @@ use common::client::full;
 use common::{Behavior, FakeProvider, Proxy};
 use guarded::*;
 use http::StatusCode;
-use idemproxy::ledger::State;
+use idemproxy::operation::State;
 use tokio::io::AsyncWriteExt;
 
 /// Acceptance 8: the agent's client times out after 1 s, the provider answers after 3 s;

@@ -8,7 +8,7 @@ mod guarded;
 use common::{Behavior, FakeProvider};
 use guarded::*;
 use http::{Method, StatusCode};
-use idemproxy::ledger::State;
+use idemproxy::operation::State;
 
 const OPERATIONS: usize = 64;
 

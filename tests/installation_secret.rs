@@ -13,7 +13,8 @@ use common::{Behavior, FakeProvider};
 use guarded::*;
 use http::{HeaderMap, Method, StatusCode};
 use idemproxy::clock::Timestamp;
-use idemproxy::ledger::{Approval, Ledger, LedgerOptions, Operation, State, StoredResponse, Write};
+use idemproxy::ledger::{Ledger, LedgerOptions};
+use idemproxy::operation::{Approval, Operation, State, StoredResponse, Write};
 use idemproxy::policy::Effect;
 
 const SECRET_A: &str = "1111111111111111111111111111111111111111111111111111111111111111";

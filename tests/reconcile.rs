@@ -12,7 +12,8 @@ use std::time::Duration;
 use common::{Behavior, FakeProvider, Proxy, Resp, route, send};
 use http::{Method, StatusCode};
 use idemproxy::clock::Timestamp;
-use idemproxy::ledger::{Ledger, LedgerOptions, Operation};
+use idemproxy::ledger::{Ledger, LedgerOptions};
+use idemproxy::operation::Operation;
 use sha2::{Digest, Sha256};
 
 const OP: &str = "pay/create_refund/wf-1:refund";

@@ -8,7 +8,7 @@ mod guarded;
 use common::{Behavior, FakeProvider};
 use guarded::*;
 use http::StatusCode;
-use idemproxy::ledger::State;
+use idemproxy::operation::State;
 
 /// Acceptance 1: the provider commits, then the answer is lost; the replay is re-sent with
 /// the same key, the provider answers from its own store, and the effect happens once.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::{Behavior, FakeProvider, Proxy, Resp, route, send};
 use guarded::{ledger, problem};
 use http::{Method, StatusCode};
-use idemproxy::ledger::{EventKind, State};
+use idemproxy::operation::{EventKind, State};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::{Behavior, FakeProvider, Proxy, send};
 use guarded::*;
 use http::{Method, StatusCode};
-use idemproxy::ledger::EventKind;
+use idemproxy::operation::EventKind;
 
 /// The operation's state as the admin API shows it.
 async fn state(proxy: &Proxy, id: &str) -> String {

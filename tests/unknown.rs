@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{Behavior, FakeProvider};
 use guarded::*;
 use http::StatusCode;
-use idemproxy::ledger::{EventKind, State};
+use idemproxy::operation::{EventKind, State};
 
 /// Acceptance 4: a provider that does not deduplicate times out after the request was
 /// sent; the replays stay 202 and the provider never sees a second request.

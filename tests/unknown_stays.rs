@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{Behavior, FakeProvider};
 use guarded::*;
 use http::StatusCode;
-use idemproxy::ledger::{EventKind, State};
+use idemproxy::operation::{EventKind, State};
 
 /// Item 1: attempt 1 times out after the provider committed it; the retry inside the window
 /// is refused with a 429; a replay after the window closes must be held, not sent again.

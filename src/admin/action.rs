@@ -15,7 +15,7 @@ use super::error::AdminError;
 use super::view;
 use crate::app::App;
 use crate::clock::Timestamp;
-use crate::ledger::{
+use crate::operation::{
     Approval, Event, EventKind, Operation, RequestChange, State, StoredResponse, Write,
 };
 use crate::wire::ProxyBody;

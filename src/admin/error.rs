@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::{Map, Value, json};
 
-use crate::ledger::State;
+use crate::operation::State;
 use crate::wire::{ProxyBody, full};
 
 /// Why an admin call was refused.

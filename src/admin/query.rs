@@ -15,7 +15,8 @@ use super::view;
 use crate::app::App;
 use crate::clock::Timestamp;
 use crate::kept::KeptRequest;
-use crate::ledger::{Filter, Operation, State};
+use crate::ledger::Filter;
+use crate::operation::{Operation, State};
 use crate::problem::{Context, Problem};
 use crate::wire::{ProxyBody, full};
 

@@ -24,7 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::AdminError;
 use crate::app::App;
-use crate::ledger::{EventKind, Published};
+use crate::ledger::Published;
+use crate::operation::EventKind;
 use crate::wire::{BoxError, ProxyBody};
 
 /// How often an idle stream gets a keep-alive comment.
@@ -173,7 +174,7 @@ mod tests {
 
     use super::*;
     use crate::clock::Timestamp;
-    use crate::ledger::{Event, Operation, State};
+    use crate::operation::{Event, Operation, State};
 
     fn published(id: &str, kind: EventKind) -> Published {
         Published {

@@ -11,7 +11,7 @@ use super::action::{
 use super::*;
 use crate::clock::Timestamp;
 use crate::config::{Limits, Retention};
-use crate::ledger::{Approval, EventKind, Operation, RequestChange, State};
+use crate::operation::{Approval, EventKind, Operation, RequestChange, State};
 
 const NOW: Timestamp = Timestamp(5_000);
 const ID: &str = "stripe/create_refund/wf-81";

@@ -7,7 +7,8 @@ use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::clock::Timestamp;
-use crate::ledger::{Approval, Event, Operation, Replays};
+use crate::ledger::Replays;
+use crate::operation::{Approval, Event, Operation};
 use crate::wire::{ProxyBody, full};
 
 /// The operation's fields of docs/reference.md section 7, plus `approval` (`not_required`, `pending`, `approved`,
@@ -91,7 +92,7 @@ pub fn json_response(value: &Value) -> Response<ProxyBody> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::{EventKind, ResponseMeta, State};
+    use crate::operation::{EventKind, ResponseMeta, State};
 
     pub(crate) fn sample() -> Operation {
         Operation {

@@ -10,9 +10,11 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 
 use super::store::Fault;
-use super::{Approval, Event, EventKind, Operation, ResponseMeta, State, StoredResponse};
 use crate::clock::Timestamp;
 use crate::fingerprint::LEGACY;
+use crate::operation::{
+    Approval, Event, EventKind, Operation, ResponseMeta, State, StoredResponse,
+};
 use crate::policy::{Effect, KeyPlacement};
 
 /// An operation as stored: enums as their names, so a reordered enum never changes meaning.

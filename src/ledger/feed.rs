@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
-use super::{Event, Operation};
+use crate::operation::{Event, Operation};
 
 /// Events a subscriber may fall behind by before it loses the oldest ones.
 const BACKLOG: usize = 4096;
@@ -66,9 +66,10 @@ mod tests {
     use tempfile::TempDir;
     use tokio::sync::broadcast::error::TryRecvError;
 
-    use super::super::{EventKind, Ledger, LedgerOptions, ReplayNote, State, Write};
+    use super::super::{Ledger, LedgerOptions, ReplayNote};
     use super::*;
     use crate::clock::Timestamp;
+    use crate::operation::{EventKind, State, Write};
 
     const T0: i64 = 1_800_000_000_000;
 

@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 
 use redb::{Database, Durability};
 
+use super::LedgerError;
 use super::store::{Fault, Tables};
-use super::{LedgerError, Operation};
 use crate::clock::Timestamp;
+use crate::operation::Operation;
 
 /// What must be writable (and syncable) beside the ledger before it is trusted again.
 const HEADROOM: usize = 1 << 20;
@@ -224,7 +225,7 @@ impl Recovery {
     fn reopen(&mut self) -> Result<(), String> {
         self.shared.replace(None);
         self.db = None;
-        let db = super::create_database(&self.shared.path).map_err(|e| e.to_string())?;
+        let db = super::redb::create_database(&self.shared.path).map_err(|e| e.to_string())?;
         let db = Arc::new(db);
         self.shared.replace(Some(Arc::clone(&db)));
         self.db = Some(db);

@@ -12,11 +12,12 @@
 
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
+use super::LedgerError;
 use super::feed::Feed;
 use super::store::{Fault, Tables};
 use super::writer::{Job, Reply, Staged, injected};
-use super::{Event, EventKind, LedgerError, Operation};
 use crate::clock::Timestamp;
+use crate::operation::{Event, EventKind, Operation};
 
 /// `id -> (count, first_at, last_at)` in milliseconds since the epoch.
 const REPLAYS: TableDefinition<&str, (u64, i64, i64)> = TableDefinition::new("replays");
@@ -166,8 +167,9 @@ impl Job for NoteJob {
 mod tests {
     use tempfile::TempDir;
 
-    use super::super::{Ledger, LedgerOptions, Operation, State, Write};
+    use super::super::{Ledger, LedgerOptions};
     use super::*;
+    use crate::operation::{State, Write};
 
     const T0: i64 = 1_800_000_000_000;
 

@@ -23,9 +23,9 @@ use super::codec;
 use super::recovery::unrecorded_reason;
 use super::replays::{self, ReplayTable};
 use super::tombstone::{Tombs, leaves_tombstone};
-use super::{Event, EventKind, Filter, LedgerError, Operation, Page, State, Stats, StoredResponse};
-use super::{RequestChange, Write, orphan_reason};
+use super::{Filter, LedgerError, Page, Stats, orphan_reason};
 use crate::clock::Timestamp;
+use crate::operation::{Event, EventKind, Operation, RequestChange, State, StoredResponse, Write};
 
 const OPS: TableDefinition<&str, &[u8]> = TableDefinition::new("ops");
 const EVENTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("events");

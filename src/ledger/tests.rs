@@ -3,10 +3,13 @@
 use std::collections::HashSet;
 use std::sync::atomic::AtomicUsize;
 
-use http::HeaderValue;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
 use tempfile::TempDir;
 
+use super::store::Tables;
 use super::*;
+use crate::operation::{EventKind, ResponseMeta};
 
 const T0: i64 = 1_800_000_000_000;
 
@@ -603,7 +606,7 @@ async fn list_stays_fast_with_many_operations() {
     // Bulk load straight through the store in big transactions: one commit per op would
     // measure fsync, not the index.
     for chunk in (0..N).collect::<Vec<_>>().chunks(10_000) {
-        let txn = ledger.inner.shared.db().unwrap().begin_write().unwrap();
+        let txn = ledger.redb().shared().db().unwrap().begin_write().unwrap();
         {
             let mut tables = Tables::open(&txn).unwrap();
             for &i in chunk {
@@ -726,7 +729,7 @@ async fn an_abandoned_claim_becomes_unknown_only_under_its_own_fence() {
     let untouched = ledger.get("p/r/live").await.unwrap();
     assert_eq!(untouched, live, "another fence owns it");
     assert!(ledger.writable());
-    let left = ledger.inner.shared.dead_claims();
+    let left = ledger.redb().shared().dead_claims();
     assert!(left.is_empty(), "swept claims are forgotten: {left:?}");
 }
 

@@ -14,8 +14,8 @@ use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransact
 
 use super::codec;
 use super::store::Fault;
-use super::{Approval, Operation, State};
 use crate::clock::Timestamp;
+use crate::operation::{Approval, Operation, State};
 
 const TOMBSTONES: TableDefinition<&str, &[u8]> = TableDefinition::new("tombstones");
 const AGE: TableDefinition<(i64, &str), ()> = TableDefinition::new("tombstone_age");
@@ -117,8 +117,9 @@ mod tests {
 
     use tempfile::TempDir;
 
-    use super::super::{Filter, Ledger, LedgerError, LedgerOptions, Write};
+    use super::super::{Filter, Ledger, LedgerError, LedgerOptions};
     use super::*;
+    use crate::operation::Write;
 
     const T0: Timestamp = Timestamp(1_800_000_000_000);
     const LATER: Timestamp = Timestamp(1_800_000_010_000);

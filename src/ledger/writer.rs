@@ -17,12 +17,13 @@ use std::thread::JoinHandle;
 
 use tokio::sync::oneshot;
 
+use super::LedgerError;
 use super::batch::{OnCommit, gather, run_batch};
 use super::feed::Feed;
 use super::recovery::{DeadClaim, Recovery, Shared, refuses_writes, stage_sweep};
 use super::store::{PruneBatch, Pruned, Tables, orphan_event};
-use super::{LedgerError, Operation, State, Write};
 use crate::clock::Timestamp;
+use crate::operation::{Operation, State, Write};
 
 /// What a job staged, which decides how its transaction ends. Ordered by weight: a batch ends
 /// as its heaviest job says.

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 
 use crate::clock::Timestamp;
 use crate::decide::{Rules, needs_person};
-use crate::ledger::{EventKind, Published, State};
+use crate::ledger::Published;
+use crate::operation::{EventKind, State};
 
 /// One notification, ready to be sent.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,7 +114,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::ledger::{Event, Operation};
+    use crate::operation::{Event, Operation};
     use crate::policy::{Approval, Dedupe, Effect};
 
     const T0: Timestamp = Timestamp(1_800_000_000_000);

@@ -11,7 +11,8 @@ use super::message::Notice;
 use crate::app::App;
 use crate::clock::Timestamp;
 use crate::decide::{Rules, needs_person};
-use crate::ledger::{Approval, Filter, LedgerError, Operation, State};
+use crate::ledger::{Filter, LedgerError};
+use crate::operation::{Approval, Operation, State};
 
 /// Operations read per ledger page.
 const PAGE: usize = 500;

@@ -14,7 +14,8 @@ use std::net::SocketAddr;
 
 use http::Method;
 use idemproxy::clock::Timestamp;
-use idemproxy::ledger::{Event, EventKind, Ledger, LedgerOptions, Operation};
+use idemproxy::ledger::{Ledger, LedgerOptions};
+use idemproxy::operation::{Event, EventKind, Operation};
 use sha2::{Digest, Sha256};
 
 #[allow(unused_imports)] // not every test file asserts a problem

@@ -1,0 +1,373 @@
+//! The redb backend of the ledger: one database file, one writer thread fed by a channel
+//! (group commit, see `writer` and `batch`), point reads on the calling thread.
+//!
+//! It owns opening the file (with a bounded page cache), the start-up recovery write (the
+//! secret's check value, the boot epoch behind fences, the orphaning of what a dead process
+//! left in flight) and the routing of each `Ledger` call to the writer or a read snapshot.
+//! Its tables and their codec are `store`, `codec`, `tombstone` and `replays`; reopening
+//! after a storage error is `recovery`. It never decides what a request means, and no redb
+//! type leaves `ledger`.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
+
+use super::feed::{Feed, Published};
+use super::recovery::{DeadClaim, Shared};
+use super::replays::{self, ReplayNote, Replays};
+use super::store::{self, Fault, PruneBatch, Tables};
+use super::writer::{Job, PruneJob, Reply, SweepJob, TombJob, UpdateJob, Writer};
+use super::{Fences, Filter, LedgerError, LedgerOptions, Page, Stats, codec, tombstone};
+use crate::clock::Timestamp;
+use crate::operation::{Event, Operation, State, StoredResponse, Write};
+
+/// The redb ledger: a cheap `Clone` handle. The database file stays open (and locked against
+/// other processes) until the last clone is dropped; that drop waits for the writer thread
+/// to finish the writes already queued.
+#[derive(Clone)]
+pub struct Redb {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The database handle, replaced by the writer when it reopens the file.
+    shared: Arc<Shared>,
+    writer: Writer,
+    feed: Feed,
+    fences: Fences,
+    fail_writes: bool,
+}
+
+impl Redb {
+    /// `Ledger::open` on this file.
+    pub async fn open(
+        path: &Path,
+        now: Timestamp,
+        opts: LedgerOptions,
+    ) -> Result<(Redb, Vec<Operation>), LedgerError> {
+        let owned = path.to_path_buf();
+        let check = opts.secret_check.clone();
+        let (db, epoch, orphaned) =
+            match tokio::task::spawn_blocking(move || open_blocking(&owned, now, check)).await {
+                Ok(opened) => opened?,
+                Err(e) => return Err(open_error(path, e)),
+            };
+        let shared = Arc::new(Shared::new(path, db));
+        let feed = Feed::new();
+        let writer = Writer::start(Arc::clone(&shared), opts.on_commit, feed.clone())
+            .map_err(|reason| open_error(path, reason))?;
+        let inner = Inner {
+            shared,
+            writer,
+            feed,
+            fences: Fences::from_epoch(epoch),
+            fail_writes: opts.fail_writes || fault_injected(),
+        };
+        let ledger = Redb {
+            inner: Arc::new(inner),
+        };
+        Ok((ledger, orphaned))
+    }
+
+    /// `Ledger::subscribe` on this file.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Published> {
+        self.inner.feed.subscribe()
+    }
+
+    /// `Ledger::fence` on this file.
+    pub fn fence(&self) -> u64 {
+        self.inner.fences.next()
+    }
+
+    /// `Ledger::fences` on this file.
+    pub fn fences(&self) -> Fences {
+        self.inner.fences.clone()
+    }
+
+    /// `Ledger::update` on this file.
+    pub async fn update<T, F>(&self, id: &str, f: F) -> Result<T, LedgerError>
+    where
+        F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send + 'static,
+        T: Send + 'static,
+    {
+        let fail_writes = self.inner.fail_writes;
+        self.submit(|reply| UpdateJob::new(id, f, fail_writes, reply))
+            .await
+    }
+
+    /// `Ledger::writable` on this file.
+    pub fn writable(&self) -> bool {
+        self.inner.shared.writable()
+    }
+
+    /// `Ledger::abandon` on this file.
+    pub fn abandon(&self, id: &str, fence: u64) {
+        let shared = &self.inner.shared;
+        shared.bury(DeadClaim {
+            id: id.to_owned(),
+            fence,
+        });
+        let sweep = SweepJob::new(Arc::clone(shared), self.inner.fail_writes);
+        self.inner.writer.submit(Box::new(sweep));
+    }
+
+    /// `Ledger::get` on this file.
+    pub async fn get(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| store::get(txn, &id)).await
+    }
+
+    /// `Ledger::replayable` on this file.
+    pub fn replayable(
+        &self,
+        id: &str,
+    ) -> Result<Option<(Operation, Option<StoredResponse>)>, LedgerError> {
+        self.read_here(|txn| {
+            let Some(op) = store::get(txn, id)? else {
+                return Ok(None);
+            };
+            let stored = match op.state {
+                State::Succeeded => store::response(txn, id)?,
+                _ => None,
+            };
+            Ok(Some((op, stored)))
+        })
+    }
+
+    /// `Ledger::events` on this file.
+    pub async fn events(&self, id: &str) -> Result<Vec<Event>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| store::events(txn, &id)).await
+    }
+
+    /// `Ledger::kept_request` on this file.
+    pub async fn kept_request(&self, id: &str) -> Result<Option<Vec<u8>>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| store::kept_request(txn, &id)).await
+    }
+
+    /// `Ledger::response` on this file.
+    pub async fn response(&self, id: &str) -> Result<Option<StoredResponse>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| store::response(txn, &id)).await
+    }
+
+    /// `Ledger::list` on this file.
+    pub async fn list(
+        &self,
+        filter: &Filter,
+        limit: usize,
+        after: Option<&str>,
+    ) -> Result<Page, LedgerError> {
+        let after = match after {
+            Some(cursor) => Some(codec::decode_cursor(cursor).ok_or(LedgerError::BadCursor)?),
+            None => None,
+        };
+        let filter = filter.clone();
+        self.read(move |txn| store::list(txn, &filter, limit, after))
+            .await
+    }
+
+    /// `Ledger::tombstone` on this file.
+    pub async fn tombstone(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| tombstone::get(txn, &id)).await
+    }
+
+    /// `Ledger::prune` on this file.
+    pub async fn prune(
+        &self,
+        older_than: Timestamp,
+        now: Timestamp,
+        max: usize,
+    ) -> Result<usize, LedgerError> {
+        let max = max.max(1);
+        let fail_writes = self.inner.fail_writes;
+        let mut total = 0;
+        for state in [State::Succeeded, State::Failed] {
+            let mut after = None;
+            loop {
+                let batch = PruneBatch {
+                    state,
+                    older_than,
+                    after: after.take(),
+                    max,
+                    now,
+                };
+                let pruned = self
+                    .submit(|reply| PruneJob::new(batch, fail_writes, reply))
+                    .await?;
+                total += pruned.deleted;
+                match pruned.resume {
+                    Some(position) => after = Some(position),
+                    None => break,
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// `Ledger::prune_tombstones` on this file.
+    pub async fn prune_tombstones(
+        &self,
+        older_than: Timestamp,
+        max: usize,
+    ) -> Result<usize, LedgerError> {
+        let max = max.max(1);
+        let fail_writes = self.inner.fail_writes;
+        let mut total = 0;
+        loop {
+            let deleted = self
+                .submit(|reply| TombJob::new(older_than, max, fail_writes, reply))
+                .await?;
+            total += deleted;
+            if deleted < max {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// `Ledger::note_replays` on this file.
+    pub async fn note_replays(&self, notes: Vec<ReplayNote>) -> Result<usize, LedgerError> {
+        if notes.is_empty() {
+            return Ok(0);
+        }
+        let fail_writes = self.inner.fail_writes;
+        self.submit(|reply| replays::NoteJob::new(notes, fail_writes, reply))
+            .await
+    }
+
+    /// `Ledger::replays` on this file.
+    pub async fn replays(&self, id: &str) -> Result<Option<Replays>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| replays::get(txn, &id)).await
+    }
+
+    /// `Ledger::stats` on this file.
+    pub async fn stats(&self) -> Result<Stats, LedgerError> {
+        self.read(store::stats).await
+    }
+
+    /// The database handle, for the unit tests that reach into the file.
+    #[cfg(test)]
+    pub(super) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+
+    async fn submit<T, J>(&self, job: impl FnOnce(Reply<T>) -> J) -> Result<T, LedgerError>
+    where
+        J: Job + 'static,
+    {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.inner.writer.submit(Box::new(job(reply)));
+        answer.await.unwrap_or_else(|_| {
+            Err(LedgerError::Unavailable(
+                "the ledger writer stopped before answering".to_owned(),
+            ))
+        })
+    }
+
+    /// Runs `f` on a read snapshot on the calling thread, for the point reads of the request
+    /// path: a few B-tree pages, almost always in the ledger's page cache, read in
+    /// microseconds. Handing such a read to the blocking pool costs more than the read itself
+    /// (two thread wake-ups; they were most of a replay's CPU time). Reads that may touch many
+    /// pages (lists, histories, sweeps) use `read`.
+    fn read_here<T>(
+        &self,
+        f: impl FnOnce(&ReadTransaction) -> Result<T, Fault>,
+    ) -> Result<T, LedgerError> {
+        let db = self.inner.shared.db()?;
+        let txn = db.begin_read().map_err(Fault::from)?;
+        f(&txn).map_err(LedgerError::from)
+    }
+
+    /// Runs `f` on a read snapshot, off the async workers.
+    async fn read<T, F>(&self, f: F) -> Result<T, LedgerError>
+    where
+        F: FnOnce(&ReadTransaction) -> Result<T, Fault> + Send + 'static,
+        T: Send + 'static,
+    {
+        let db = self.inner.shared.db()?;
+        let joined = tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read()?;
+            f(&txn)
+        })
+        .await;
+        match joined {
+            Ok(result) => result.map_err(LedgerError::from),
+            Err(e) => Err(LedgerError::Unavailable(format!(
+                "a ledger read failed: {e}"
+            ))),
+        }
+    }
+}
+
+fn open_error(path: &Path, reason: impl fmt::Display) -> LedgerError {
+    LedgerError::Open {
+        path: path.display().to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Whether `IDEMPROXY_FAIL` (a comma-separated list of fault points) names `ledger.commit`.
+fn fault_injected() -> bool {
+    std::env::var("IDEMPROXY_FAIL")
+        .is_ok_and(|points| points.split(',').any(|p| p.trim() == "ledger.commit"))
+}
+
+type Opened = (Database, u64, Vec<Operation>);
+
+fn open_blocking(
+    path: &Path,
+    now: Timestamp,
+    secret_check: Option<String>,
+) -> Result<Opened, LedgerError> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| open_error(path, e))?;
+    }
+    let db = create_database(path).map_err(|e| open_error(path, e))?;
+    let (epoch, orphaned) = match recover(&db, now, secret_check.as_deref()) {
+        Ok(Some(recovered)) => recovered,
+        Ok(None) => {
+            return Err(LedgerError::OtherSecret {
+                path: path.display().to_string(),
+            });
+        }
+        Err(fault) => return Err(open_error(path, fault)),
+    };
+    Ok((db, epoch, orphaned))
+}
+
+/// redb's page cache, bounded: it would otherwise grow to 1 GiB with a large ledger, and the
+/// hot data of a guarded request (one operation, its index entries) is small.
+const CACHE_BYTES: usize = 32 << 20;
+
+/// Opens (or creates) the database file with the ledger's settings; start-up and the reopen
+/// after a storage error use the same.
+pub(crate) fn create_database(path: &Path) -> Result<Database, redb::DatabaseError> {
+    Database::builder().set_cache_size(CACHE_BYTES).create(path)
+}
+
+/// The start-up write: check (or keep) the secret's check value, bump the boot epoch and
+/// orphan what a dead process left in flight. `None`, with nothing written, when the ledger
+/// keeps another check value.
+fn recover(
+    db: &Database,
+    now: Timestamp,
+    secret_check: Option<&str>,
+) -> Result<Option<(u64, Vec<Operation>)>, Fault> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    if let Some(check) = secret_check
+        && !store::keep_secret_check(&txn, check)?
+    {
+        txn.abort()?;
+        return Ok(None);
+    }
+    let epoch = store::bump_epoch(&txn)?;
+    let orphaned = Tables::open(&txn)?.orphan_in_flight(now)?;
+    txn.commit()?;
+    Ok(Some((epoch, orphaned)))
+}
