@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# User-space instructions per request, counted by valgrind's callgrind: a figure that does not
+# move with the machine's load, for comparing two builds of idemproxy (and nginx as a proxy).
+#
+#   bench/instructions.sh [SCENARIO...]     scenarios: pass replay fresh nginx (default: all)
+#
+# Each scenario starts an nginx upstream answering a small JSON body, the server under test
+# under callgrind, warms it with wrk for 2 s, zeroes the counts, runs wrk (-t1 -c8) for 8 s,
+# dumps the counts and divides the total by the requests wrk counted. Loopback only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scenarios=${*:-pass replay fresh nginx}
+for tool in wrk valgrind callgrind_control callgrind_annotate nginx; do
+  command -v "$tool" >/dev/null || { echo "instructions: $tool is missing (apt-get install wrk valgrind nginx-light)" >&2; exit 1; }
+done
+cargo build --release --quiet --bin idemproxy
+work=$(mktemp -d "${TMPDIR:-/tmp}/idemproxy-instructions.XXXXXX")
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [ -f "$work/up.pid" ] && kill "$(cat "$work/up.pid")" 2>/dev/null
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+up=$(free_port); px=$(free_port); adm=$(free_port)
+temps="client_body_temp_path $work/b; proxy_temp_path $work/p; fastcgi_temp_path $work/f; uwsgi_temp_path $work/u; scgi_temp_path $work/s;"
+cat > "$work/up.conf" <<NGINX
+worker_processes 1; pid $work/up.pid; error_log $work/up.err;
+events { worker_connections 4096; }
+http { access_log off; $temps keepalive_requests 1000000;
+  server { listen 127.0.0.1:$up; location / { default_type application/json;
+    return 200 '{"id":"re_1","object":"refund","amount":100}'; } } }
+NGINX
+cat > "$work/proxy.conf" <<NGINX
+daemon off; master_process off; worker_processes 1; pid $work/px.pid; error_log $work/px.err;
+events { worker_connections 4096; }
+http { access_log off; $temps keepalive_requests 1000000;
+  upstream up { server 127.0.0.1:$up; keepalive 256; keepalive_requests 1000000; }
+  server { listen 127.0.0.1:$px; location / { proxy_pass http://up; proxy_http_version 1.1;
+    proxy_set_header Connection ""; } } }
+NGINX
+nginx -c "$work/up.conf"
+mkdir -p "$work/policies"
+cat > "$work/proxy.toml" <<TOML
+listen = "127.0.0.1:$px"
+admin_listen = "127.0.0.1:$adm"
+ledger = "ledger.redb"
+TOML
+cat > "$work/policies/bench.toml" <<TOML
+[provider]
+name = "bench"
+upstream = "http://127.0.0.1:$up"
+mount = "/bench"
+dedupe = "key"
+
+[[route]]
+name = "refund"
+match = "POST /v1/refunds"
+operation_id = ["{header:x-operation-id}"]
+TOML
+cat > "$work/same.lua" <<'LUA'
+request = function()
+  return wrk.format("POST", "/bench/v1/refunds",
+    {["x-operation-id"] = "replayed-op", ["content-type"] = "application/json"},
+    '{"amount":100,"currency":"usd"}')
+end
+LUA
+cat > "$work/fresh.lua" <<'LUA'
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format("POST", "/bench/v1/refunds",
+    {["x-operation-id"] = "op-" .. n, ["content-type"] = "application/json"},
+    '{"amount":100,"currency":"usd"}')
+end
+LUA
+
+measure() { # name url [script]
+  local name=$1 url=$2 script=${3:-} n total
+  wrk -t1 -c8 -d2s ${script:+-s "$script"} "$url" >/dev/null
+  callgrind_control -z >/dev/null 2>&1
+  n=$(wrk -t1 -c8 -d8s ${script:+-s "$script"} "$url" | awk '/requests in/ {print $1}')
+  callgrind_control -d >/dev/null 2>&1
+  sleep 1
+  total=$(callgrind_annotate "$(ls "$work"/cg.out.* | head -1)" 2>/dev/null |
+    awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  printf '%-8s %8d requests  %8d instructions per request\n' "$name" "$n" $((total / n))
+}
+
+for s in $scenarios; do
+  rm -f "$work"/cg.out* "$work"/ledger.redb*
+  if [ "$s" = nginx ]; then
+    valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" nginx -c "$work/proxy.conf" 2>/dev/null &
+  else
+    valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
+      ./target/release/idemproxy serve -c "$work/proxy.toml" > "$work/ready" 2>/dev/null &
+  fi
+  pid=$!; pids+=("$pid")
+  for _ in $(seq 150); do
+    curl -s -o /dev/null "http://127.0.0.1:$px/" 2>/dev/null && break; sleep 0.2
+  done
+  case $s in
+    pass) measure pass "http://127.0.0.1:$px/bench/v1/ping" ;;
+    replay)
+      curl -sf -o /dev/null -X POST -H 'x-operation-id: replayed-op' -H 'content-type: application/json' \
+        -d '{"amount":100,"currency":"usd"}' "http://127.0.0.1:$px/bench/v1/refunds"
+      measure replay "http://127.0.0.1:$px/bench/v1/refunds" "$work/same.lua" ;;
+    fresh) measure fresh "http://127.0.0.1:$px/bench/v1/refunds" "$work/fresh.lua" ;;
+    nginx) measure nginx "http://127.0.0.1:$px/v1/ping" ;;
+    *) echo "instructions: unknown scenario $s" >&2; exit 2 ;;
+  esac
+  kill -INT "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
+done
