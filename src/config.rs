@@ -15,7 +15,7 @@
 //! - `answer`: `[[provider.answer]]` tables: the shaping of the proxy's own problem answers.
 //! - `values`: checks of single values (names, URLs, mounts, headers, units).
 //! - `hazards`: settings that parse but would weaken a guard (credentials in IDs, framing
-//!   key headers, lookups reading the request, approvals `on_missing_id = "pass"` skips).
+//!   key headers, lookups reading a header, approvals `on_missing_id = "pass"` skips).
 //! - `table`: the routes table of `idemproxy check`.
 //! - `forward`: providers a forward-proxy request could not tell apart.
 //! - `retention`: `[retention]` and its check against the providers.

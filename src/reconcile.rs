@@ -10,7 +10,9 @@
 //! once never both re-send. It never sends the operation itself (the guard does, after
 //! `Verdict::Resend`) and never guesses: any other answer leaves the operation `unknown`.
 //! A lookup run at once after a `means = "reconcile"` answer (`at_once`) may read that answer
-//! and never claims a re-send. The lookup's URL is built in `uri`.
+//! and never claims a re-send. A lookup may read the operation's kept first request (opened
+//! here with the installation secret, only when a template reads it); its values are never
+//! logged or stored. The lookup's URL is built in `uri`.
 
 use std::time::Instant;
 
@@ -20,6 +22,7 @@ use http::{HeaderMap, HeaderValue, Method, Request, Uri, header};
 use crate::app::App;
 use crate::claim::{Claimed, claimed};
 use crate::clock::Timestamp;
+use crate::kept::KeptRequest;
 use crate::ledger::Fences;
 use crate::operation::{
     Event, EventKind, Operation, RequestChange, ResponseMeta, State, StoredResponse, Write,
@@ -30,7 +33,7 @@ use crate::wire::{collect_limited, full};
 
 mod uri;
 
-use uri::{Names, lookup_uri};
+use uri::{First, Names, lookup_uri, reads_request};
 
 /// What a lookup proved.
 #[derive(Debug, PartialEq, Eq)]
@@ -137,6 +140,10 @@ async fn look(
             return Verdict::Unknown;
         }
     };
+    let first = match reads_request(rule) {
+        true => first_request(app, id).await,
+        false => None,
+    };
     let names = Names {
         provider: &provider.name,
         route: &route.name,
@@ -144,6 +151,7 @@ async fn look(
         key: &seen.key,
         fingerprint: &seen.fingerprint,
         answer,
+        first: first.as_ref(),
     };
     let may_resend = answer.is_none();
     let answer = match lookup_uri(provider, rule, captures, &names) {
@@ -159,6 +167,23 @@ async fn look(
     };
     tracing::info!(operation = %id, found = matches!(answer, Answer::Found(_)), "reconciliation lookup answered");
     conclude(app, id, seen, rule, answer, may_resend).await
+}
+
+/// The operation's kept first request, for templates that read its body or query; `None`
+/// when none is kept (erased, or recorded before requests were kept) or it cannot be read.
+async fn first_request(app: &App, id: &str) -> Option<First> {
+    let sealed = match app.ledger.kept_request(id).await {
+        Ok(sealed) => sealed?,
+        Err(e) => {
+            tracing::warn!(operation = %id, error = %e, "the kept first request could not be read for the lookup");
+            return None;
+        }
+    };
+    let Some(kept) = KeptRequest::open(&app.secret, id, &sealed) else {
+        tracing::warn!(operation = %id, "the kept first request cannot be opened with this installation's secret");
+        return None;
+    };
+    Some(First::of(kept))
 }
 
 /// Records `reconcile.started` if the operation is still `unknown`; `None` when it is not.

@@ -301,14 +301,14 @@ fn lookups_are_shipped_only_where_the_provider_can_answer_them() {
     let postmark = load("postmark");
     let email = lookup(&postmark, "send_email").expect("Postmark searches metadata");
     assert!(email.contains("metadata_idemproxy_key={key}"), "{email}");
-    for name in [
-        "checkout",
-        "moderntreasury",
-        "square",
-        "adyen",
-        "paypal",
-        "resend",
-    ] {
+    let checkout = load("checkout");
+    let payment = lookup(&checkout, "request_payment").expect("Checkout.com lists by reference");
+    assert!(payment.contains("reference={json:/reference}"), "{payment}");
+    let mt = load("moderntreasury");
+    let order = lookup(&mt, "create_payment_order").expect("Modern Treasury lists by metadata");
+    let by_metadata = "metadata[operation_id]={json:/metadata/operation_id}";
+    assert!(order.contains(by_metadata), "{order}");
+    for name in ["square", "adyen", "paypal", "resend"] {
         let policy = load(name);
         let any = routes(&policy).iter().any(|r| r.contains_key("reconcile"));
         assert!(

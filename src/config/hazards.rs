@@ -1,6 +1,6 @@
 //! Settings that parse fine but would quietly weaken a guard, refused by `check` and `serve`:
 //! credentials in an operation ID or a fingerprint, a key injected into a framing or
-//! credential header, a lookup template reading a request it never has, and an approval that
+//! credential header, a lookup template reading a header it never has, and an approval that
 //! `on_missing_id = "pass"` would skip.
 //!
 //! It only judges values the other config modules already parsed; each refusal is a message
@@ -100,13 +100,16 @@ pub(super) fn fingerprint_headers(s: &mut Scope, names: &[HeaderName], redact: &
     }
 }
 
-/// A `reconcile.lookup` is rendered later, with no request at hand: its parts may be the
-/// route's captures, `{key}`, `{operation_id}`, `{fingerprint}`, `{provider}`, `{route}`.
+/// A `reconcile.lookup` is rendered later, without the agent's headers: its parts may be the
+/// route's captures, `{key}`, `{operation_id}`, `{fingerprint}`, `{provider}`, `{route}`,
+/// `{answer:...}`, and the kept first request's body and query (`json`, `form`, `query`);
+/// never a header, since headers (credentials among them) are never kept.
 pub(super) fn lookup_part(part: &Part) -> Result<(), String> {
     match part {
-        Part::Header(_) | Part::Json(_) | Part::Form(_) | Part::Query(_) => Err(format!(
-            "{{{}}} is never present in a lookup: it is sent without the agent's request, so \
-             no header, body or query can be read (use {{key}}, {{operation_id}}, \
+        Part::Header(_) => Err(format!(
+            "{{{}}} is never present in a lookup: headers of the agent's request are never \
+             kept, so a lookup can read the first request's body and query but no header \
+             (use {{json:/pointer}}, {{form:NAME}}, {{query:NAME}}, {{key}}, {{operation_id}}, \
              {{path:NAME}}, {{fingerprint}}, {{provider}} or {{route}})",
             part.label().unwrap_or_default()
         )),
@@ -170,14 +173,15 @@ mod tests {
     }
 
     #[test]
-    fn lookups_refuse_request_parts() {
+    fn lookups_refuse_headers_only() {
         let parse = |t: &str| Template::parse(t).expect("template");
-        for bad in ["{header:x}", "{json:/a}", "{form:a}", "{query:a}"] {
-            let template = parse(bad);
-            let part = template.parts().iter().next().expect("a part");
-            assert!(lookup_part(part).is_err(), "{bad}");
-        }
-        let template = parse("/x/{key}/{operation_id}/{fingerprint}/{provider}/{route}");
+        let template = parse("{header:x}");
+        let part = template.parts().iter().next().expect("a part");
+        let err = lookup_part(part).expect_err("a header in a lookup");
+        assert!(err.contains("never kept"), "{err}");
+        let template = parse(
+            "/x/{key}/{operation_id}/{fingerprint}/{provider}/{route}?a={json:/a}&b={form:b}&c={query:c}",
+        );
         assert!(template.parts().iter().all(|p| lookup_part(p).is_ok()));
     }
 }

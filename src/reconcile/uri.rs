@@ -1,15 +1,50 @@
 //! A lookup's request line: the first `reconcile.lookup` template whose parts are all
 //! present, rendered with its values URL-escaped, as a URL under the upstream's base path.
-//! It never sends anything and never judges an answer (the parent module does both).
+//! `{json:...}`, `{form:...}` and `{query:...}` read the operation's kept first request,
+//! parsed here as the guard parses a request. It never sends anything, never judges an
+//! answer (the parent module does both) and never logs or keeps a value it renders.
 
 use http::{HeaderMap, Method, Uri};
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
 use super::LookupError;
-use crate::body::Body;
+use crate::body::{self, Body};
+use crate::kept::KeptRequest;
 use crate::policy::{Captures, Provider, Reconcile};
-use crate::template::{Escape, Inputs, Rendered};
+use crate::template::{Escape, Inputs, Part, Rendered};
 use crate::upstream;
+
+/// What a lookup may read of the operation's kept first request: its query and its body.
+#[derive(Debug)]
+pub(super) struct First {
+    query: Option<String>,
+    body: Body,
+}
+
+impl First {
+    /// The kept request's raw query and its body, parsed by its content type.
+    pub(super) fn of(kept: KeptRequest) -> First {
+        let query = kept
+            .path_and_query
+            .split_once('?')
+            .map(|(_, query)| query.to_owned());
+        First {
+            query,
+            body: body::parse(kept.content_type.as_ref(), kept.body),
+        }
+    }
+}
+
+/// Whether some template of the rule reads the first request (`json`, `form`, `query`).
+pub(super) fn reads_request(rule: &Reconcile) -> bool {
+    rule.lookups.iter().any(|lookup| {
+        lookup
+            .target
+            .parts()
+            .iter()
+            .any(|p| matches!(p, Part::Json(_) | Part::Form(_) | Part::Query(_)))
+    })
+}
 
 /// The names a lookup template may read besides the captures.
 pub(super) struct Names<'a> {
@@ -20,6 +55,9 @@ pub(super) struct Names<'a> {
     pub fingerprint: &'a str,
     /// The answer a `reconcile` rule matched, for `{answer:/pointer}`.
     pub answer: Option<&'a serde_json::Value>,
+    /// The kept first request, for `{json:...}`, `{form:...}` and `{query:...}`; `None`
+    /// when none is kept (or no template reads it).
+    pub first: Option<&'a First>,
 }
 
 /// Characters `http::Uri` refuses (or that end a query) in a literal part of the template;
@@ -40,7 +78,10 @@ const NOT_IN_URI: &AsciiSet = &CONTROLS
     .add(b'}');
 
 /// The lookup's method and URL: the first template whose parts are all present, rendered
-/// (values URL-escaped) under the upstream's base.
+/// (values URL-escaped) under the upstream's base. A template that reads a body field the
+/// first request's body cannot give (another kind of body, an object where a scalar is
+/// needed) does not render either: the next one is tried. The error names only the parts
+/// that were absent, never a value.
 pub(super) fn lookup_uri(
     provider: &Provider,
     rule: &Reconcile,
@@ -50,8 +91,8 @@ pub(super) fn lookup_uri(
     let headers = HeaderMap::new();
     let inputs = Inputs {
         headers: &headers,
-        query: None,
-        body: &Body::Empty,
+        query: names.first.and_then(|f| f.query.as_deref()),
+        body: names.first.map_or(&Body::Empty, |f| &f.body),
         captures,
         provider: names.provider,
         route: names.route,
@@ -65,11 +106,15 @@ pub(super) fn lookup_uri(
         match lookup.target.render(&inputs, Escape::Url) {
             Ok(Rendered::Value(v)) => return Ok((lookup.method.clone(), target(provider, &v)?)),
             Ok(Rendered::Missing(parts)) => absent.push(parts.join(", ")),
-            Err(e) => return Err(LookupError::Template(e.0)),
+            Err(e) => absent.push(e.0),
         }
     }
+    let unkept = match names.first {
+        None if reads_request(rule) => " (the operation's first request is not kept)",
+        _ => "",
+    };
     Err(LookupError::Template(format!(
-        "absent: {}",
+        "absent: {}{unkept}",
         absent.join("; ")
     )))
 }
@@ -124,6 +169,7 @@ mod tests {
             key,
             fingerprint: "f00d",
             answer: None,
+            first: None,
         }
     }
 
@@ -185,5 +231,75 @@ mod tests {
             matches!(&err, LookupError::Template(m) if m.contains("path:missing")),
             "{err}"
         );
+    }
+
+    fn first(content_type: &'static str, body: &'static str) -> First {
+        First::of(KeptRequest {
+            method: Method::POST,
+            path_and_query: "/v1/payments?channel=web+shop".into(),
+            content_type: Some(http::HeaderValue::from_static(content_type)),
+            body: bytes::Bytes::from_static(body.as_bytes()),
+        })
+    }
+
+    #[test]
+    fn lookups_read_the_kept_first_request_and_fall_through_what_it_lacks() {
+        let rule = rules(&[
+            "/payments?reference={json:/reference}&channel={query:channel}",
+            "/payments?step={form:metadata[step]}",
+            "/payments?key={key}",
+        ]);
+        let p = provider("");
+        let render = |first: Option<&First>| {
+            let names = Names {
+                first,
+                ..names("x", "k3y")
+            };
+            lookup_uri(&p, &rule, &vec![], &names).map(|(_, u)| u.to_string())
+        };
+        let json = first("application/json", r#"{"reference":"ORD 1/2"}"#);
+        assert_eq!(
+            render(Some(&json)).expect("renders"),
+            "https://api.example.com/payments?reference=ORD%201%2F2&channel=web%20shop"
+        );
+        let form = first(
+            "application/x-www-form-urlencoded",
+            "metadata%5Bstep%5D=s+2",
+        );
+        assert_eq!(
+            render(Some(&form)).expect("a form is not JSON: the next template"),
+            "https://api.example.com/payments?step=s%202"
+        );
+        let neither = first("application/json", r#"{"reference":null}"#);
+        assert_eq!(
+            render(Some(&neither)).expect("the last template"),
+            "https://api.example.com/payments?key=k3y"
+        );
+        assert_eq!(
+            render(None).expect("nothing kept: only {key} renders"),
+            "https://api.example.com/payments?key=k3y"
+        );
+        assert!(reads_request(&rule));
+        assert!(!reads_request(&rules(&["/payments?key={key}"])));
+    }
+
+    #[test]
+    fn without_a_kept_request_no_body_template_renders_and_no_value_is_named() {
+        let rule = rules(&["/payments?reference={json:/reference}"]);
+        let p = provider("");
+        let err = lookup_uri(&p, &rule, &vec![], &names("x", "k3y")).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("json:/reference"), "{text}");
+        assert!(text.contains("not kept"), "{text}");
+        let secret = first("application/json", r#"{"reference":{"card":"4242"}}"#);
+        let names = Names {
+            first: Some(&secret),
+            ..names("x", "k3y")
+        };
+        let text = lookup_uri(&p, &rule, &vec![], &names)
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("an object"), "{text}");
+        assert!(!text.contains("4242"), "{text}");
     }
 }
