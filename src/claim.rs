@@ -1,10 +1,12 @@
 //! The claim: in one ledger transaction, read the operation, decide (docs/reference.md section 5.3, step 2)
 //! and record the decision.
 //!
-//! A decision that writes nothing never waits for the writer: the claim first decides on a
-//! read snapshot, and the replay of a `succeeded` operation (counted in memory, see
-//! `replays`) or the refusal of a rejected one is answered from it (`read_only`). Only an
-//! operation that must be brought up to date (`is_stale`) takes these through the writer.
+//! A decision that writes nothing never waits for the writer: the guard first asks
+//! `answer_from_snapshot`, and the replay of a `succeeded` operation (counted in memory, see
+//! `replays`) or the refusal of a rejected one is answered from a read snapshot (`read_only`)
+//! before any claim is prepared. Only an operation that must be brought up to date
+//! (`is_stale`) takes these through the writer. The settler, which claims only `unknown`
+//! operations, goes straight to the write.
 //!
 //! `claim` is the only place a new attempt is authorised: the operation is written
 //! `in_flight` under a fresh fencing token before anything may be sent, and a new operation
@@ -78,10 +80,8 @@ pub async fn claim(
     ask: Ask,
 ) -> Result<Step, Problem> {
     let rules = Rules::of(provider, route);
-    if let Some(step) = read_only(app, &Probe::of(&ask), rules, Fresh::Only) {
-        return Ok(step);
-    }
-    // Sealed only now: a replay answered on the read snapshot above never pays for it.
+    // A replay was answered before this (`answer_from_snapshot`, asked by the guard): sealing
+    // and the writer are for decisions that write.
     let sealed = match &ask.first {
         Some(first) => first
             .seal(&app.secret, &ask.id)
@@ -184,19 +184,6 @@ pub static NO_LEGACY: Legacy = Legacy {
     hex: String::new(),
     fields: BTreeMap::new(),
 };
-
-impl<'a> Probe<'a> {
-    fn of(ask: &'a Ask) -> Probe<'a> {
-        Probe {
-            id: &ask.id,
-            fingerprint: &ask.fingerprint.hex,
-            fields: &ask.fingerprint.fields,
-            legacy: &ask.fingerprint.legacy,
-            principal: &ask.principal,
-            actor: ask.actor,
-        }
-    }
-}
 
 /// Which operations `read_only` may answer for.
 #[derive(Clone, Copy, PartialEq, Eq)]
