@@ -29,16 +29,6 @@ async fn admin_body(
         .expect("admin answers")
 }
 
-async fn state(proxy: &Proxy, id: &str) -> String {
-    let path = format!("/ops/{}", id.replace('/', "%2F"));
-    let resp = admin(proxy, Method::GET, &path, &[]).await;
-    assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
-    resp.json()["state"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// An `unknown` operation: the provider commits the effect and drops its answer.
 async fn unknown_op(proxy: &Proxy, provider: &FakeProvider, op: &str) -> String {
     provider.set_behavior(Behavior::fixed(200, "made").drop_first_response(1));
@@ -85,7 +75,7 @@ async fn a_post_that_is_not_json_is_refused_and_the_operation_stays_unknown() {
                 .is_some_and(|d| d.contains("application/json")),
             "{refused}"
         );
-        assert_eq!(state(&proxy, &id).await, "unknown", "{content_type:?}");
+        assert_eq!(proxy.op_state(&id).await, "unknown", "{content_type:?}");
     }
     let replay = agent(&proxy, "op-1").await;
     assert_eq!(replay.status, StatusCode::ACCEPTED, "still held");
@@ -94,7 +84,7 @@ async fn a_post_that_is_not_json_is_refused_and_the_operation_stays_unknown() {
     let json_type = [("content-type", "Application/JSON; charset=utf-8")];
     let resolved = admin_body(&proxy, Method::POST, &path, &json_type, &body).await;
     assert_eq!(resolved.status, StatusCode::OK, "{}", resolved.text());
-    assert_eq!(state(&proxy, &id).await, "failed");
+    assert_eq!(proxy.op_state(&id).await, "failed");
 }
 
 #[tokio::test]
@@ -120,7 +110,7 @@ async fn a_foreign_origin_is_refused_even_with_the_token() {
         let approved = admin_body(&proxy, Method::POST, approve, &headers, "{}").await;
         problem(&approved, StatusCode::FORBIDDEN, "foreign-origin");
     }
-    assert_eq!(state(&proxy, "shop/create/op-1").await, "prepared");
+    assert_eq!(proxy.op_state("shop/create/op-1").await, "prepared");
     let shown = admin(&proxy, Method::GET, "/ops/shop%2Fcreate%2Fop-1", &[]).await;
     assert_eq!(
         shown.json()["approval"],

@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use common::{Behavior, FakeProvider, Proxy, Resp, route, send};
 use http::{Method, StatusCode};
 use idemproxy::clock::Timestamp;
@@ -172,7 +170,7 @@ async fn the_settler_looks_up_by_the_json_field_too() {
         later_requests(&provider),
         [get("/v1/payments?limit=1&reference=ORD%207%2F1")]
     );
-    until_state(&proxy, &op("wf-j2"), "succeeded").await;
+    proxy.until_state(&op("wf-j2"), "succeeded").await;
     let replay = pay(&proxy, "wf-j2", "", JSON, body).await;
     assert_found(&replay);
     assert_eq!(provider.request_count(), 2, "nothing re-sent");
@@ -257,27 +255,4 @@ async fn erase_kept_request(proxy: &Proxy, id: &str) {
         .await;
     erased.expect("erased");
     assert!(ledger.kept_request(id).await.expect("read").is_none());
-}
-
-/// The operation's state as the admin API shows it.
-async fn state(proxy: &Proxy, id: &str) -> String {
-    let url = proxy.admin_url(&format!("/ops/{}", id.replace('/', "%2F")));
-    let resp = send(Method::GET, &url, &[], "")
-        .await
-        .expect("admin answers");
-    resp.json()["state"].as_str().unwrap_or_default().to_owned()
-}
-
-/// Waits (bounded) until the operation is in `want`: the verdict is written just after the
-/// lookup's answer, and the admin API is the only window on it.
-async fn until_state(proxy: &Proxy, id: &str, want: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let now = state(proxy, id).await;
-        if now == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{id} stayed {now}, never {want}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }

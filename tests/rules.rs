@@ -9,8 +9,6 @@
 mod common;
 mod guarded;
 
-use std::time::{Duration, Instant};
-
 use common::{Behavior, FakeProvider, Proxy, Resp, route, send};
 use guarded::{ledger, problem};
 use http::{Method, StatusCode};
@@ -200,28 +198,12 @@ async fn a_pending_answer_is_never_failed_and_answers_in_flight() {
     assert!(detail.contains("still processing"), "{detail}");
 }
 
-/// The operation's state as the admin API shows it, waited for (bounded).
-async fn until_state(proxy: &Proxy, id: &str, want: &str) {
-    let url = proxy.admin_url(&format!("/ops/{}", id.replace('/', "%2F")));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let resp = send(Method::GET, &url, &[], "")
-            .await
-            .expect("admin answers");
-        if resp.json()["state"] == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{id} never became {want}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// The settler's re-send of an unknown create meets the conflict too, and reconciles it.
 #[tokio::test]
 async fn the_settlers_resend_is_classified_by_the_rules() {
     let (provider, proxy) = lost_then_conflicting(CONFLICT_RULE, LOOKUP).await;
     provider.wait_for_requests(3).await;
-    until_state(&proxy, &id("pay-1"), "succeeded").await;
+    proxy.until_state(&id("pay-1"), "succeeded").await;
     assert_eq!(
         seen(&provider),
         ["POST /payments", "POST /payments", "GET /payments/PM123"]

@@ -7,34 +7,12 @@
 mod common;
 mod guarded;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Behavior, FakeProvider, Proxy, send};
 use guarded::*;
 use http::{Method, StatusCode};
 use idemproxy::operation::EventKind;
-
-/// The operation's state as the admin API shows it.
-async fn state(proxy: &Proxy, id: &str) -> String {
-    let url = proxy.admin_url(&format!("/ops/{}", id.replace('/', "%2F")));
-    let resp = send(Method::GET, &url, &[], "")
-        .await
-        .expect("admin answers");
-    resp.json()["state"].as_str().unwrap_or_default().to_owned()
-}
-
-/// Waits (bounded) until the operation is in `want`.
-async fn until_state(proxy: &Proxy, id: &str, want: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let now = state(proxy, id).await;
-        if now == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{id} stayed {now}, never {want}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 async fn paid_refund(proxy: &Proxy, rendered: &str) -> common::Resp {
     let headers = [
@@ -60,7 +38,7 @@ async fn an_unknown_operation_is_resent_by_the_settler() {
     let lost = paid_refund(&proxy, "wf-s1").await;
     problem(&lost, StatusCode::ACCEPTED, "outcome-unknown");
     provider.wait_for_requests(2).await;
-    until_state(&proxy, &id, "succeeded").await;
+    proxy.until_state(&id, "succeeded").await;
 
     let requests = provider.requests();
     assert_eq!(requests[1].body, requests[0].body, "the kept first request");
@@ -113,7 +91,7 @@ async fn after_a_restart_the_settler_uses_settle_headers_from_the_environment() 
 
     proxy.restart().await;
     provider.wait_for_requests(2).await;
-    until_state(&proxy, &id, "succeeded").await;
+    proxy.until_state(&id, "succeeded").await;
     let requests = provider.requests();
     assert_eq!(
         requests[1].header("authorization"),
@@ -145,7 +123,7 @@ async fn without_credentials_the_settler_waits_for_the_agent() {
 
     // Past the settler's quiet time (2 s as unknown), several of its passes (every 500 ms).
     tokio::time::sleep(Duration::from_millis(3500)).await;
-    assert_eq!(state(&proxy, &id).await, "unknown");
+    assert_eq!(proxy.op_state(&id).await, "unknown");
     assert_eq!(
         provider.request_count(),
         1,
@@ -178,7 +156,7 @@ async fn the_settler_reconciles_an_operation_it_may_not_resend() {
         200,
         serde_json::json!({"data": [{"id": "re_1", "amount": 500}]}),
     ));
-    until_state(&proxy, &id, "succeeded").await;
+    proxy.until_state(&id, "succeeded").await;
     let requests = provider.requests();
     assert_eq!(requests[1].method, Method::GET);
     assert!(requests[1].path_and_query.contains(&opaque_key(&id)));

@@ -260,6 +260,33 @@ impl Proxy {
         &self.config
     }
 
+    /// The state of operation `id` as `GET /ops/{id}` shows it (the admin call must succeed).
+    pub async fn op_state(&self, id: &str) -> String {
+        let url = self.admin_url(&format!("/ops/{}", id.replace('/', "%2F")));
+        let resp = super::client::send(http::Method::GET, &url, &[], "")
+            .await
+            .expect("admin answers");
+        assert_eq!(resp.status, http::StatusCode::OK, "{}", resp.text());
+        resp.json()["state"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Waits (bounded, 20 s) until operation `id` is in state `want`: for verdicts written
+    /// in the background (the settler, a lookup), whose only window is the admin API.
+    pub async fn until_state(&self, id: &str, want: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let now = self.op_state(id).await;
+            if now == want {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{id} stayed {now}, never {want}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     pub fn ledger_path(&self) -> PathBuf {
         self.config.ledger_path()
     }
