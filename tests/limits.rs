@@ -1,6 +1,6 @@
 //! Inbound limits: request headers over 64 KiB are refused (431, or the connection closed)
 //! on HTTP/1.1 and h2c, never forwarded, and the proxy keeps serving afterwards; ordinary
-//! large headers (16 KiB) still pass.
+//! large headers (16 KiB) still pass. More than 100 header fields on HTTP/1.1 are refused too.
 
 mod common;
 
@@ -80,4 +80,24 @@ async fn a_16_kib_header_passes() {
             .iter()
             .all(|r| r.header("x-large") == Some(large.as_str()))
     );
+}
+
+/// At most 100 header fields per HTTP/1.1 request (hyper's own limit): 95 pass, 101 are
+/// refused and never forwarded.
+#[tokio::test]
+async fn more_than_100_header_fields_are_refused_over_http1() {
+    let (provider, proxy) = start().await;
+    let names: Vec<String> = (0..101).map(|i| format!("x-field-{i}")).collect();
+    let fields =
+        |n: usize| -> Vec<(&str, &str)> { names[..n].iter().map(|k| (k.as_str(), "v")).collect() };
+    let fine = send(Method::GET, &proxy.url("/p/fine"), &fields(95), "").await;
+    assert_eq!(fine.expect("answer").status, StatusCode::OK);
+    let answer = send(Method::GET, &proxy.url("/p/many"), &fields(101), "").await;
+    assert!(refused(&answer), "{answer:?}");
+    assert_eq!(
+        provider.request_count(),
+        1,
+        "only the request within the limit was forwarded"
+    );
+    still_serving(&proxy).await;
 }
