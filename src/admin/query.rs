@@ -35,6 +35,23 @@ pub struct ListQuery {
     pub after: Option<String>,
 }
 
+/// The parameters of an admin query string that have a value, each once: an empty value means
+/// "not given"; a parameter given twice is an error (which of the two would count?).
+pub(super) fn given(query: Option<&str>) -> Result<Vec<(String, String)>, AdminError> {
+    let mut given: Vec<(String, String)> = Vec::new();
+    let mut seen = Vec::new();
+    for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        if seen.contains(&key) {
+            return Err(bad(format!("`{key}` is given more than once.")));
+        }
+        seen.push(key.clone());
+        if !value.is_empty() {
+            given.push((key.into_owned(), value.into_owned()));
+        }
+    }
+    Ok(given)
+}
+
 /// Parses `state=&provider=&route=&limit=&after=`. An empty value means "not given"; an
 /// unknown parameter, a repeated one, an unknown state or a limit outside 1..=1000 is an error
 /// (a typo must not silently list everything).
@@ -43,17 +60,8 @@ pub fn parse_list_query(query: Option<&str>) -> Result<ListQuery, AdminError> {
         limit: DEFAULT_LIMIT,
         ..ListQuery::default()
     };
-    let mut seen = Vec::new();
-    for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-        if seen.contains(&key) {
-            return Err(bad(format!("`{key}` is given more than once.")));
-        }
-        seen.push(key.clone());
-        if value.is_empty() {
-            continue;
-        }
-        let value = value.into_owned();
-        match key.as_ref() {
+    for (key, value) in given(query)? {
+        match key.as_str() {
             "state" => q.state = Some(parse_state(&value)?),
             "provider" => q.provider = Some(value),
             "route" => q.route = Some(value),

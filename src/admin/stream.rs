@@ -53,17 +53,8 @@ impl EventFilter {
 /// given"; an unknown or repeated parameter or an unknown kind is an error.
 pub fn parse_filter(query: Option<&str>) -> Result<EventFilter, AdminError> {
     let mut filter = EventFilter::default();
-    let mut seen = Vec::new();
-    for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-        if seen.contains(&key) {
-            return Err(bad(format!("`{key}` is given more than once.")));
-        }
-        seen.push(key.clone());
-        if value.is_empty() {
-            continue;
-        }
-        let value = value.into_owned();
-        match key.as_ref() {
+    for (key, value) in super::query::given(query)? {
+        match key.as_str() {
             "provider" => filter.provider = Some(value),
             "route" => filter.route = Some(value),
             "kind" => filter.kind = Some(kind(&value)?),
