@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::process::signal;
+use common::process::run_to_end;
 use common::{Behavior, FakeProvider, Proxy, Resp, problem, route, send};
 use http::{Method, StatusCode};
 use serde_json::json;
@@ -84,24 +84,12 @@ async fn show(proxy: &Proxy, id: &str) -> serde_json::Value {
 /// Runs the browser script to its end; panics with its output unless it passed.
 async fn drive_browser(python: &Path, args: serde_json::Value) -> String {
     let script = repo().join("tests/console/test_console.py");
-    let child = Command::new(python)
+    let mut command = Command::new(python);
+    command
         .arg(script)
         .arg(args.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the browser script");
-    let pid = child.id();
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output());
-    let output = match tokio::time::timeout(BROWSER_TIMEOUT, output).await {
-        Ok(Ok(Ok(output))) => output,
-        Ok(failed) => panic!("waiting for the browser script: {failed:?}"),
-        Err(_) => {
-            signal(pid, "KILL");
-            panic!("the browser script did not finish within {BROWSER_TIMEOUT:?}")
-        }
-    };
+        .stdin(Stdio::null());
+    let output = run_to_end(command, BROWSER_TIMEOUT, "the browser script").await;
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, ChildStdout, Command, ExitStatus};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -91,6 +91,25 @@ pub async fn wait_exit(mut child: Child) -> ExitStatus {
         Err(_) => {
             signal(pid, "KILL");
             panic!("idemproxy (pid {pid}) did not exit within {PROCESS_TIMEOUT:?}")
+        }
+    }
+}
+
+/// Runs `command` to its end with stdout and stderr captured, without blocking the async
+/// workers; kills it and panics (naming `what`) if it takes longer than `limit`.
+pub async fn run_to_end(mut command: Command, limit: Duration, what: &str) -> Output {
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    let pid = child.id();
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output());
+    match tokio::time::timeout(limit, output).await {
+        Ok(Ok(Ok(output))) => output,
+        Ok(failed) => panic!("waiting for {what}: {failed:?}"),
+        Err(_) => {
+            signal(pid, "KILL");
+            panic!("{what} did not finish within {limit:?}")
         }
     }
 }

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 
-use super::process::{NotReady, PROCESS_TIMEOUT, signal, wait_exit, wait_ready};
+use super::process::{NotReady, PROCESS_TIMEOUT, run_to_end, signal, wait_exit, wait_ready};
 
 const LOG_FILE: &str = "proxy.log";
 
@@ -147,21 +147,8 @@ impl ConfigDir {
     /// (status, stdout, stderr).
     pub async fn run_cli(&self, args: &[&str]) -> (ExitStatus, String, String) {
         let mut command = self.command();
-        command
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let child = command.spawn().expect("spawn idemproxy");
-        let pid = child.id();
-        let output = tokio::task::spawn_blocking(move || child.wait_with_output());
-        let output = match tokio::time::timeout(PROCESS_TIMEOUT, output).await {
-            Ok(Ok(Ok(output))) => output,
-            Ok(failed) => panic!("waiting for idemproxy {args:?}: {failed:?}"),
-            Err(_) => {
-                signal(pid, "KILL");
-                panic!("idemproxy {args:?} did not finish within {PROCESS_TIMEOUT:?}")
-            }
-        };
+        command.args(args);
+        let output = run_to_end(command, PROCESS_TIMEOUT, &format!("idemproxy {args:?}")).await;
         let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
         (output.status, text(&output.stdout), text(&output.stderr))
     }
