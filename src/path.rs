@@ -92,6 +92,11 @@ pub fn ambiguity(raw: &str) -> Option<&'static str> {
     if !raw.bytes().any(suspect) {
         return None;
     }
+    segment_ambiguity(raw)
+}
+
+/// `ambiguity` without its fast path: every segment decoded and looked at.
+fn segment_ambiguity(raw: &str) -> Option<&'static str> {
     for segment in raw.split('/') {
         let decoded = decode_all(segment);
         if decoded == b"." || decoded == b".." {
@@ -122,6 +127,13 @@ pub fn below<'a>(path: &'a str, base: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn the_fast_path_of_ambiguity_finds_what_the_full_scan_finds(raw in "(/|[a-z]{1,3}|%2[fFeE]|%3[bB]|%5[cC]|%00|\\.|;|\\\\|\\x7f|\\t|%7[eE]){0,12}") {
+            proptest::prop_assert_eq!(ambiguity(&raw), segment_ambiguity(&raw));
+        }
+    }
 
     #[test]
     fn normalized_spellings_meet_the_same_route() {

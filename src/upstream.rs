@@ -396,6 +396,22 @@ mod tests {
     }
 
     #[test]
+    fn a_request_without_via_gets_the_one_entry_for_its_protocol() {
+        let via = Via::of(&crate::secret::Secret::from_bytes([7; 32]));
+        for (version, protocol) in [
+            (Version::HTTP_10, "1.0"),
+            (Version::HTTP_11, "1.1"),
+            (Version::HTTP_2, "2"),
+        ] {
+            let mut h = HeaderMap::new();
+            via.append(&mut h, version);
+            let value = h.get(header::VIA).unwrap().to_str().unwrap().to_string();
+            assert_eq!(value, format!("{protocol} {}", via.pseudonym));
+            assert!(via.seen_in(&h));
+        }
+    }
+
+    #[test]
     fn bundled_roots_load_and_a_missing_ca_file_is_an_error() {
         assert!(tls_config(None).is_ok());
         let err = tls_config(Some(Path::new("/nonexistent/ca.pem"))).unwrap_err();
