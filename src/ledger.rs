@@ -28,6 +28,7 @@
 
 mod batch;
 mod codec;
+pub mod copy;
 mod feed;
 mod recovery;
 mod redb;

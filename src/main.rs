@@ -47,8 +47,26 @@ enum Command {
     },
     /// Inspect and settle operations through a running proxy's admin API.
     Ops(idemproxy::ops::OpsArgs),
+    /// Work on a ledger itself; no proxy may run on it meanwhile.
+    #[command(subcommand)]
+    Ledger(LedgerVerb),
     /// A lost-response refund, end to end, offline.
     Demo,
+}
+
+#[derive(Subcommand)]
+enum LedgerVerb {
+    /// Copy every operation, event, response and tombstone into a new or empty ledger.
+    Copy {
+        /// The ledger to copy: a redb file, or a postgres:// URL. No proxy may run on it;
+        /// it is read, never changed.
+        #[arg(long, value_name = "FILE|URL")]
+        from: String,
+        /// Where to copy it: a redb file (created if absent) or a postgres:// URL; it must
+        /// hold no operation and no tombstone.
+        #[arg(long, value_name = "FILE|URL")]
+        to: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -63,6 +81,7 @@ fn main() -> ExitCode {
         Command::Serve { config } => serve(config),
         Command::Check { config } => check(config),
         Command::Ops(args) => idemproxy::ops::run(args),
+        Command::Ledger(LedgerVerb::Copy { from, to }) => ledger_copy(&from, &to),
         Command::Demo => demo(),
     }
 }
@@ -137,6 +156,38 @@ fn serve(path: PathBuf) -> ExitCode {
             }
         }
     })
+}
+
+fn ledger_copy(from: &str, to: &str) -> ExitCode {
+    use idemproxy::ledger::copy::{self, Place};
+    let places = Place::parse(from).and_then(|from| Ok((from, Place::parse(to)?)));
+    let (from, to) = match places {
+        Ok(places) => places,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(copy::copy(&from, &to)) {
+        Ok(copied) => {
+            println!("{copied} from {from} to {to}");
+            for note in copy::notes(&from, &to, &copied) {
+                eprintln!("note: {note}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
 }
 
 fn demo() -> ExitCode {

@@ -360,6 +360,10 @@ fn recover(
 ) -> Result<Option<(u64, Vec<Operation>)>, Fault> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
+    if store::copy_unfinished(&txn)? {
+        txn.abort()?;
+        return Err(Fault::new(super::copy::UNFINISHED.to_owned()));
+    }
     if let Some(check) = secret_check
         && !store::keep_secret_check(&txn, check)?
     {

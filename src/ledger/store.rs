@@ -20,6 +20,7 @@ use redb::{
 };
 
 use super::codec;
+use super::copy::Live;
 use super::recovery::unrecorded_reason;
 use super::replays::{self, ReplayTable};
 use super::tombstone::{Tombs, leaves_tombstone};
@@ -142,6 +143,90 @@ pub(super) fn bump_epoch(txn: &WriteTransaction) -> Result<u64, Fault> {
     Ok(epoch)
 }
 
+/// The `meta` key set while `ledger copy` fills this ledger; its last commit removes it.
+const COPYING: &str = "copy_unfinished";
+
+/// Whether a `ledger copy` into this ledger began and never finished (it then holds only part
+/// of its source, and opening it would forget operations that happened).
+pub(super) fn copy_unfinished(txn: &WriteTransaction) -> Result<bool, Fault> {
+    Ok(txn.open_table(META)?.get(COPYING)?.is_some())
+}
+
+/// `copy_unfinished` on a read snapshot.
+pub(super) fn copy_unfinished_in(txn: &ReadTransaction) -> Result<bool, Fault> {
+    match txn.open_table(META) {
+        Ok(meta) => Ok(meta.get(COPYING)?.is_some()),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Marks this ledger as being filled by `ledger copy` (`true`), or as complete (`false`).
+pub(super) fn mark_copying(txn: &WriteTransaction, copying: bool) -> Result<(), Fault> {
+    let mut meta = txn.open_table(META)?;
+    if copying {
+        meta.insert(COPYING, 1)?;
+    } else {
+        meta.remove(COPYING)?;
+    }
+    Ok(())
+}
+
+/// Sets what a copied ledger inherits from its source: the secret's check value (`None`:
+/// none, so the first open keeps its own) and a boot epoch at least `epoch`, so no fence of
+/// a copied claim is ever issued again.
+pub(super) fn inherit(
+    txn: &WriteTransaction,
+    secret_check: Option<&str>,
+    epoch: u64,
+) -> Result<(), Fault> {
+    let mut checks = txn.open_table(CHECKS)?;
+    match secret_check {
+        Some(check) => checks.insert(SECRET_CHECK, check)?,
+        None => checks.remove(SECRET_CHECK)?,
+    };
+    let mut meta = txn.open_table(META)?;
+    let kept = meta.get(EPOCH)?.map_or(0, |v| v.value());
+    meta.insert(EPOCH, kept.max(epoch))?;
+    Ok(())
+}
+
+/// The secret's check value a ledger keeps and its boot epoch, on a read snapshot (`None`
+/// and 0 for a ledger never opened with a secret, or never opened).
+pub(super) fn heritage(txn: &ReadTransaction) -> Result<(Option<String>, u64), Fault> {
+    let check = match txn.open_table(CHECKS) {
+        Ok(table) => table.get(SECRET_CHECK)?.map(|v| v.value().to_owned()),
+        Err(redb::TableError::TableDoesNotExist(_)) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let epoch = match txn.open_table(META) {
+        Ok(table) => table.get(EPOCH)?.map_or(0, |v| v.value()),
+        Err(redb::TableError::TableDoesNotExist(_)) => 0,
+        Err(e) => return Err(e.into()),
+    };
+    Ok((check, epoch))
+}
+
+/// Up to `max` live operations whose IDs sort after `after`, in ID order (for `ledger copy`).
+pub(super) fn ops_after(
+    txn: &ReadTransaction,
+    after: Option<&str>,
+    max: usize,
+) -> Result<Vec<Operation>, Fault> {
+    let table = match txn.open_table(OPS) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+    let mut out = Vec::new();
+    for entry in table.range::<&str>((start, Bound::Unbounded))?.take(max) {
+        let (_, bytes) = entry?;
+        out.push(codec::decode_op(bytes.value())?);
+    }
+    Ok(out)
+}
+
 /// The ledger's tables opened in one write transaction.
 pub(super) struct Tables<'t> {
     ops: Table<'t, &'static str, &'static [u8]>,
@@ -174,6 +259,40 @@ impl<'t> Tables<'t> {
             Some(op) => Ok(Some(op)),
             None => self.tombs.get(id),
         }
+    }
+
+    /// Stores one live operation copied from another ledger, as its source held it: its
+    /// record, index entries and counters, history, response, kept request and replay count.
+    pub(super) fn load_live(&mut self, live: Live) -> Result<(), Fault> {
+        let Live {
+            op,
+            events,
+            response,
+            request,
+            replays,
+        } = live;
+        let id = op.id.clone();
+        let request = request.map_or(RequestChange::Keep, RequestChange::Store);
+        let write = Write {
+            op,
+            events,
+            response,
+            request,
+        };
+        self.apply(&id, None, &write)?;
+        if let Some(r) = replays {
+            let row = (r.count, r.first_at.0, r.last_at.0);
+            self.replays.insert(id.as_str(), row)?;
+        }
+        Ok(())
+    }
+
+    /// Stores one tombstone copied from another ledger, with its `pruned_at`.
+    pub(super) fn load_tombstone(&mut self, tomb: &Operation) -> Result<(), Fault> {
+        let Some(at) = tomb.pruned_at else {
+            return Err(Fault(format!("tombstone {} has no pruned_at", tomb.id)));
+        };
+        self.tombs.put(tomb, at)
     }
 
     /// Deletes up to `max` tombstones made before `older_than`; returns how many went.

@@ -9,6 +9,7 @@
 //! It never decides what a tombstone means: `decide` refuses every request for one.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
@@ -100,6 +101,26 @@ pub(super) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Operation>, 
         Err(e) => return Err(e.into()),
     };
     decode(table.get(id)?.as_ref().map(|v| v.value()))
+}
+
+/// Up to `max` tombstones whose IDs sort after `after`, in ID order (for `ledger copy`).
+pub(super) fn after(
+    txn: &ReadTransaction,
+    after: Option<&str>,
+    max: usize,
+) -> Result<Vec<Operation>, Fault> {
+    let table = match txn.open_table(TOMBSTONES) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+    let mut out = Vec::new();
+    for entry in table.range::<&str>((start, Bound::Unbounded))?.take(max) {
+        let (_, bytes) = entry?;
+        out.extend(decode(Some(bytes.value()))?);
+    }
+    Ok(out)
 }
 
 fn decode(bytes: Option<&[u8]>) -> Result<Option<Operation>, Fault> {
