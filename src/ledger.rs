@@ -9,7 +9,7 @@
 //! backend type ever leaves it, and no module above it names a backend. Today the one backend
 //! is redb (`redb`, with its tables in `store`, `codec`, `tombstone` and `replays`, its single
 //! writer in `writer` and `batch`, its reopen after a storage error in `recovery`); `feed` is
-//! the in-process broadcast of committed events.
+//! the in-process broadcast of committed events; `copy` copies one ledger into another.
 //!
 //! `Ledger` dispatches to its backend through a private enum, not a trait object: every call
 //! is a `match` the compiler inlines, so the hot path (`replayable`, a synchronous point read
