@@ -13,7 +13,7 @@ use std::sync::Arc;
 use ::redb::{Database, DatabaseError, Durability, ReadOnlyDatabase, ReadTransaction};
 use ::redb::{ReadableDatabase, WriteTransaction};
 
-use super::{CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED};
+use super::{CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED, UNFINISHED};
 use crate::ledger::store::{self, Fault, Tables};
 use crate::ledger::{replays, tombstone};
 
@@ -111,6 +111,12 @@ fn open_source(path: &Path) -> Result<Reader, CopyError> {
         Held::Repaired(db) => db.begin_read(),
     };
     let txn = txn.map_err(|e| read_error(e.to_string()))?;
+    // A partial copy would be copied whole, and the mark that keeps it from opening lost.
+    match store::copy_unfinished_in(&txn) {
+        Ok(false) => {}
+        Ok(true) => return Err(read_error(UNFINISHED.to_owned())),
+        Err(fault) => return Err(read_error(fault.to_string())),
+    }
     Ok(Reader {
         name,
         txn: Arc::new(txn),
