@@ -196,8 +196,8 @@ fn serve(path: PathBuf) -> ExitCode {
 }
 
 fn ledger_copy(from: &str, to: &str) -> ExitCode {
-    use idemproxy::ledger::copy::{self, Place};
-    let places = Place::parse(from).and_then(|from| Ok((from, Place::parse(to)?)));
+    use idemproxy::ledger::copy;
+    let places = copy::parse(from).and_then(|from| Ok((from, copy::parse(to)?)));
     let (from, to) = match places {
         Ok(places) => places,
         Err(e) => {

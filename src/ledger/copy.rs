@@ -19,6 +19,8 @@ mod tests;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use super::at::{LedgerAt, PgUrl};
+use super::postgres::copy as postgres;
 use super::replays::Replays;
 use crate::operation::{Event, Operation, State, StoredResponse};
 use crate::secret::{SECRET_ENV, SECRET_FILE_ENV, Secret};
@@ -48,6 +50,15 @@ pub(super) struct Live {
     pub(super) replays: Option<Replays>,
 }
 
+/// Where a dump stands: live operations in ID order (after this ID), then tombstones in ID
+/// order (bytewise, as both backends sort IDs).
+#[derive(Clone)]
+pub(super) enum Position {
+    Live(Option<String>),
+    Tombs(Option<String>),
+    Done,
+}
+
 /// What a ledger holds besides its entries, and a copy inherits.
 pub(super) struct Header {
     /// The installation secret's check value (never the secret).
@@ -56,34 +67,22 @@ pub(super) struct Header {
     pub(super) epoch: u64,
 }
 
-/// Where a ledger is, as `--from` and `--to` name it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Place {
-    File(PathBuf),
-}
-
-impl Place {
-    /// A redb file path, or a PostgreSQL URL (`postgres://`, `postgresql://`).
-    pub fn parse(text: &str) -> Result<Place, CopyError> {
-        let usage = |why: &str| CopyError::Usage(format!("{text:?}: {why}"));
-        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-            return Err(usage(
-                "a PostgreSQL ledger is not available in this version; give a file path",
-            ));
-        }
-        if text.is_empty() {
-            return Err(usage("empty path (e.g. \"data/ledger.redb\")"));
-        }
-        Ok(Place::File(PathBuf::from(text)))
+/// Where a ledger is, as `--from` or `--to` names it: a PostgreSQL URL (`postgres://`,
+/// `postgresql://`), else a redb file path.
+pub fn parse(text: &str) -> Result<LedgerAt, CopyError> {
+    if LedgerAt::is_postgres_url(text) {
+        return PgUrl::parse(text)
+            .map(LedgerAt::Postgres)
+            .map_err(CopyError::Usage);
     }
-}
-
-impl fmt::Display for Place {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Place::File(path) => write!(f, "{}", path.display()),
-        }
+    if text.is_empty() {
+        return Err(CopyError::Usage(
+            "an empty ledger path (give a redb file, e.g. \"data/ledger.redb\", or a \
+             postgres:// URL)"
+                .to_owned(),
+        ));
     }
+    Ok(LedgerAt::File(PathBuf::from(text)))
 }
 
 /// Why a copy did not happen (or did not finish); each names the ledger and what to do.
@@ -126,9 +125,10 @@ impl CopyError {
 }
 
 /// The `hint` of `NotEmpty` for a destination an earlier copy left unfinished.
-const LEFT_UNFINISHED: &str = "; it holds an earlier copy that did not finish: delete it first";
+pub(super) const LEFT_UNFINISHED: &str =
+    "; it holds an earlier copy that did not finish: delete it first";
 /// The `after` of `Write` once the destination is marked unfinished.
-const MARKED: &str = "; it now holds part of the copy and refuses to open: delete it and run \
+pub(super) const MARKED: &str = "; it now holds part of the copy and refuses to open: delete it and run \
     the copy again";
 
 /// What a copy copied.
@@ -184,11 +184,17 @@ impl fmt::Display for Copied {
 
 /// What the operator should know after a copy: which secret the destination needs, and what
 /// its first open does to the operations copied in flight.
-pub fn notes(from: &Place, to: &Place, copied: &Copied) -> Vec<String> {
+pub fn notes(from: &LedgerAt, to: &LedgerAt, copied: &Copied) -> Vec<String> {
     let mut notes = Vec::new();
     if copied.secret_check {
         let how = match (from, to) {
-            (Place::File(from), Place::File(to)) => format!(
+            (_, LedgerAt::Postgres(_)) => {
+                format!("set {SECRET_ENV} or {SECRET_FILE_ENV} to it on every replica")
+            }
+            (LedgerAt::Postgres(_), LedgerAt::File(_)) => {
+                format!("set {SECRET_ENV} or {SECRET_FILE_ENV} to it")
+            }
+            (LedgerAt::File(from), LedgerAt::File(to)) => format!(
                 "set {SECRET_ENV} (or {SECRET_FILE_ENV}) to it, or copy its file ({} unless \
                  {SECRET_FILE_ENV} named another) to {}",
                 Secret::default_path(from).display(),
@@ -213,7 +219,7 @@ pub fn notes(from: &Place, to: &Place, copied: &Copied) -> Vec<String> {
 /// tombstone (a file that does not exist is created). Reads `from` without changing it; a
 /// redb file a running proxy holds is refused. On an error before the first write `to` is
 /// unchanged; after it, `to` refuses to open until deleted (see the module doc).
-pub async fn copy(from: &Place, to: &Place) -> Result<Copied, CopyError> {
+pub async fn copy(from: &LedgerAt, to: &LedgerAt) -> Result<Copied, CopyError> {
     if same_place(from, to) {
         return Err(CopyError::Usage(format!(
             "--from and --to name the same ledger ({from})"
@@ -240,9 +246,10 @@ pub async fn copy(from: &Place, to: &Place) -> Result<Copied, CopyError> {
 }
 
 /// Whether both name the same ledger (a file by its canonical path when it exists).
-fn same_place(a: &Place, b: &Place) -> bool {
+fn same_place(a: &LedgerAt, b: &LedgerAt) -> bool {
     match (a, b) {
-        (Place::File(a), Place::File(b)) => canonical(a) == canonical(b),
+        (LedgerAt::File(a), LedgerAt::File(b)) => canonical(a) == canonical(b),
+        (a, b) => a == b,
     }
 }
 
@@ -253,18 +260,21 @@ fn canonical(path: &Path) -> PathBuf {
 /// The ledger being read, whichever backend.
 enum Source {
     Redb(redb::Reader),
+    Postgres(postgres::Reader),
 }
 
 impl Source {
-    async fn open(at: &Place) -> Result<Source, CopyError> {
+    async fn open(at: &LedgerAt) -> Result<Source, CopyError> {
         match at {
-            Place::File(path) => redb::Reader::open(path).await.map(Source::Redb),
+            LedgerAt::File(path) => redb::Reader::open(path).await.map(Source::Redb),
+            LedgerAt::Postgres(url) => postgres::Reader::open(url).await.map(Source::Postgres),
         }
     }
 
     async fn header(&self) -> Result<Header, CopyError> {
         match self {
             Source::Redb(reader) => reader.header().await,
+            Source::Postgres(reader) => reader.header().await,
         }
     }
 
@@ -272,6 +282,7 @@ impl Source {
     async fn page(&mut self, max: usize) -> Result<Vec<Entry>, CopyError> {
         match self {
             Source::Redb(reader) => reader.page(max).await,
+            Source::Postgres(reader) => reader.page(max).await,
         }
     }
 }
@@ -279,13 +290,16 @@ impl Source {
 /// The ledger being written, whichever backend.
 enum Target {
     Redb(redb::Loader),
+    Postgres(postgres::Loader),
 }
 
 impl Target {
-    /// Opens (or creates) it and checks that it is empty, writing nothing.
-    async fn open(at: &Place) -> Result<Target, CopyError> {
+    /// Opens (or creates) it and checks that it is empty; writes nothing but, for a
+    /// PostgreSQL database without one, the empty schema.
+    async fn open(at: &LedgerAt) -> Result<Target, CopyError> {
         match at {
-            Place::File(path) => redb::Loader::open(path).await.map(Target::Redb),
+            LedgerAt::File(path) => redb::Loader::open(path).await.map(Target::Redb),
+            LedgerAt::Postgres(url) => postgres::Loader::open(url).await.map(Target::Postgres),
         }
     }
 
@@ -293,6 +307,7 @@ impl Target {
     async fn begin(&self, header: &Header) -> Result<(), CopyError> {
         match self {
             Target::Redb(loader) => loader.begin(header).await,
+            Target::Postgres(loader) => loader.begin(header).await,
         }
     }
 
@@ -300,6 +315,7 @@ impl Target {
     async fn load(&self, page: Vec<Entry>) -> Result<(), CopyError> {
         match self {
             Target::Redb(loader) => loader.load(page).await,
+            Target::Postgres(loader) => loader.load(page).await,
         }
     }
 
@@ -307,6 +323,7 @@ impl Target {
     async fn finish(&self) -> Result<(), CopyError> {
         match self {
             Target::Redb(loader) => loader.finish().await,
+            Target::Postgres(loader) => loader.finish().await,
         }
     }
 }

@@ -14,12 +14,13 @@
 //! leave one half done; a transaction that fails or times out discards its connection.
 
 mod connect;
+pub(super) mod copy;
 mod lease;
 mod prune;
 mod read;
 mod schema;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 mod update;
 
 use std::future::Future;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use ::redb::{Database, DatabaseError, Durability, ReadOnlyDatabase, ReadTransaction};
 use ::redb::{ReadableDatabase, WriteTransaction};
 
-use super::{CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED, UNFINISHED};
+use super::{CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED, Position, UNFINISHED};
 use crate::ledger::store::{self, Fault, Tables};
 use crate::ledger::{replays, tombstone};
 
@@ -33,14 +33,6 @@ pub(in crate::ledger) struct Reader {
 enum Held {
     ReadOnly(ReadOnlyDatabase),
     Repaired(Database),
-}
-
-/// Where the dump stands: live operations in ID order, then tombstones in ID order.
-#[derive(Clone)]
-enum Position {
-    Live(Option<String>),
-    Tombs(Option<String>),
-    Done,
 }
 
 impl Reader {

@@ -10,6 +10,7 @@ use tempfile::TempDir;
 
 use super::*;
 use crate::clock::Timestamp;
+use crate::ledger::postgres::tests::TestDb;
 use crate::ledger::{Filter, Ledger, LedgerError, LedgerOptions, ReplayNote};
 use crate::operation::{Approval, EventKind, RequestChange, Write};
 
@@ -111,6 +112,14 @@ async fn source(path: &Path) {
 /// Everything a ledger answers, for every ID it may hold, as one comparable text.
 async fn everything(ledger: &Ledger, ids: &[&str]) -> String {
     let mut out = format!("{:?}\n", ledger.stats().await.unwrap());
+    out.push_str(&listed(ledger).await);
+    out.push_str(&each(ledger, ids).await);
+    out
+}
+
+/// Every page of the list, as one text.
+async fn listed(ledger: &Ledger) -> String {
+    let mut out = String::new();
     let mut after = None;
     loop {
         let all = Filter::default();
@@ -121,6 +130,12 @@ async fn everything(ledger: &Ledger, ids: &[&str]) -> String {
             None => break,
         }
     }
+    out
+}
+
+/// What the ledger answers for each of `ids`, as one text.
+async fn each(ledger: &Ledger, ids: &[&str]) -> String {
+    let mut out = String::new();
     for id in ids {
         out.push_str(&format!(
             "{id}: {:?} {:?} {:?} {:?} {:?} {:?}\n",
@@ -151,7 +166,7 @@ fn files(dir: &TempDir) -> (PathBuf, PathBuf) {
 }
 
 async fn copy_files(from: &Path, to: &Path) -> Result<Copied, CopyError> {
-    copy(&Place::File(from.into()), &Place::File(to.into())).await
+    copy(&LedgerAt::File(from.into()), &LedgerAt::File(to.into())).await
 }
 
 #[tokio::test]
@@ -298,4 +313,134 @@ async fn a_copy_that_did_not_finish_is_never_opened() {
     copy_files(&src, &dst).await.expect("a fresh copy");
     let copy = open(&dst, T0 + 1, CHECK).await.unwrap();
     assert!(copy.get("p/r/done").await.unwrap().is_some());
+}
+
+/// The IDs of every page of the list, in order.
+async fn listed_ids(ledger: &Ledger) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        let all = Filter::default();
+        let page = ledger.list(&all, 2, after.as_deref()).await.unwrap();
+        out.extend(page.ops.iter().map(|op| op.id.clone()));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return out,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_to_postgresql_and_back_reads_back_exactly_as_its_source() {
+    let dir = TempDir::new().unwrap();
+    let (src, back) = files(&dir);
+    source(&src).await;
+    let db = TestDb::new().await;
+    let there = copy(&LedgerAt::File(src.clone()), &db.at).await.unwrap();
+    let returned = copy(&db.at, &LedgerAt::File(back.clone())).await.unwrap();
+    assert_eq!(there, returned, "the same counts both ways");
+    assert_eq!(
+        (there.operations, there.tombstones, there.events),
+        (5, 2, 11)
+    );
+
+    let later = T0 + 60_000;
+    let source = open(&src, later, CHECK).await.unwrap();
+    let copy_back = open(&back, later, CHECK).await.unwrap();
+    assert_eq!(
+        everything(&copy_back, &IDS).await,
+        everything(&source, &IDS).await
+    );
+    assert_eq!(copy_back.fence() >> 32, source.fence() >> 32);
+
+    // Served from PostgreSQL: the same answers (the claim in flight is orphaned by the
+    // database's own clock, so it is compared by its state only), in the same list order.
+    let served = Ledger::open(&db.at, Timestamp(later), opts(CHECK)).await;
+    let (served, _) = served.unwrap();
+    let settled: Vec<&str> = IDS
+        .iter()
+        .copied()
+        .filter(|id| *id != "p/r/flying")
+        .collect();
+    assert_eq!(each(&served, &settled).await, each(&source, &settled).await);
+    assert_eq!(listed_ids(&served).await, listed_ids(&source).await);
+    let stats = (served.stats().await.unwrap(), source.stats().await.unwrap());
+    assert_eq!(stats.0.by_state, stats.1.by_state);
+    let flying = served.get("p/r/flying").await.unwrap().unwrap();
+    assert_eq!(flying.state, State::Unknown);
+    assert!(
+        served.fence() >> 32 > 1,
+        "the replica's fences start past every fence the source issued (epoch 1)"
+    );
+    drop(served);
+    let other = Ledger::open(&db.at, Timestamp(later), opts("check-value-b")).await;
+    assert!(matches!(other, Err(LedgerError::OtherSecret { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_a_replica_serves_or_that_holds_anything_is_refused() {
+    let dir = TempDir::new().unwrap();
+    let (src, dst) = files(&dir);
+    source(&src).await;
+    let db = TestDb::new().await;
+    let served = Ledger::open(&db.at, Timestamp(T0), opts(CHECK))
+        .await
+        .unwrap()
+        .0;
+    let refused = copy(&LedgerAt::File(src.clone()), &db.at)
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, CopyError::InUse { .. }), "{refused}");
+    let refused = copy(&db.at, &LedgerAt::File(dst.clone()))
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, CopyError::InUse { .. }), "{refused}");
+    assert!(!dst.exists());
+    drop(served);
+
+    let full = TestDb::new().await;
+    copy(&LedgerAt::File(src.clone()), &full.at).await.unwrap();
+    let refused = copy(&LedgerAt::File(src.clone()), &full.at)
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, CopyError::NotEmpty { .. }), "{refused}");
+
+    let empty = TestDb::new().await;
+    let missing = copy(&empty.at, &LedgerAt::File(dst.clone()))
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, CopyError::Missing { .. }), "{missing}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_into_postgresql_that_did_not_finish_is_never_opened() {
+    let dir = TempDir::new().unwrap();
+    let (src, _) = files(&dir);
+    source(&src).await;
+    let db = TestDb::new().await;
+    let LedgerAt::Postgres(url) = &db.at else {
+        unreachable!("a database")
+    };
+    let mut reader = redb::Reader::open(&src).await.unwrap();
+    let loader = postgres::Loader::open(url).await.unwrap();
+    loader.begin(&reader.header().await.unwrap()).await.unwrap();
+    loader.load(reader.page(2).await.unwrap()).await.unwrap();
+    drop((reader, loader));
+
+    let refused = Ledger::open(&db.at, Timestamp(T0), opts(CHECK)).await;
+    let refused = refused.err().expect("refused").to_string();
+    assert!(refused.contains(UNFINISHED), "{refused}");
+    let again = copy(&LedgerAt::File(src.clone()), &db.at)
+        .await
+        .unwrap_err();
+    assert!(
+        again.to_string().contains("did not finish: delete it"),
+        "{again}"
+    );
+    let onward = copy(&db.at, &LedgerAt::File(dir.path().join("onward.redb"))).await;
+    let onward = onward.unwrap_err().to_string();
+    assert!(
+        onward.contains(UNFINISHED),
+        "never copied on as if whole: {onward}"
+    );
 }

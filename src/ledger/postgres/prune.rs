@@ -80,7 +80,7 @@ async fn delete_op(tx: &Tx, op: &Operation) -> Result<(), Fault> {
     Ok(())
 }
 
-async fn put_tombstone(tx: &Tx, tomb: &Operation) -> Result<(), Fault> {
+pub(super) async fn put_tombstone(tx: &Tx, tomb: &Operation) -> Result<(), Fault> {
     let record = codec::encode_op(tomb)?;
     let pruned_at = tomb.pruned_at.map_or(0, |t| t.0);
     tx.execute(

@@ -99,6 +99,15 @@ pub(super) async fn prepare(
         tx.rollback().await;
         return Ok(Err(found));
     }
+    // A ledger `ledger copy` is still filling (or left half filled) holds only part of its
+    // source: serving it would forget operations that happened.
+    let copying = tx
+        .query_opt("SELECT 1 FROM meta WHERE key = 'copy_unfinished'", &[])
+        .await?;
+    if copying.is_some() {
+        tx.rollback().await;
+        return Err(Fault::new(super::super::copy::UNFINISHED.to_owned()));
+    }
     if found < VERSION {
         tx.batch(TABLES).await?;
         tx.execute(

@@ -128,7 +128,12 @@ pub(super) async fn orphan(
 
 /// Applies one `Write` to `id` (`old` is what is stored now); whether it changed the
 /// operation, its response or its kept request (else it only appended history).
-async fn apply(tx: &Tx, id: &str, old: Option<&Operation>, write: &Write) -> Result<bool, Fault> {
+pub(super) async fn apply(
+    tx: &Tx,
+    id: &str,
+    old: Option<&Operation>,
+    write: &Write,
+) -> Result<bool, Fault> {
     change::admissible(id, write, old.is_some_and(|o| o.pruned_at.is_some()))?;
     let op_changed = old != Some(&write.op);
     if op_changed {
