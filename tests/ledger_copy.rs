@@ -3,6 +3,8 @@
 //! killed, copied into a new file, serves every replay and every admin view exactly as its
 //! source does; a ledger a running proxy holds, a destination that holds anything and a
 //! proxy with another secret are refused, and a copy leaves its source's bytes as they were.
+//! Copied into PostgreSQL (a database of its own on 127.0.0.1:5432) and back to a file, it
+//! answers the same again, and no message ever shows the URL's password.
 
 mod common;
 mod guarded;
@@ -131,7 +133,8 @@ async fn source(provider: &FakeProvider) -> Proxy {
 }
 
 /// Removes what differs only because each proxy orphaned the claim in flight at its own
-/// start: the orphaned operation's `updated_at` and its `operation.orphaned` event's time.
+/// start: the orphaned operation's `updated_at` and its `operation.orphaned` event's time
+/// (and, on PostgreSQL, where the claim's owner is a lapsed lease, the reason's wording).
 fn without_orphaning_times(mut value: Value) -> Value {
     let mut ops: Vec<&mut Value> = match value.get_mut("ops") {
         Some(Value::Array(ops)) => ops.iter_mut().collect(),
@@ -140,11 +143,13 @@ fn without_orphaning_times(mut value: Value) -> Value {
     for op in ops.iter_mut() {
         if op["operation_id"] == op_id("wf-hang") {
             op["updated_at"] = Value::Null;
+            op["error"] = Value::Null;
         }
         if let Some(Value::Array(events)) = op.get_mut("events") {
             for event in events {
                 if event["kind"] == "operation.orphaned" {
                     event["at"] = Value::Null;
+                    event["detail"] = Value::Null;
                 }
             }
         }
@@ -190,6 +195,10 @@ fn answer(resp: Resp) -> (StatusCode, Vec<Option<String>>, String) {
 
 async fn copy(dir: &ConfigDir, from: &Path, to: &Path) -> (bool, String, String) {
     let (from, to) = (from.to_str().unwrap(), to.to_str().unwrap());
+    copy_between(dir, from, to).await
+}
+
+async fn copy_between(dir: &ConfigDir, from: &str, to: &str) -> (bool, String, String) {
     let (status, stdout, stderr) = dir
         .run_cli(&["ledger", "copy", "--from", from, "--to", to])
         .await;
@@ -322,4 +331,150 @@ async fn copies_are_refused_while_a_proxy_holds_the_ledger_or_the_destination_ho
     let (status, log) = other.start_expect_failure().await;
     assert_eq!(status.code(), Some(2), "{log}");
     assert!(log.contains("another installation secret"), "{log}");
+}
+
+/// A PostgreSQL database of its own on 127.0.0.1:5432 (user `postgres`, trust auth), dropped
+/// with this. Its URL carries a password the server never asks for, so that a test can see
+/// it is never printed.
+struct Db {
+    name: String,
+    url: String,
+}
+
+const PASSWORD: &str = "hunter2-never-shown";
+
+async fn admin_client() -> tokio_postgres::Client {
+    let url = "postgres://postgres@127.0.0.1:5432/test";
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("these tests need PostgreSQL at {url}: {e}"));
+    tokio::spawn(connection);
+    client
+}
+
+impl Db {
+    async fn new() -> Db {
+        let name = format!("idemproxy_test_copy_{}", std::process::id());
+        let name = format!("{name}_{}", rand_suffix());
+        let sql = format!("CREATE DATABASE {name}");
+        admin_client().await.batch_execute(&sql).await.unwrap();
+        let url = format!("postgres://postgres:{PASSWORD}@127.0.0.1:5432/{name}");
+        Db { name, url }
+    }
+
+    /// The URL as every message shows it.
+    fn shown(&self) -> String {
+        format!("postgres://postgres:***@127.0.0.1:5432/{}", self.name)
+    }
+}
+
+fn rand_suffix() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    format!(
+        "{:x}",
+        RandomState::new().hash_one(std::time::SystemTime::now())
+    )
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async { admin_client().await.batch_execute(&sql).await })
+        });
+        if let Ok(Err(e)) = dropped.join() {
+            eprintln!("cannot drop {}: {e}", self.name);
+        }
+    }
+}
+
+/// A proxy configuration on `ledger` (a file name in its dir, or a URL), with a short lease.
+fn proxy_on(provider: &FakeProvider, ledger: &str) -> ConfigDir {
+    let dir = builder(provider, SLOW_KEYS, "")
+        .env("IDEMPROXY_SECRET", SECRET)
+        .write();
+    write_config(&dir, provider, "", SLOW_KEYS);
+    let toml = PROXY_TOML.replace("ledger.redb", ledger);
+    std::fs::write(
+        dir.config_path(),
+        format!("{toml}[replicas]\nlease = \"1s\"\n"),
+    )
+    .unwrap();
+    dir
+}
+
+/// Copies once the stopped replica's lease has lapsed: until then the copy is refused.
+async fn copy_after_lease(dir: &ConfigDir, from: &str, to: &str) -> (String, String) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (ok, stdout, stderr) = copy_between(dir, from, to).await;
+        if ok {
+            return (stdout, stderr);
+        }
+        assert!(
+            stderr.contains("by a replica whose lease is live"),
+            "{stderr}"
+        );
+        assert!(tokio::time::Instant::now() < deadline, "{stderr}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_ledger_copied_to_postgresql_and_back_answers_as_its_source() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let mut source = source(&provider).await;
+    let db = Db::new().await;
+    let src = source.ledger_path();
+    let (ok, stdout, stderr) = copy_between(source.dir(), src.to_str().unwrap(), &db.url).await;
+    assert!(ok, "{stdout}{stderr}");
+    assert!(stdout.starts_with("copied 5 operations, "), "{stdout}");
+    assert!(stdout.contains(&db.shown()), "the URL, redacted: {stdout}");
+    assert!(
+        !format!("{stdout}{stderr}").contains(PASSWORD),
+        "never the password"
+    );
+
+    provider.set_behavior(Behavior::fixed(200, "must not be sent"));
+    let sent = provider.request_count();
+    source.restart().await;
+    let mut served = proxy_on(&provider, &db.url).start().await;
+    let ids: Vec<String> = ["wf-ok", "wf-declined", "wf-broke", "wf-hang", "wf-gone"]
+        .iter()
+        .map(|r| op_id(r))
+        .chain([format!("{PROVIDER}/create_payout/wf-wait")])
+        .collect();
+    let want = admin_view(&source, &ids).await;
+    assert_eq!(
+        admin_view(&served, &ids).await,
+        want,
+        "served from PostgreSQL"
+    );
+    served.terminate().await;
+
+    let back = proxy_on(&provider, "back.redb");
+    let back_file = back.path().join("back.redb");
+    let (stdout, stderr) = copy_after_lease(&back, &db.url, back_file.to_str().unwrap()).await;
+    assert!(stdout.starts_with("copied 5 operations, "), "{stdout}");
+    assert!(
+        !format!("{stdout}{stderr}").contains(PASSWORD),
+        "never the password"
+    );
+    let back = back.start().await;
+    assert_eq!(admin_view(&back, &ids).await, want, "copied back to a file");
+
+    let want = answers(&source).await;
+    assert_eq!(answers(&back).await, want);
+    served.restart().await;
+    assert_eq!(answers(&served).await, want);
+    assert_eq!(want[0].1[2].as_deref(), Some("true"), "a replay");
+    assert_eq!(
+        provider.request_count(),
+        sent,
+        "every answer came from a ledger"
+    );
 }

@@ -94,10 +94,13 @@ pub enum CopyError {
     #[error("the ledger {ledger} does not exist")]
     Missing { ledger: String },
     #[error(
-        "the ledger {ledger} is in use by a running proxy; stop it first (a copy reads a ledger \
-         nobody writes)"
+        "the ledger {ledger} is in use {by}; stop it first (a copy needs a ledger nobody writes)"
     )]
-    InUse { ledger: String },
+    InUse {
+        ledger: String,
+        /// By what: `BY_PROXY` or `BY_REPLICA`.
+        by: &'static str,
+    },
     #[error(
         "the ledger {ledger} already holds operations or tombstones; copy into a new or empty \
          ledger (nothing was changed){hint}"
@@ -123,6 +126,12 @@ impl CopyError {
         }
     }
 }
+
+/// The `by` of `InUse` for a redb file (its lock is held).
+pub(super) const BY_PROXY: &str = "by a running proxy";
+/// The `by` of `InUse` for a database on which a replica's lease is live.
+pub(super) const BY_REPLICA: &str = "by a replica whose lease is live (every replica must be \
+    stopped; a stopped one's lease lapses within its `[replicas] lease`)";
 
 /// The `hint` of `NotEmpty` for a destination an earlier copy left unfinished.
 pub(super) const LEFT_UNFINISHED: &str =

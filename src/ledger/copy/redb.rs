@@ -13,7 +13,9 @@ use std::sync::Arc;
 use ::redb::{Database, DatabaseError, Durability, ReadOnlyDatabase, ReadTransaction};
 use ::redb::{ReadableDatabase, WriteTransaction};
 
-use super::{CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED, Position, UNFINISHED};
+use super::{
+    BY_PROXY, CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED, Position, UNFINISHED,
+};
 use crate::ledger::store::{self, Fault, Tables};
 use crate::ledger::{replays, tombstone};
 
@@ -121,6 +123,7 @@ fn open_error(name: &str, e: DatabaseError) -> CopyError {
     match e {
         DatabaseError::DatabaseAlreadyOpen => CopyError::InUse {
             ledger: name.to_owned(),
+            by: BY_PROXY,
         },
         e => CopyError::Read {
             ledger: name.to_owned(),
@@ -272,7 +275,10 @@ fn open_target(path: PathBuf) -> Result<Loader, CopyError> {
             // Left by a killed process: looked at after the repair of the writable open.
             Err(DatabaseError::RepairAborted) => {}
             Err(DatabaseError::DatabaseAlreadyOpen) => {
-                return Err(CopyError::InUse { ledger: name });
+                return Err(CopyError::InUse {
+                    ledger: name,
+                    by: BY_PROXY,
+                });
             }
             Err(e) => return Err(write_error(e.to_string())),
         }
@@ -282,7 +288,10 @@ fn open_target(path: PathBuf) -> Result<Loader, CopyError> {
     let db = match crate::ledger::redb::create_database(&path) {
         Ok(db) => db,
         Err(DatabaseError::DatabaseAlreadyOpen) => {
-            return Err(CopyError::InUse { ledger: name });
+            return Err(CopyError::InUse {
+                ledger: name,
+                by: BY_PROXY,
+            });
         }
         Err(e) => return Err(write_error(e.to_string())),
     };

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use super::super::at::PgUrl;
 use super::super::codec;
 use super::super::copy::{
-    CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED, Position, UNFINISHED,
+    BY_REPLICA, CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED, Position, UNFINISHED,
 };
 use super::super::replays::Replays;
 use super::super::store::Fault;
@@ -46,7 +46,12 @@ impl Reader {
         match look(&tx).await.map_err(read)? {
             Look::NoLedger => return Err(CopyError::Missing { ledger: name }),
             Look::Newer(found) => return Err(read(newer(found))),
-            Look::Ledger { live: true, .. } => return Err(CopyError::InUse { ledger: name }),
+            Look::Ledger { live: true, .. } => {
+                return Err(CopyError::InUse {
+                    ledger: name,
+                    by: BY_REPLICA,
+                });
+            }
             Look::Ledger {
                 unfinished: true, ..
             } => return Err(read(Fault::new(UNFINISHED.to_owned()))),
@@ -295,7 +300,12 @@ impl Loader {
         tx.rollback().await;
         match looked.map_err(write)? {
             Look::Newer(found) => return Err(write(newer(found))),
-            Look::Ledger { live: true, .. } => return Err(CopyError::InUse { ledger: name }),
+            Look::Ledger { live: true, .. } => {
+                return Err(CopyError::InUse {
+                    ledger: name,
+                    by: BY_REPLICA,
+                });
+            }
             Look::Ledger {
                 holds: true,
                 unfinished,
