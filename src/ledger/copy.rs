@@ -27,6 +27,31 @@ use crate::secret::{SECRET_ENV, SECRET_FILE_ENV, Secret};
 
 /// Entries per page: one read and one destination transaction each.
 const PAGE: usize = 256;
+/// A page also ends once its stored responses and kept requests reach this many bytes (a
+/// response may be up to `max_stored_response`), so a copy's memory stays bounded.
+pub(super) const PAGE_BYTES: u64 = 32 << 20;
+
+/// The bytes of `live` that may be large: its stored response's body and its kept request.
+pub(super) fn stored_bytes(live: &Live) -> u64 {
+    let body = live.response.as_ref().map_or(0, |r| r.body.len());
+    let request = live.request.as_ref().map_or(0, Vec::len);
+    u64::try_from(body + request).unwrap_or(u64::MAX)
+}
+
+/// How many of the entries whose stored bytes are `sizes` (in order) one page takes: until
+/// they reach `PAGE_BYTES`, the one that reaches it included, at least one.
+pub(super) fn within_page(sizes: impl IntoIterator<Item = u64>) -> usize {
+    let mut total = 0u64;
+    let mut taken = 0;
+    for size in sizes {
+        taken += 1;
+        total = total.saturating_add(size);
+        if total >= PAGE_BYTES {
+            break;
+        }
+    }
+    taken
+}
 
 /// Why a ledger marked by an unfinished copy refuses to open.
 pub(super) const UNFINISHED: &str = "an `idemproxy ledger copy` into it did not finish, so it \

@@ -14,7 +14,8 @@ use ::redb::{Database, DatabaseError, Durability, ReadOnlyDatabase, ReadTransact
 use ::redb::{ReadableDatabase, WriteTransaction};
 
 use super::{
-    BY_PROXY, CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED, Position, UNFINISHED,
+    BY_PROXY, CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED, PAGE_BYTES, Position,
+    UNFINISHED, stored_bytes,
 };
 use crate::ledger::store::{self, Fault, Tables};
 use crate::ledger::{replays, tombstone};
@@ -141,13 +142,20 @@ fn read_page(
     match at {
         Position::Live(after) => {
             let ops = store::ops_after(txn, after.as_deref(), max)?;
-            let Some(last) = ops.last().map(|op| op.id.clone()) else {
+            let Some(first) = ops.first().map(|op| op.id.clone()) else {
                 return read_page(txn, Position::Tombs(None), max);
             };
-            let entries = ops
-                .into_iter()
-                .map(|op| live(txn, op).map(|l| Entry::Live(Box::new(l))))
-                .collect::<Result<_, _>>()?;
+            let mut entries = Vec::with_capacity(ops.len());
+            let (mut last, mut bytes) = (first, 0u64);
+            for op in ops {
+                last.clone_from(&op.id);
+                let live = live(txn, op)?;
+                bytes = bytes.saturating_add(stored_bytes(&live));
+                entries.push(Entry::Live(Box::new(live)));
+                if bytes >= PAGE_BYTES {
+                    break;
+                }
+            }
             Ok((entries, Position::Live(Some(last))))
         }
         Position::Tombs(after) => {

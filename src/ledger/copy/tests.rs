@@ -444,3 +444,46 @@ async fn a_copy_into_postgresql_that_did_not_finish_is_never_opened() {
         "never copied on as if whole: {onward}"
     );
 }
+
+#[test]
+fn a_page_ends_once_its_stored_bytes_reach_the_bound() {
+    assert_eq!(within_page([]), 0);
+    assert_eq!(within_page([1, 2, 3]), 3);
+    assert_eq!(within_page([PAGE_BYTES + 1, 1]), 1, "at least one");
+    assert_eq!(within_page([PAGE_BYTES / 2, PAGE_BYTES / 2, 5]), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_responses_cut_pages_without_losing_or_repeating_an_operation() {
+    let dir = TempDir::new().unwrap();
+    let (src, back) = files(&dir);
+    let ledger = open(&src, T0, CHECK).await.unwrap();
+    let body = Bytes::from(vec![b'r'; 6 << 20]);
+    for n in 0..12 {
+        let op = Operation::example(&format!("p/r/big-{n:02}"), State::Succeeded, Timestamp(T0));
+        let response = StoredResponse {
+            body: body.clone(),
+            ..response(b"")
+        };
+        put(&ledger, op, Some(response), n % 2 == 0).await;
+    }
+    drop(ledger);
+    let db = TestDb::new().await;
+    let there = copy(&LedgerAt::File(src.clone()), &db.at).await.unwrap();
+    let returned = copy(&db.at, &LedgerAt::File(back.clone())).await.unwrap();
+    assert_eq!(
+        (there.operations, there.responses, there.requests),
+        (12, 12, 6)
+    );
+    assert_eq!(returned, there);
+    let ids: Vec<String> = (0..12).map(|n| format!("p/r/big-{n:02}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let (source, copied) = (
+        open(&src, T0, CHECK).await.unwrap(),
+        open(&back, T0, CHECK).await.unwrap(),
+    );
+    assert_eq!(
+        everything(&copied, &ids).await,
+        everything(&source, &ids).await
+    );
+}

@@ -12,6 +12,7 @@ use super::super::at::PgUrl;
 use super::super::codec;
 use super::super::copy::{
     BY_REPLICA, CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED, Position, UNFINISHED,
+    within_page,
 };
 use super::super::replays::Replays;
 use super::super::store::Fault;
@@ -112,11 +113,17 @@ impl Reader {
         let rows = self
             .tx
             .query(
-                "SELECT record FROM ops WHERE $1::text IS NULL OR id > $1 ORDER BY id LIMIT $2",
+                "SELECT o.record, \
+                 (COALESCE(octet_length(r.record), 0) + COALESCE(octet_length(q.sealed), 0))::bigint \
+                 FROM ops o LEFT JOIN responses r ON r.id = o.id \
+                 LEFT JOIN requests q ON q.id = o.id \
+                 WHERE $1::text IS NULL OR o.id > $1 ORDER BY o.id LIMIT $2",
                 &[&after, &limit],
             )
             .await?;
-        let ops = rows
+        let sizes = rows.iter().map(|row| row.get::<_, i64>(1).unsigned_abs());
+        let taken = within_page(sizes);
+        let ops = rows[..taken]
             .iter()
             .map(|row| codec::decode_op(row.get(0)))
             .collect::<Result<Vec<_>, _>>()?;
