@@ -468,6 +468,15 @@ impl Ledger {
         }
     }
 
+    /// The PostgreSQL backend, for the unit tests that reach into its lease.
+    #[cfg(test)]
+    fn postgres(&self) -> &Postgres {
+        match &self.0 {
+            Backend::Postgres(pg) => pg,
+            Backend::Redb(_) => panic!("not a PostgreSQL ledger"),
+        }
+    }
+
     /// The redb backend, for the unit tests that reach into its file.
     #[cfg(test)]
     fn redb(&self) -> &Redb {
