@@ -73,14 +73,14 @@ async fn put(ledger: &Ledger, op: Operation, events: Vec<Event>, resp: Option<St
 
 /// Which backend a semantic test runs on.
 #[derive(Debug, Clone, Copy)]
-enum Kind {
+pub(super) enum Kind {
     Redb,
     Postgres,
 }
 
 /// What keeps a fresh ledger's storage alive: its folder, or its database.
 #[allow(dead_code)]
-enum Kept {
+pub(super) enum Kept {
     Dir(TempDir),
     Db(postgres::tests::TestDb),
 }
@@ -90,7 +90,7 @@ enum Kept {
 /// A PostgreSQL ledger also gets a live replica 0 (expiring in a day), the owner of the
 /// hand-made claims these tests write (`op`'s fence 7): its `in_flight` operations are a
 /// live replica's, as a file ledger's are its own process's, and no sweep touches them.
-async fn fresh(kind: Kind, opts: LedgerOptions) -> (Kept, Ledger) {
+pub(super) async fn fresh(kind: Kind, opts: LedgerOptions) -> (Kept, Ledger) {
     match kind {
         Kind::Redb => {
             let dir = TempDir::new().unwrap();
@@ -108,22 +108,6 @@ async fn fresh(kind: Kind, opts: LedgerOptions) -> (Kept, Ledger) {
             (Kept::Db(db), ledger)
         }
     }
-}
-
-/// Runs each named `async fn(Kind)` as two tests, `NAME::redb` and `NAME::postgres`.
-macro_rules! on_both_backends {
-    ($($test:ident),* $(,)?) => {$(
-        mod $test {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redb() {
-                super::$test(super::Kind::Redb).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                super::$test(super::Kind::Postgres).await
-            }
-        }
-    )*};
 }
 
 on_both_backends!(
