@@ -364,3 +364,57 @@ async fn an_unreachable_database_is_an_open_error_without_the_password() {
         Ok(_) => panic!("opened a database nobody runs"),
     }
 }
+
+/// A rough benchmark, not a test: `cargo test --lib ledger::postgres -- --ignored --nocapture`.
+/// Claims then completes `N` operations, from 1 and from 16 concurrent callers, on a file
+/// ledger and on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn claim_and_complete_throughput() {
+    const N: usize = 2_000;
+    for kind in ["redb", "postgres"] {
+        let dir = tempfile::TempDir::new().unwrap();
+        let db = TestDb::new().await;
+        let at = match kind {
+            "redb" => LedgerAt::File(dir.path().join("ledger.redb")),
+            _ => db.at.clone(),
+        };
+        let (ledger, _) = Ledger::open(&at, Timestamp(T0), opts(Duration::from_secs(10), "b"))
+            .await
+            .unwrap();
+        for callers in [1, 16] {
+            let started = std::time::Instant::now();
+            let tasks: Vec<_> = (0..callers)
+                .map(|c| {
+                    let ledger = ledger.clone();
+                    tokio::spawn(async move {
+                        for n in (c..N).step_by(callers) {
+                            let id = format!("p/r/{callers}-{n}");
+                            let fence = claim(&ledger, &id).await.unwrap().unwrap();
+                            ledger
+                                .update(&id, move |existing| {
+                                    let op = existing.unwrap();
+                                    assert_eq!(op.fence, fence);
+                                    let done = Operation {
+                                        state: State::Succeeded,
+                                        ..op
+                                    };
+                                    (Some(Write::of(done, Vec::new())), ())
+                                })
+                                .await
+                                .unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+            let took = started.elapsed();
+            let per_sec = N as f64 / took.as_secs_f64();
+            println!(
+                "{kind}: {N} claim+complete with {callers} callers in {took:?}: {per_sec:.0} ops/s"
+            );
+        }
+    }
+}
