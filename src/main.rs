@@ -197,11 +197,12 @@ fn serve(path: PathBuf) -> ExitCode {
 
 fn ledger_copy(from: &str, to: &str) -> ExitCode {
     use idemproxy::ledger::copy;
-    let places = copy::parse(from).and_then(|from| Ok((from, copy::parse(to)?)));
+    let named = |flag: &str, text: &str| copy::parse(text).map_err(|e| (flag.to_owned(), e));
+    let places = named("--from", from).and_then(|from| Ok((from, named("--to", to)?)));
     let (from, to) = match places {
         Ok(places) => places,
-        Err(e) => {
-            eprintln!("error: {e}");
+        Err((flag, e)) => {
+            eprintln!("error: {flag}: {e}");
             return ExitCode::from(e.exit_code());
         }
     };

@@ -321,6 +321,28 @@ async fn copies_are_refused_while_a_proxy_holds_the_ledger_or_the_destination_ho
         .run_cli(&["ledger", "copy", "--from", "", "--to", "x"])
         .await;
     assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: --from: an empty ledger path"),
+        "{stderr}"
+    );
+    let bad_url = "postgres://app:hunter2@db.internal/ledger?sslmode=allow";
+    let (status, _, stderr) = proxy
+        .dir()
+        .run_cli(&[
+            "ledger",
+            "copy",
+            "--from",
+            src.to_str().unwrap(),
+            "--to",
+            bad_url,
+        ])
+        .await;
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--to: ") && stderr.contains("sslmode"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter2"), "{stderr}");
 
     // The copy keeps the source's secret check: a proxy with another secret refuses it.
     let other = builder(&provider, "", &refund_route(""))
