@@ -74,8 +74,12 @@ pub(super) struct Core {
     feed: Feed,
     fail_writes: bool,
     on_commit: Option<OnCommit>,
+    on_orphaned: Option<OnOrphaned>,
     stop: CancellationToken,
 }
+
+/// See `LedgerOptions::on_orphaned`.
+type OnOrphaned = Arc<dyn Fn(&Operation) + Send + Sync>;
 
 impl Core {
     /// Commits `tx` and tells `on_commit` (the commit metrics) how long it took: one write
@@ -114,6 +118,13 @@ impl Core {
                     OP_TIMEOUT.as_secs()
                 )))
             }
+        }
+    }
+
+    /// Tells `on_orphaned` of operations orphaned while running.
+    fn orphaned(&self, ops: &[Operation]) {
+        if let Some(hook) = &self.on_orphaned {
+            ops.iter().for_each(|op| hook(op));
         }
     }
 
@@ -196,6 +207,7 @@ impl Postgres {
             feed: Feed::new(),
             fail_writes: opts.fail_writes || fault_injected(),
             on_commit: opts.on_commit,
+            on_orphaned: opts.on_orphaned,
             stop: CancellationToken::new(),
         });
         let orphaned = core
@@ -255,8 +267,9 @@ impl Postgres {
                 }
             };
             match outcome {
-                Ok((value, appended)) => {
+                Ok((value, appended, orphaned)) => {
                     core.publish(&appended);
+                    core.orphaned(&orphaned);
                     Ok(value)
                 }
                 Err(e) => {

@@ -205,7 +205,17 @@ async fn a_lapsed_replica_is_orphaned_by_another_and_its_late_result_refused() {
     let fence = claim(&a, "p/r/x").await.unwrap().expect("claimed");
     // A paused replica: its lease lapses while its claim is in flight.
     drop(a);
-    let (b, orphaned_at_open) = replica(&db, lease, "b").await;
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hook = Arc::clone(&told);
+    let with_hook = LedgerOptions {
+        on_orphaned: Some(Arc::new(move |op: &Operation| {
+            hook.lock().unwrap().push(op.id.clone())
+        })),
+        ..opts(lease, "b")
+    };
+    let (b, orphaned_at_open) = Ledger::open(&db.at, Timestamp(T0), with_hook)
+        .await
+        .unwrap();
     assert!(
         orphaned_at_open.is_empty(),
         "a live replica's operations are left alone at open"
@@ -227,6 +237,13 @@ async fn a_lapsed_replica_is_orphaned_by_another_and_its_late_result_refused() {
     assert_eq!(
         published.op.id, "p/r/x",
         "the sweep is on the sweeper's feed"
+    );
+    let told =
+        until(|| async { Some(told.lock().unwrap().clone()).filter(|t| !t.is_empty()) }).await;
+    assert_eq!(
+        told,
+        ["p/r/x"],
+        "on_orphaned hears of it once (to escalate it)"
     );
     // The late result of the old claim finds another fence and writes nothing.
     let late = b
