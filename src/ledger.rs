@@ -146,8 +146,11 @@ pub struct LedgerOptions {
     /// Called with each operation a shared ledger made `unknown` while running because its
     /// owner's lease lapsed (by the sweep, or on a request's arrival), once its commit stands.
     /// Those orphaned by `open` are returned by it instead. A file ledger never calls it.
-    pub on_orphaned: Option<Arc<dyn Fn(&Operation) + Send + Sync>>,
+    pub on_orphaned: Option<OnOrphaned>,
 }
+
+/// See `LedgerOptions::on_orphaned`.
+pub type OnOrphaned = Arc<dyn Fn(&Operation) + Send + Sync>;
 
 impl Default for LedgerOptions {
     fn default() -> Self {

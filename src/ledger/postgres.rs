@@ -39,7 +39,7 @@ use super::batch::{Commit, OnCommit};
 use super::feed::{Feed, Published};
 use super::replays::{ReplayNote, Replays};
 use super::store::Fault;
-use super::{Checked, Fences, Filter, LedgerError, LedgerOptions, Page, Stats, codec};
+use super::{Checked, Fences, Filter, LedgerError, LedgerOptions, OnOrphaned, Page, Stats, codec};
 use crate::clock::Timestamp;
 use crate::operation::{Event, Operation, State, StoredResponse, Write};
 
@@ -77,9 +77,6 @@ pub(super) struct Core {
     on_orphaned: Option<OnOrphaned>,
     stop: CancellationToken,
 }
-
-/// See `LedgerOptions::on_orphaned`.
-type OnOrphaned = Arc<dyn Fn(&Operation) + Send + Sync>;
 
 impl Core {
     /// Commits `tx` and tells `on_commit` (the commit metrics) how long it took: one write
