@@ -336,6 +336,22 @@ impl Loader {
         let check = header.secret_check.clone();
         let epoch = i64::try_from(header.epoch).unwrap_or(i64::MAX);
         let work = async move |tx: &Tx| {
+            // The version row's lock orders this against a replica's start (`schema::prepare`):
+            // one that started since `open` looked is found here; one after sees the mark.
+            tx.query_opt(
+                "SELECT 1 FROM meta WHERE key = 'schema_version' FOR UPDATE",
+                &[],
+            )
+            .await?;
+            let live = tx
+                .query_opt(
+                    "SELECT 1 FROM replicas WHERE expires_at > now() LIMIT 1",
+                    &[],
+                )
+                .await?;
+            if live.is_some() {
+                return Err(Fault::new(format!("it is in use {BY_REPLICA}")));
+            }
             tx.execute(
                 "INSERT INTO meta (key, value) VALUES ($1, '1') ON CONFLICT (key) DO NOTHING",
                 &[&COPYING],
