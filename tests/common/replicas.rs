@@ -1,0 +1,102 @@
+//! `Replicas`: several real `idemproxy` processes sharing one fresh PostgreSQL database,
+//! with the same policies and installation secret, each with its own listeners and temp
+//! dir, reaching the database through one `Relay` so a test can cut it.
+
+use std::ops::{Index, IndexMut};
+
+use futures_util::future::join_all;
+
+use super::database::{Database, random_secret};
+use super::proxy::{Proxy, ProxyBuilder};
+use super::relay::Relay;
+
+/// The running replicas; dropping it kills them, then closes the relay and drops the
+/// database (fields drop in declaration order).
+pub struct Replicas {
+    proxies: Vec<Proxy>,
+    relay: Relay,
+    database: Database,
+    builder: ProxyBuilder,
+    secret: String,
+}
+
+impl Replicas {
+    /// Starts `n` replicas of `builder` at once (so they race to create the schema) on a new
+    /// database. The builder's ledger line and secret are replaced.
+    pub async fn start(builder: ProxyBuilder, n: usize) -> Replicas {
+        let database = Database::create();
+        let relay = Relay::start(std::net::SocketAddr::from((
+            [127, 0, 0, 1],
+            super::database::PORT,
+        )));
+        let mut replicas = Replicas {
+            proxies: Vec::new(),
+            relay,
+            database,
+            builder,
+            secret: random_secret(),
+        };
+        let starts: Vec<_> = (0..n).map(|_| replicas.replica().start()).collect();
+        replicas.proxies = join_all(starts).await;
+        replicas
+    }
+
+    /// A builder for one more replica: the shared one with this database (through the relay)
+    /// and this secret. Change it (another secret) before starting it.
+    pub fn replica(&self) -> ProxyBuilder {
+        self.builder
+            .clone()
+            .ledger_url(&self.database.url_at(self.relay.addr()))
+            .env("IDEMPROXY_SECRET", &self.secret)
+    }
+
+    /// Starts one more replica and returns its index.
+    pub async fn add(&mut self) -> usize {
+        let proxy = self.replica().start().await;
+        self.proxies.push(proxy);
+        self.proxies.len() - 1
+    }
+
+    pub fn len(&self) -> usize {
+        self.proxies.len()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Proxy> {
+        self.proxies.iter()
+    }
+
+    pub fn relay(&self) -> &Relay {
+        &self.relay
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.database
+    }
+
+    /// The secret every replica shares.
+    pub fn secret(&self) -> &str {
+        &self.secret
+    }
+
+    /// Every replica's log, each under a header line, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut text = String::new();
+        for (i, proxy) in self.proxies.iter().enumerate() {
+            text.push_str(&format!("----- replica {i} -----\n{}", proxy.log_text()));
+        }
+        text
+    }
+}
+
+impl Index<usize> for Replicas {
+    type Output = Proxy;
+    fn index(&self, i: usize) -> &Proxy {
+        &self.proxies[i]
+    }
+}
+
+impl IndexMut<usize> for Replicas {
+    fn index_mut(&mut self, i: usize) -> &mut Proxy {
+        &mut self.proxies[i]
+    }
+}
