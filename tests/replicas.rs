@@ -31,6 +31,26 @@ fn replica(provider: &FakeProvider, provider_keys: &str) -> ProxyBuilder {
     ))
 }
 
+/// `GET /ops/{id}` until it answers `want` (bounded): for what a replica does by itself.
+async fn until_show_status(proxy: &Proxy, id: &str, want: StatusCode) {
+    let url = proxy.admin_url(&format!("/ops/{}", id.replace('/', "%2F")));
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let resp = send(Method::GET, &url, &[], "")
+            .await
+            .expect("admin answers");
+        if resp.status == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{id}: GET stayed {}, never {want}",
+            resp.status
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// `GET /ops/{id}` on this replica's admin API, with its events.
 async fn op_json(proxy: &Proxy, id: &str) -> serde_json::Value {
     let url = proxy.admin_url(&format!("/ops/{}", id.replace('/', "%2F")));
@@ -457,4 +477,35 @@ async fn a_replica_with_another_installation_secret_refuses_to_start() {
     // The refusal changed nothing: the first replica still serves.
     let resp = refund(&replicas[0], "wf-after-refusal", "amount=1").await;
     assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
+}
+
+/// Three replicas prune at once (`completed = "1s"`, a sweep every 100 ms on each): every
+/// succeeded operation leaves its tombstone, seen alike through every replica, and nothing is
+/// sent again.
+#[tokio::test]
+async fn replicas_pruning_at_once_leave_every_tombstone() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let keys = "dedupe = \"none\"\nkey_retention = \"200ms\"\ntimeout = \"500ms\"";
+    let pruning = builder(&provider, keys, &refund_route("")).config(&format!(
+        "[replicas]\nlease = \"{LEASE}\"\n\n[retention]\ncompleted = \"1s\"\n"
+    ));
+    let replicas = Replicas::start(pruning, 3).await;
+    let rendered: Vec<String> = (0..12).map(|i| format!("wf-pruned-{i}")).collect();
+    for (i, r) in rendered.iter().enumerate() {
+        let resp = refund(&replicas[i % 3], r, "amount=1").await;
+        assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
+    }
+
+    for r in &rendered {
+        until_show_status(&replicas[0], &op_id(r), StatusCode::GONE).await;
+    }
+    for proxy in replicas.iter() {
+        assert_eq!(listed(proxy).await, Vec::<String>::new());
+        for r in &rendered {
+            let replay = refund(proxy, r, "amount=1").await;
+            let body = problem(&replay, StatusCode::GONE, "operation-expired");
+            assert_eq!(body["state"], "succeeded", "{body}");
+        }
+    }
+    assert_eq!(provider.request_count(), 12, "nothing sent again");
 }
