@@ -69,6 +69,8 @@ impl App {
             })),
             fail_writes: false,
             secret_check: Some(secret.check_value()),
+            lease: config.replicas.lease,
+            replica: replica_name(),
         };
         let (ledger, orphaned) = Ledger::open(&config.ledger, Timestamp::now(), options)
             .await
@@ -185,6 +187,17 @@ impl App {
             None => Forward::Unknown,
         }
     }
+}
+
+/// How this process shows in a shared ledger's `replicas` table: host and process ID.
+fn replica_name() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}:{}", std::process::id())
 }
 
 /// Where an absolute-form request goes (see `App::provider_for_host`).

@@ -146,7 +146,7 @@ pub async fn claim(
                 principal: &principal,
                 actor,
             };
-            let answered = read_only(app, &probe, rules, Fresh::OrStale);
+            let answered = read_only(app, &probe, rules, Fresh::OrStale).await;
             answered.ok_or_else(|| Problem::LedgerUnavailable(e.to_string()))
         }
     }
@@ -154,13 +154,13 @@ pub async fn claim(
 
 /// An agent's request answered on a read snapshot, when it needs no write (`read_only`):
 /// the guard asks this before it detaches the claim, so a replay costs one read and no task.
-pub fn answer_from_snapshot(
+pub async fn answer_from_snapshot(
     app: &App,
     provider: &Provider,
     route: &Route,
     probe: &Probe<'_>,
 ) -> Option<Step> {
-    read_only(app, probe, Rules::of(provider, route), Fresh::Only)
+    read_only(app, probe, Rules::of(provider, route), Fresh::Only).await
 }
 
 /// What `read_only` needs of an `Ask`.
@@ -198,8 +198,8 @@ enum Fresh {
 /// of a `succeeded` operation (its stored response; an agent's replay is counted in
 /// `app.replays`) and the refusal of an operator-rejected one. `None`: the claim transaction
 /// decides (another decision, no such live operation, a failed read, a stale operation).
-fn read_only(app: &App, probe: &Probe<'_>, rules: Rules, fresh: Fresh) -> Option<Step> {
-    let (op, stored) = app.ledger.replayable(probe.id).ok()??;
+async fn read_only(app: &App, probe: &Probe<'_>, rules: Rules, fresh: Fresh) -> Option<Step> {
+    let (op, stored) = app.ledger.replayable(probe.id).await.ok()??;
     if fresh == Fresh::Only && is_stale(&op) {
         return None;
     }

@@ -40,6 +40,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use crate::ledger::{LedgerAt, PgUrl};
 use crate::policy::Provider;
 use provider::load_policy;
 use raw::{RawLimits, RawProxy};
@@ -58,8 +59,10 @@ pub struct Config {
     pub file: PathBuf,
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
-    /// The ledger file, resolved against `proxy.toml`'s folder.
-    pub ledger: PathBuf,
+    /// The ledger: a file resolved against `proxy.toml`'s folder, or a PostgreSQL URL.
+    pub ledger: LedgerAt,
+    /// `[replicas]`: used with a PostgreSQL ledger only.
+    pub replicas: Replicas,
     /// The policies folder, resolved against `proxy.toml`'s folder.
     pub policies: PathBuf,
     pub limits: Limits,
@@ -72,6 +75,24 @@ pub struct Config {
     /// them, neither refuses them.
     pub warnings: Vec<ConfigError>,
 }
+
+/// `[replicas]` of proxy.toml.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replicas {
+    /// A replica that has not renewed its lease for this long is presumed dead.
+    pub lease: Duration,
+}
+
+impl Default for Replicas {
+    fn default() -> Self {
+        Replicas {
+            lease: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The shortest lease: renewals every third of it must fit between two database round trips.
+const MIN_LEASE: Duration = Duration::from_millis(500);
 
 /// `[limits]` of proxy.toml.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +179,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     let config = config.map(|mut config| {
         config.policies = policies.unwrap_or_default();
         config.providers = providers;
-        config.warnings = warnings;
+        config.warnings.extend(warnings);
         config
     });
     match config {
@@ -219,33 +240,71 @@ fn settings(
             "ledger",
             Err("empty path (e.g. \"data/ledger.redb\")".into()),
         ),
-        // Not yet available: refused, so it is never taken for a relative file name.
-        url if url.starts_with("postgres://") || url.starts_with("postgresql://") => s.check(
-            "ledger",
-            Err(
-                "a PostgreSQL ledger is not available in this version; give a file path \
-                 (e.g. \"data/ledger.redb\")"
-                    .into(),
-            ),
-        ),
-        file => Some(base.join(file)),
+        url if LedgerAt::is_postgres_url(url) => {
+            s.check("ledger", PgUrl::parse(url)).map(LedgerAt::Postgres)
+        }
+        file => Some(LedgerAt::File(base.join(file))),
     };
+    let replicas_given = raw.replicas.is_some();
+    let raw_replicas = raw.replicas.unwrap_or_default();
+    let lease = s.duration(
+        "replicas.lease",
+        raw_replicas.lease.as_ref(),
+        Replicas::default().lease,
+        MIN_LEASE,
+    );
     let limits = limits(&mut s.nested("limits."), raw.limits.unwrap_or_default());
     let raw_retention = raw.retention.unwrap_or_default();
     let retention = retention::settings(&mut s.nested("retention."), raw_retention);
     let notify = notify::settings(&mut s.nested("notify."), raw.notify.unwrap_or_default());
+    let ledger = ledger?;
+    let mut warnings = Vec::new();
+    ledger_warnings(path, &ledger, replicas_given, &mut warnings);
     Some(Config {
         file: path.to_path_buf(),
         listen: listen?,
         admin_listen: admin?,
-        ledger: ledger?,
+        ledger,
+        replicas: Replicas { lease: lease? },
         policies: PathBuf::new(),
         limits: limits?,
         retention: retention?,
         notify: notify.ok()?,
         providers: Vec::new(),
-        warnings: Vec::new(),
+        warnings,
     })
+}
+
+/// `[replicas]` beside a redb ledger, and a PostgreSQL connection that crosses a network in
+/// the clear: both load, neither does what it may seem to.
+fn ledger_warnings(
+    path: &Path,
+    ledger: &LedgerAt,
+    replicas_given: bool,
+    warnings: &mut Vec<ConfigError>,
+) {
+    let mut warn = |key: &str, message: String| {
+        warnings.push(ConfigError {
+            file: path.to_path_buf(),
+            key: key.to_owned(),
+            message,
+        })
+    };
+    match ledger {
+        LedgerAt::File(_) if replicas_given => warn(
+            "replicas",
+            "ignored: leases apply only to a PostgreSQL ledger (a file ledger serves one \
+             process; remove [replicas] or set `ledger` to a postgres:// URL)"
+                .to_owned(),
+        ),
+        LedgerAt::Postgres(url) if url.plain_over_network() => warn(
+            "ledger",
+            format!(
+                "{url} is reached without TLS (add ?sslmode=require to encrypt the connection)"
+            ),
+        ),
+        _ => {}
+    }
 }
 
 /// The shortest duration where zero makes no sense (waits, timeouts, retentions).

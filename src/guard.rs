@@ -8,6 +8,7 @@
 //! unrecorded.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -118,7 +119,7 @@ async fn run(
         actor: Actor::Agent,
     };
     // Nothing is written for these, so nothing is lost if the agent leaves: no detached task.
-    match claim::answer_from_snapshot(app, provider, route, &probe) {
+    match claim::answer_from_snapshot(app, provider, route, &probe).await {
         Some(Step::Replay(stored)) => {
             let ctx = ctx.with_state(State::Succeeded);
             return Ok((replay(stored, &ctx), "replayed"));
@@ -484,10 +485,17 @@ fn outgoing(
     })
 }
 
-/// A duplicate of an in-flight operation waits for its result, up to `in_flight_wait`.
+/// How often a duplicate re-reads a shared ledger, where another replica may record the
+/// result without this process hearing of it.
+const SHARED_POLL: Duration = Duration::from_millis(75);
+
+/// A duplicate of an in-flight operation waits for its result, up to `in_flight_wait`: it
+/// re-reads the ledger when this process records an attempt of it, and with a shared ledger
+/// also every `SHARED_POLL`.
 async fn wait(app: &App, ctx: &mut Context) -> Result<Answer, Problem> {
     let id = ctx.operation_id.clone().unwrap_or_default();
     let deadline = tokio::time::Instant::now() + app.config.limits.in_flight_wait;
+    let poll = app.ledger.shared().then_some(SHARED_POLL);
     let mut completions = app.completions.subscribe();
     loop {
         let op = app
@@ -500,25 +508,31 @@ async fn wait(app: &App, ctx: &mut Context) -> Result<Answer, Problem> {
         if op.state != State::InFlight {
             return settled(app, &op, ctx).await;
         }
-        if !finished(&mut completions, &id, deadline).await {
+        if !finished(&mut completions, &id, deadline, poll).await {
             return Err(Problem::InFlight);
         }
     }
 }
 
-/// Waits until an attempt of `id` may have been recorded (its completion, or completions
-/// missed by falling behind); `false` once `deadline` passes first.
+/// Waits until an attempt of `id` may have been recorded (its completion, completions missed
+/// by falling behind, or `poll` elapsed); `false` once `deadline` passes first.
 async fn finished(
     completions: &mut broadcast::Receiver<Arc<str>>,
     id: &str,
     deadline: tokio::time::Instant,
+    poll: Option<Duration>,
 ) -> bool {
+    let until = match poll {
+        Some(every) => deadline.min(tokio::time::Instant::now() + every),
+        None => deadline,
+    };
     loop {
-        match tokio::time::timeout_at(deadline, completions.recv()).await {
+        match tokio::time::timeout_at(until, completions.recv()).await {
             Ok(Ok(done)) if &*done == id => return true,
             Ok(Ok(_)) => {}
             Ok(Err(broadcast::error::RecvError::Lagged(_))) => return true,
-            Ok(Err(broadcast::error::RecvError::Closed)) | Err(_) => return false,
+            Ok(Err(broadcast::error::RecvError::Closed)) => return false,
+            Err(_) => return until < deadline,
         }
     }
 }
@@ -571,10 +585,10 @@ mod tests {
         let (tx, mut rx) = broadcast::channel::<Arc<str>>(8);
         tx.send(Arc::from("p/r/other")).unwrap();
         tx.send(Arc::from("p/r/mine")).unwrap();
-        assert!(finished(&mut rx, "p/r/mine", soon()).await);
+        assert!(finished(&mut rx, "p/r/mine", soon(), None).await);
         tx.send(Arc::from("p/r/other")).unwrap();
         assert!(
-            !finished(&mut rx, "p/r/mine", soon()).await,
+            !finished(&mut rx, "p/r/mine", soon(), None).await,
             "others' completions time out"
         );
     }
@@ -586,7 +600,7 @@ mod tests {
             tx.send(Arc::from("p/r/other")).unwrap();
         }
         assert!(
-            finished(&mut rx, "p/r/mine", soon()).await,
+            finished(&mut rx, "p/r/mine", soon(), None).await,
             "missed completions may be its own"
         );
     }

@@ -6,10 +6,13 @@
 //! `stats`, `subscribe` to the events as they commit, the fences of claims, `abandon` for the
 //! orphan sweep, the tombstones' `tombstone` and `prune_tombstones`, the replay counts'
 //! `note_replays` and `replays`) that every backend implements with the same semantics; no
-//! backend type ever leaves it, and no module above it names a backend. Today the one backend
-//! is redb (`redb`, with its tables in `store`, `codec`, `tombstone` and `replays`, its single
-//! writer in `writer` and `batch`, its reopen after a storage error in `recovery`); `feed` is
-//! the in-process broadcast of committed events.
+//! backend type ever leaves it, and no module above it names a backend. Two backends: redb
+//! (`redb`, with its tables in `store`, `codec`, `tombstone` and `replays`, its single
+//! writer in `writer` and `batch`, its reopen after a storage error in `recovery`), the
+//! default, for one process; and PostgreSQL (`postgres`), shared by several replicas, each
+//! holding a lease. Both apply the same storage rules (`change`) and store the same record
+//! bytes (`codec`); `at` says where a ledger lives; `feed` is the in-process broadcast of
+//! committed events.
 //!
 //! `Ledger` dispatches to its backend through a private enum, not a trait object: every call
 //! is a `match` the compiler inlines, so the hot path (`replayable`, a synchronous point read
@@ -26,9 +29,12 @@
 //! request header or body (docs/reference.md section 10). One storage error does not stop it:
 //! it recovers by itself once the storage allows.
 
+mod at;
 mod batch;
+mod change;
 mod codec;
 mod feed;
+mod postgres;
 mod recovery;
 mod redb;
 mod replays;
@@ -40,13 +46,15 @@ mod writer;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
+use self::postgres::Postgres;
 use self::redb::Redb;
 use crate::clock::Timestamp;
 use crate::operation::{Event, Operation, State, StoredResponse, Write};
+pub use at::{LedgerAt, PgUrl, SslMode};
 pub use batch::Commit;
 pub use feed::Published;
 pub use replays::{ReplayNote, Replays};
@@ -86,10 +94,20 @@ pub enum LedgerError {
     /// `LedgerOptions::secret_check` differs from the check value the ledger keeps.
     #[error("the ledger at {path} was first used with another installation secret")]
     OtherSecret { path: String },
+    /// The database holds a ledger schema newer than this binary knows.
+    #[error(
+        "the ledger at {path} has schema version {found}, newer than the {known} this idemproxy \
+         knows (upgrade idemproxy on this replica)"
+    )]
+    NewerSchema {
+        path: String,
+        found: i64,
+        known: i64,
+    },
 }
 
 /// How to open the ledger.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct LedgerOptions {
     /// Called after each commit with its duration and how many jobs it made durable together
     /// (group commit; for the commit metrics).
@@ -101,6 +119,23 @@ pub struct LedgerOptions {
     /// The installation secret's `check_value()`: the first open keeps it, a later open with
     /// another is `OtherSecret` and changes nothing. `None` (tests reading a file) skips it.
     pub secret_check: Option<String>,
+    /// A shared ledger's lease (`[replicas] lease`): a replica that has not renewed it for
+    /// this long is presumed dead. A file ledger ignores it.
+    pub lease: Duration,
+    /// This replica's name in a shared ledger (for operators reading its `replicas` table).
+    pub replica: String,
+}
+
+impl Default for LedgerOptions {
+    fn default() -> Self {
+        LedgerOptions {
+            on_commit: None,
+            fail_writes: false,
+            secret_check: None,
+            lease: Duration::from_secs(10),
+            replica: String::new(),
+        }
+    }
 }
 
 impl fmt::Debug for LedgerOptions {
@@ -109,6 +144,8 @@ impl fmt::Debug for LedgerOptions {
             .field("on_commit", &self.on_commit.as_ref().map(|_| "Fn(Commit)"))
             .field("fail_writes", &self.fail_writes)
             .field("secret_check", &self.secret_check.is_some())
+            .field("lease", &self.lease)
+            .field("replica", &self.replica)
             .finish()
     }
 }
@@ -123,6 +160,7 @@ pub struct Ledger(Backend);
 #[derive(Clone)]
 enum Backend {
     Redb(Redb),
+    Postgres(Postgres),
 }
 
 /// Issues fencing tokens; a cheap `Clone`, so an `update` closure can take a token only when
@@ -158,24 +196,68 @@ impl Fences {
     }
 }
 
-/// The error and event detail of an operation found `in_flight` at start.
-fn orphan_reason() -> &'static str {
-    "the proxy stopped while this operation was in flight"
+/// What `Ledger::check` found at a ledger's location.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checked {
+    /// A ledger with this schema version, kept with the same secret (or none yet).
+    Ready { schema: i64 },
+    /// Reachable, but no ledger yet: the first start creates it.
+    Empty,
 }
 
 impl Ledger {
-    /// Opens (or creates, with its parent directories) the ledger file at `path`; every `in_flight`
-    /// operation left by an earlier process becomes `unknown` (fence 0, `updated_at = now`)
-    /// with an `operation.orphaned` event, and the boot epoch behind `fence` is bumped, in one
-    /// durable commit. Returns the orphaned operations as they now are. A path that cannot be
-    /// created, a file another process holds, or a corrupt file is `LedgerError::Open`.
+    /// Opens the ledger at `at`, creating it on first use.
+    ///
+    /// A file (created with its parent directories): every `in_flight` operation left by an
+    /// earlier process becomes `unknown` (fence 0, `updated_at = now`) with an
+    /// `operation.orphaned` event, and the boot epoch behind `fence` is bumped, in one durable
+    /// commit. A path that cannot be created, a file another process holds, or a corrupt file
+    /// is `LedgerError::Open`.
+    ///
+    /// A PostgreSQL database: the schema is created (or checked: a newer one is
+    /// `NewerSchema`), this replica registers and takes its lease (its database-issued ID is
+    /// the epoch behind `fence`), and only the `in_flight` operations of replicas whose lease
+    /// lapsed become `unknown`; a live replica's are left alone. A database that cannot be
+    /// reached is `Open`. Background tasks renew the lease and sweep lapsed replicas'
+    /// operations until the last clone of the `Ledger` is dropped.
+    ///
+    /// Either way, returns the orphaned operations as they now are; a ledger first used with
+    /// another `secret_check` is `OtherSecret`, with nothing written.
     pub async fn open(
-        path: &Path,
+        at: impl Into<LedgerAt>,
         now: Timestamp,
         opts: LedgerOptions,
     ) -> Result<(Ledger, Vec<Operation>), LedgerError> {
-        let (redb, orphaned) = Redb::open(path, now, opts).await?;
-        Ok((Ledger(Backend::Redb(redb)), orphaned))
+        match at.into() {
+            LedgerAt::File(path) => {
+                let (redb, orphaned) = Redb::open(&path, now, opts).await?;
+                Ok((Ledger(Backend::Redb(redb)), orphaned))
+            }
+            LedgerAt::Postgres(url) => {
+                let (pg, orphaned) = Postgres::open(&url, now, opts).await?;
+                Ok((Ledger(Backend::Postgres(pg)), orphaned))
+            }
+        }
+    }
+
+    /// Looks at a PostgreSQL ledger without changing it (for `idemproxy check`): whether it
+    /// can be reached, its schema is one this binary knows, and it was first used with
+    /// `secret_check`. A file ledger is not opened (a running proxy holds it): `None`.
+    pub async fn check(at: &LedgerAt, secret_check: &str) -> Option<Result<Checked, LedgerError>> {
+        match at {
+            LedgerAt::File(_) => None,
+            LedgerAt::Postgres(url) => Some(postgres::check(url, secret_check).await),
+        }
+    }
+
+    /// Whether several processes share this ledger, so an operation may change without this
+    /// process writing it (a duplicate waiting on it must poll).
+    #[inline]
+    pub fn shared(&self) -> bool {
+        match &self.0 {
+            Backend::Redb(_) => false,
+            Backend::Postgres(_) => true,
+        }
     }
 
     /// Follows the events committed from now on, each with its operation as that commit
@@ -186,6 +268,7 @@ impl Ledger {
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Published> {
         match &self.0 {
             Backend::Redb(redb) => redb.subscribe(),
+            Backend::Postgres(pg) => pg.subscribe(),
         }
     }
 
@@ -194,6 +277,7 @@ impl Ledger {
     pub fn fence(&self) -> u64 {
         match &self.0 {
             Backend::Redb(redb) => redb.fence(),
+            Backend::Postgres(pg) => pg.fence(),
         }
     }
 
@@ -202,6 +286,7 @@ impl Ledger {
     pub fn fences(&self) -> Fences {
         match &self.0 {
             Backend::Redb(redb) => redb.fences(),
+            Backend::Postgres(pg) => pg.fences(),
         }
     }
 
@@ -224,6 +309,7 @@ impl Ledger {
     {
         match &self.0 {
             Backend::Redb(redb) => redb.update(id, f).await,
+            Backend::Postgres(pg) => pg.update(id, f).await,
         }
     }
 
@@ -234,6 +320,7 @@ impl Ledger {
     pub fn writable(&self) -> bool {
         match &self.0 {
             Backend::Redb(redb) => redb.writable(),
+            Backend::Postgres(pg) => pg.writable(),
         }
     }
 
@@ -244,6 +331,7 @@ impl Ledger {
     pub fn abandon(&self, id: &str, fence: u64) {
         match &self.0 {
             Backend::Redb(redb) => redb.abandon(id, fence),
+            Backend::Postgres(pg) => pg.abandon(id, fence),
         }
     }
 
@@ -251,21 +339,23 @@ impl Ledger {
     pub async fn get(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
         match &self.0 {
             Backend::Redb(redb) => redb.get(id).await,
+            Backend::Postgres(pg) => pg.get(id).await,
         }
     }
 
     /// The live operation `id` and, when it is `succeeded`, its stored response, read on one
     /// snapshot (what a replay needs, without the writer).
     ///
-    /// Synchronous, on the calling thread, with no hop to another thread: this is the one read
-    /// of every replay, and every backend answers it that cheaply.
+    /// This is the one read of every replay: redb answers it on the calling thread with no
+    /// hop to another thread and nothing awaited; PostgreSQL with one query.
     #[inline]
-    pub fn replayable(
+    pub async fn replayable(
         &self,
         id: &str,
     ) -> Result<Option<(Operation, Option<StoredResponse>)>, LedgerError> {
         match &self.0 {
             Backend::Redb(redb) => redb.replayable(id),
+            Backend::Postgres(pg) => pg.replayable(id).await,
         }
     }
 
@@ -273,6 +363,7 @@ impl Ledger {
     pub async fn events(&self, id: &str) -> Result<Vec<Event>, LedgerError> {
         match &self.0 {
             Backend::Redb(redb) => redb.events(id).await,
+            Backend::Postgres(pg) => pg.events(id).await,
         }
     }
 
@@ -280,6 +371,7 @@ impl Ledger {
     pub async fn kept_request(&self, id: &str) -> Result<Option<Vec<u8>>, LedgerError> {
         match &self.0 {
             Backend::Redb(redb) => redb.kept_request(id).await,
+            Backend::Postgres(pg) => pg.kept_request(id).await,
         }
     }
 
@@ -287,6 +379,7 @@ impl Ledger {
     pub async fn response(&self, id: &str) -> Result<Option<StoredResponse>, LedgerError> {
         match &self.0 {
             Backend::Redb(redb) => redb.response(id).await,
+            Backend::Postgres(pg) => pg.response(id).await,
         }
     }
 
@@ -302,6 +395,7 @@ impl Ledger {
     ) -> Result<Page, LedgerError> {
         match &self.0 {
             Backend::Redb(redb) => redb.list(filter, limit, after).await,
+            Backend::Postgres(pg) => pg.list(filter, limit, after).await,
         }
     }
 
@@ -310,6 +404,7 @@ impl Ledger {
     pub async fn tombstone(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
         match &self.0 {
             Backend::Redb(redb) => redb.tombstone(id).await,
+            Backend::Postgres(pg) => pg.tombstone(id).await,
         }
     }
 
@@ -326,6 +421,7 @@ impl Ledger {
     ) -> Result<usize, LedgerError> {
         match &self.0 {
             Backend::Redb(redb) => redb.prune(older_than, now, max).await,
+            Backend::Postgres(pg) => pg.prune(older_than, now, max).await,
         }
     }
 
@@ -339,6 +435,7 @@ impl Ledger {
     ) -> Result<usize, LedgerError> {
         match &self.0 {
             Backend::Redb(redb) => redb.prune_tombstones(older_than, max).await,
+            Backend::Postgres(pg) => pg.prune_tombstones(older_than, max).await,
         }
     }
 
@@ -350,6 +447,7 @@ impl Ledger {
     pub async fn note_replays(&self, notes: Vec<ReplayNote>) -> Result<usize, LedgerError> {
         match &self.0 {
             Backend::Redb(redb) => redb.note_replays(notes).await,
+            Backend::Postgres(pg) => pg.note_replays(notes).await,
         }
     }
 
@@ -357,6 +455,7 @@ impl Ledger {
     pub async fn replays(&self, id: &str) -> Result<Option<Replays>, LedgerError> {
         match &self.0 {
             Backend::Redb(redb) => redb.replays(id).await,
+            Backend::Postgres(pg) => pg.replays(id).await,
         }
     }
 
@@ -365,6 +464,7 @@ impl Ledger {
     pub async fn stats(&self) -> Result<Stats, LedgerError> {
         match &self.0 {
             Backend::Redb(redb) => redb.stats().await,
+            Backend::Postgres(pg) => pg.stats().await,
         }
     }
 
@@ -373,6 +473,7 @@ impl Ledger {
     fn redb(&self) -> &Redb {
         match &self.0 {
             Backend::Redb(redb) => redb,
+            Backend::Postgres(_) => panic!("not a redb ledger"),
         }
     }
 }

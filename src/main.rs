@@ -98,11 +98,48 @@ fn check(path: PathBuf) -> ExitCode {
             for warning in &config.warnings {
                 eprintln!("warning: {warning}");
             }
+            if let Err(e) = check_ledger(&config) {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
             print!("{}", config.routes_table());
             println!("{}: ok", path.display());
             ExitCode::SUCCESS
         }
         Err(code) => code,
+    }
+}
+
+/// A PostgreSQL ledger must be reachable, of a schema this binary knows, and kept with this
+/// installation's secret; a file ledger is not opened (a running proxy holds it).
+fn check_ledger(config: &idemproxy::config::Config) -> Result<(), String> {
+    use idemproxy::config::LedgerAt;
+    use idemproxy::ledger::{Checked, Ledger, LedgerError};
+    use idemproxy::secret::Secret;
+    let LedgerAt::Postgres(url) = &config.ledger else {
+        return Ok(());
+    };
+    let secret = Secret::load(&config.ledger).map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let checked = runtime.block_on(Ledger::check(&config.ledger, &secret.check_value()));
+    match checked {
+        None | Some(Ok(Checked::Ready { .. })) => Ok(()),
+        Some(Ok(Checked::Empty)) => {
+            println!("ledger {url}: reachable; holds no ledger yet (the first start creates it)");
+            Ok(())
+        }
+        Some(Err(LedgerError::OtherSecret { .. })) => {
+            Err(Secret::other_secret(&config.ledger).to_string())
+        }
+        Some(Err(LedgerError::Open { reason, .. })) => Err(format!(
+            "{}: ledger: {url} cannot be reached: {reason} (check the URL, the network and \
+             that PostgreSQL is running)",
+            config.file.display()
+        )),
+        Some(Err(e)) => Err(format!("{}: ledger: {e}", config.file.display())),
     }
 }
 

@@ -1,15 +1,19 @@
 //! The installation secret: the key behind every keyed hash the ledger keeps (fingerprints,
 //! field hashes, principals) and behind the encryption of the kept first request.
 //!
-//! It lives outside the ledger file, so a copy of the ledger alone reveals nothing: from
+//! It lives outside the ledger, so a copy of the ledger alone reveals nothing: from
 //! `IDEMPROXY_SECRET` (64 hex characters), or from a file (`IDEMPROXY_SECRET_FILE`, else
-//! `<ledger>.secret` beside the ledger) created with mode 0600 at first start. This module
+//! `<ledger>.secret` beside a ledger file) created with mode 0600 at first start. A
+//! PostgreSQL ledger has no file beside it and several replicas share it: one of the two
+//! variables is required, and the file it names must exist (every replica needs the same). This module
 //! never logs or prints the secret, nor anything from which it could be recovered; `Debug`
 //! shows only that it is there.
 
 use std::fmt;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+
+use crate::ledger::LedgerAt;
 
 use ring::aead::{self, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 use ring::hmac;
@@ -36,6 +40,18 @@ pub enum SecretError {
     BadFile { path: String },
     #[error("the secret file {path} cannot be read or created: {reason}")]
     Io { path: String, reason: String },
+    #[error(
+        "the ledger {ledger} is shared by every replica, so the installation secret must be \
+         given: set {SECRET_ENV} to 64 hex characters (e.g. from `openssl rand -hex 32`) or \
+         {SECRET_FILE_ENV} to a file holding them, the same on every replica"
+    )]
+    Required { ledger: String },
+    #[error(
+        "the ledger {ledger} was first used with another installation secret than the one from \
+         {origin}; start every replica with the secret the ledger was made with (the same \
+         {SECRET_ENV} or {SECRET_FILE_ENV} contents on each)"
+    )]
+    OtherSharedSecret { ledger: String, origin: String },
     #[error("no random bytes for a new secret: {0}")]
     Random(String),
     #[error(
@@ -67,7 +83,8 @@ impl fmt::Debug for Secret {
 impl Secret {
     /// The secret from `IDEMPROXY_SECRET`, else from `IDEMPROXY_SECRET_FILE`, else from
     /// `<ledger>.secret`, creating that file (mode 0600, 32 random bytes as hex) when absent.
-    pub fn load(ledger: &Path) -> Result<Secret, SecretError> {
+    /// A PostgreSQL ledger needs one of the variables, and the file must exist.
+    pub fn load(ledger: &LedgerAt) -> Result<Secret, SecretError> {
         if let Ok(hex) = std::env::var(SECRET_ENV)
             && !hex.trim().is_empty()
         {
@@ -75,32 +92,52 @@ impl Secret {
                 .map(Secret::from_bytes)
                 .ok_or(SecretError::BadEnv);
         }
-        Self::from_file(&Self::file_path(ledger))
+        match (Self::file_path(ledger), ledger) {
+            (Some(path), LedgerAt::File(_)) => Self::from_file(&path),
+            (Some(path), LedgerAt::Postgres(_)) => Self::read_file(&path),
+            (None, _) => Err(SecretError::Required {
+                ledger: ledger.to_string(),
+            }),
+        }
     }
 
     /// Where `load` takes the secret from, for messages: the variable's name or the file's path.
-    pub fn origin(ledger: &Path) -> String {
+    pub fn origin(ledger: &LedgerAt) -> String {
         match std::env::var(SECRET_ENV) {
             Ok(hex) if !hex.trim().is_empty() => SECRET_ENV.to_string(),
-            _ => format!("the secret file {}", Self::file_path(ledger).display()),
+            _ => match Self::file_path(ledger) {
+                Some(path) => format!("the secret file {}", path.display()),
+                None => "nowhere".to_owned(),
+            },
         }
     }
 
     /// The refusal to serve `ledger` with a secret other than the one it was first used with.
-    pub fn other_secret(ledger: &Path) -> SecretError {
-        SecretError::OtherSecret {
-            ledger: ledger.display().to_string(),
-            origin: Self::origin(ledger),
-            file: Self::file_path(ledger).display().to_string(),
+    pub fn other_secret(ledger: &LedgerAt) -> SecretError {
+        match ledger {
+            LedgerAt::File(path) => SecretError::OtherSecret {
+                ledger: path.display().to_string(),
+                origin: Self::origin(ledger),
+                file: Self::default_path_of(path, ledger).display().to_string(),
+            },
+            LedgerAt::Postgres(_) => SecretError::OtherSharedSecret {
+                ledger: ledger.to_string(),
+                origin: Self::origin(ledger),
+            },
         }
     }
 
-    /// `IDEMPROXY_SECRET_FILE`, else `<ledger>.secret`.
-    fn file_path(ledger: &Path) -> PathBuf {
+    /// `IDEMPROXY_SECRET_FILE`, else `<ledger>.secret` beside a ledger file.
+    fn file_path(ledger: &LedgerAt) -> Option<PathBuf> {
         match std::env::var_os(SECRET_FILE_ENV) {
-            Some(p) if !p.is_empty() => PathBuf::from(p),
-            _ => Self::default_path(ledger),
+            Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
+            _ => ledger.file().map(Self::default_path),
         }
+    }
+
+    /// The secret file of a ledger file (`IDEMPROXY_SECRET_FILE` wins).
+    fn default_path_of(path: &Path, ledger: &LedgerAt) -> PathBuf {
+        Self::file_path(ledger).unwrap_or_else(|| Self::default_path(path))
     }
 
     /// `<ledger>.secret`: beside the ledger file, never inside it.
@@ -130,6 +167,21 @@ impl Secret {
                 Ok(Secret::from_bytes(bytes))
             }
             Err(e) => Err(io(e)),
+        }
+    }
+
+    /// Reads the secret file, which must exist (a shared ledger's secret is never made here).
+    pub fn read_file(path: &Path) -> Result<Secret, SecretError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => parse(text.trim())
+                .map(Secret::from_bytes)
+                .ok_or(SecretError::BadFile {
+                    path: path.display().to_string(),
+                }),
+            Err(e) => Err(SecretError::Io {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            }),
         }
     }
 

@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use idemproxy::config::{self, Config, ConfigErrors, Limits, Retention};
+use idemproxy::config::{self, Config, ConfigErrors, LedgerAt, Limits, Retention};
+use idemproxy::ledger::SslMode;
 use idemproxy::policy::{
     Approval, Dedupe, Effect, KeyFormat, KeyPlacement, OnMissingId, Outcomes, Scheme, Segment,
     StatusRule, Unmatched,
@@ -51,7 +52,10 @@ fn shipped_config_loads_the_whole_policy_library() {
         config.admin_listen,
         "127.0.0.1:9901".parse::<SocketAddr>().unwrap()
     );
-    assert_eq!(config.ledger, root().join("data/ledger.redb"));
+    assert_eq!(
+        config.ledger,
+        LedgerAt::File(root().join("data/ledger.redb"))
+    );
     assert_eq!(config.policies, root().join("policies"));
     assert_eq!(config.limits, Limits::default());
     let adyen_window = Retention {
@@ -140,7 +144,10 @@ fn absent_keys_take_the_spec_defaults() {
         "127.0.0.1:9901".parse::<SocketAddr>().unwrap()
     );
     let folder = root().join("fixtures/config/defaults");
-    assert_eq!(config.ledger, folder.join("data/ledger.redb"));
+    assert_eq!(
+        config.ledger,
+        LedgerAt::File(folder.join("data/ledger.redb"))
+    );
     assert_eq!(config.policies, folder.join("policies"));
     assert_eq!(config.limits.max_request_body, 1024 * 1024);
     assert_eq!(config.limits.max_stored_response, 8 * 1024 * 1024);
@@ -185,7 +192,7 @@ fn every_key_set_is_taken() {
     let config = load_ok(&fixture("full"));
     let folder = root().join("fixtures/config/full");
     assert_eq!(config.listen.port(), 18080);
-    assert_eq!(config.ledger, folder.join("var/ops.redb"));
+    assert_eq!(config.ledger, LedgerAt::File(folder.join("var/ops.redb")));
     let limits = Limits {
         max_request_body: 2048,
         max_stored_response: 64 * 1024,
@@ -306,13 +313,53 @@ fn missing_proxy_toml_is_named() {
 }
 
 #[test]
-fn a_postgres_ledger_url_is_refused_not_taken_for_a_file_name() {
+fn a_bad_postgres_ledger_is_refused_without_showing_its_password() {
     let errors = load_broken("postgres_ledger");
     assert_error(
         &errors,
         "postgres_ledger/proxy.toml",
-        &["ledger: ", "PostgreSQL", "not available", "file path"],
+        &[
+            "ledger: ",
+            "postgres://idem:***@127.0.0.1:5432/idem",
+            "sslmode \"allow\"",
+        ],
     );
+    assert_error(
+        &errors,
+        "postgres_ledger/proxy.toml",
+        &["replicas.lease: ", "at least 500ms"],
+    );
+    assert!(!errors.to_string().contains("s3cret-pw"), "{errors}");
+}
+
+#[test]
+fn a_postgres_ledger_url_is_a_shared_ledger_with_a_lease() {
+    let config = load_ok(&fixture("postgres"));
+    let LedgerAt::Postgres(url) = &config.ledger else {
+        panic!("a file: {:?}", config.ledger);
+    };
+    let shown = "postgres://idem:***@db.internal:5433/idem?application_name=idemproxy-a";
+    assert_eq!(url.to_string(), shown);
+    assert_eq!(config.ledger.to_string(), shown);
+    assert_eq!(url.ssl(), SslMode::Verified);
+    assert!(!format!("{config:?}").contains("s3cret-pw"));
+    assert_eq!(config.replicas.lease, Duration::from_secs(3));
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+}
+
+#[test]
+fn replicas_beside_a_file_ledger_load_with_a_warning() {
+    let config = load_ok(&fixture("replicas_on_file"));
+    assert!(matches!(config.ledger, LedgerAt::File(_)));
+    let warnings: Vec<String> = config.warnings.iter().map(|w| w.to_string()).collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("replicas: ignored") && w.contains("PostgreSQL")),
+        "{warnings:?}"
+    );
+    let defaults = load_ok(&fixture("defaults"));
+    assert_eq!(defaults.replicas.lease, Duration::from_secs(10));
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Unit tests of the admin module's pure parts: routing, the token, the exposure check and
 //! the operator transitions.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
@@ -32,7 +33,8 @@ fn config(admin_listen: &str) -> Config {
         file: "proxy.toml".into(),
         listen: "127.0.0.1:0".parse().expect("addr"),
         admin_listen: admin_listen.parse().expect("addr"),
-        ledger: "ledger.redb".into(),
+        ledger: PathBuf::from("ledger.redb").into(),
+        replicas: Default::default(),
         policies: "policies".into(),
         limits: Limits {
             max_request_body: 1 << 20,

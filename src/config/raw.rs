@@ -22,6 +22,14 @@ pub(super) struct RawProxy {
     pub limits: Option<RawLimits>,
     pub retention: Option<RawRetention>,
     pub notify: Option<RawNotify>,
+    pub replicas: Option<RawReplicas>,
+}
+
+/// `[replicas]`: only meaningful with a PostgreSQL ledger.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReplicas {
+    pub lease: Option<Value>,
 }
 
 /// `[limits]`: sizes and durations stay `Value`s so their errors can name the key and the fix.

@@ -103,7 +103,8 @@ fn config(dir: &Path, providers: Vec<Provider>) -> Config {
         file: PathBuf::from("(built into idemproxy demo)"),
         listen: loopback,
         admin_listen: loopback,
-        ledger: dir.join("ledger.redb"),
+        ledger: dir.join("ledger.redb").into(),
+        replicas: Default::default(),
         policies: dir.to_path_buf(),
         // The defaults of proxy.toml, but a short drain: the demo's exchanges are all done.
         limits: Limits {

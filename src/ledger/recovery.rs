@@ -30,12 +30,6 @@ const HEADROOM: usize = 1 << 20;
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// The error and event detail of an operation whose result could not be recorded.
-pub(super) fn unrecorded_reason() -> &'static str {
-    "the result of this attempt could not be recorded (the ledger could not write); the outcome \
-     is unknown"
-}
-
 /// A claim (operation ID and fence) that nobody will finish: its result write failed, or the
 /// commit that made it failed and may still have landed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,20 +13,18 @@
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
 use super::LedgerError;
+use super::change::{first_replay, merged};
 use super::feed::Feed;
 use super::store::{Fault, Tables};
 use super::writer::{Job, Reply, Staged, injected};
 use crate::clock::Timestamp;
-use crate::operation::{Event, EventKind, Operation};
+use crate::operation::{Event, Operation};
 
 /// `id -> (count, first_at, last_at)` in milliseconds since the epoch.
 const REPLAYS: TableDefinition<&str, (u64, i64, i64)> = TableDefinition::new("replays");
 
 /// The table as `Tables` holds it.
 pub(super) type ReplayTable<'t> = Table<'t, &'static str, (u64, i64, i64)>;
-
-/// The detail of the one `operation.replayed` event an operation gets.
-const FIRST_REPLAY: &str = "answered from the ledger; later replays are counted in `replays`";
 
 /// Replays of one operation counted in memory, not yet written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,19 +66,6 @@ pub(super) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Replays>, Fa
     }))
 }
 
-/// `note` merged into what is kept (`None`: its first replays). Pure.
-pub(super) fn merged(kept: Option<(u64, i64, i64)>, note: &ReplayNote) -> (u64, i64, i64) {
-    let (first, last) = (note.first.0, note.last.0);
-    match kept {
-        None => (note.count, first, last),
-        Some((count, kept_first, kept_last)) => (
-            count.saturating_add(note.count),
-            kept_first.min(first),
-            kept_last.max(last),
-        ),
-    }
-}
-
 /// Merges `notes` into the table; an operation's first replays also get their event.
 /// Returns how many operations were noted (the others are gone), and each event appended
 /// with its operation.
@@ -99,12 +84,7 @@ fn stage_notes(
             .replays()
             .insert(note.id.as_str(), merged(kept, note))?;
         if kept.is_none() {
-            let event = Event {
-                at: note.first,
-                kind: EventKind::Replayed,
-                attempt: op.attempts,
-                detail: FIRST_REPLAY.to_owned(),
-            };
+            let event = first_replay(&op, note);
             tables.append_events(&note.id, std::slice::from_ref(&event))?;
             appended.push((op, event));
         }
@@ -169,7 +149,7 @@ mod tests {
 
     use super::super::{Ledger, LedgerOptions};
     use super::*;
-    use crate::operation::{State, Write};
+    use crate::operation::{EventKind, State, Write};
 
     const T0: i64 = 1_800_000_000_000;
 

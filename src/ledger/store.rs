@@ -19,13 +19,13 @@ use redb::{
     ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction,
 };
 
+use super::change::{self, leaves_tombstone, orphan_reason, unrecorded_reason};
 use super::codec;
-use super::recovery::unrecorded_reason;
 use super::replays::{self, ReplayTable};
-use super::tombstone::{Tombs, leaves_tombstone};
-use super::{Filter, LedgerError, Page, Stats, orphan_reason};
+use super::tombstone::Tombs;
+use super::{Filter, LedgerError, Page, Stats};
 use crate::clock::Timestamp;
-use crate::operation::{Event, EventKind, Operation, RequestChange, State, StoredResponse, Write};
+use crate::operation::{Event, Operation, RequestChange, State, StoredResponse, Write};
 
 const OPS: TableDefinition<&str, &[u8]> = TableDefinition::new("ops");
 const EVENTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("events");
@@ -198,18 +198,8 @@ impl<'t> Tables<'t> {
         old: Option<&Operation>,
         write: &Write,
     ) -> Result<bool, Fault> {
-        if write.op.id != id {
-            return Err(Fault(format!(
-                "a write for {id} carried the operation {}",
-                write.op.id
-            )));
-        }
         // No write may turn a tombstone back into a live operation (docs/reference.md section 5.8).
-        if write.op.pruned_at.is_some() || self.tombs.contains(id)? {
-            return Err(Fault(format!(
-                "operation {id} was pruned; its tombstone refuses every write"
-            )));
-        }
+        change::admissible(id, write, self.tombs.contains(id)?)?;
         let op_changed = old != Some(&write.op);
         if op_changed {
             self.put_op(old, &write.op)?;
@@ -339,17 +329,9 @@ impl<'t> Tables<'t> {
         }
     }
 
-    /// `old`, made `unknown` (fence 0) with `reason` as its error and orphaned event.
-    /// (`orphan_event` rebuilds that event from the orphaned operation.)
+    /// `old`, made `unknown` (see `change::orphaned`) and stored with its orphaned event.
     fn orphan(&mut self, old: Operation, now: Timestamp, reason: &str) -> Result<Operation, Fault> {
-        let mut op = old.clone();
-        op.state = State::Unknown;
-        op.fence = 0;
-        op.updated_at = now;
-        // The attempt may have taken effect, as late as now.
-        op.maybe_effect_at = Some(now);
-        op.error = Some(reason.to_owned());
-        let event = orphan_event(&op);
+        let (op, event) = change::orphaned(&old, now, reason);
         self.put_op(Some(&old), &op)?;
         self.append_events(&op.id, &[event])?;
         Ok(op)
@@ -552,15 +534,5 @@ pub(super) fn stats(txn: &ReadTransaction) -> Result<Stats, Fault> {
 impl std::fmt::Display for Fault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
-    }
-}
-
-/// The `operation.orphaned` event of an operation `orphan` has just made `unknown`.
-pub(super) fn orphan_event(op: &Operation) -> Event {
-    Event {
-        at: op.updated_at,
-        kind: EventKind::Orphaned,
-        attempt: op.attempts,
-        detail: op.error.clone().unwrap_or_default(),
     }
 }

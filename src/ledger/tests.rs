@@ -136,8 +136,7 @@ async fn closure_returning_none_writes_nothing() {
         on_commit: Some(Arc::new(move |_| {
             counter.fetch_add(1, Ordering::SeqCst);
         })),
-        fail_writes: false,
-        secret_check: None,
+        ..LedgerOptions::default()
     };
     let (ledger, _) = open_with(&dir, Timestamp(T0), opts).await;
     let answer = ledger.update("p/r/x", |_| (None, 42)).await.unwrap();
@@ -232,7 +231,7 @@ async fn reopen_orphans_in_flight_only() {
         assert_eq!(op.state, State::Unknown);
         assert_eq!(op.fence, 0);
         assert_eq!(op.updated_at, now);
-        assert_eq!(op.error.as_deref(), Some(orphan_reason()));
+        assert_eq!(op.error.as_deref(), Some(change::orphan_reason()));
         let events = ledger.events(id).await.unwrap();
         let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
         assert_eq!(kinds, [EventKind::Claimed, EventKind::Orphaned]);
@@ -479,9 +478,8 @@ async fn prune_removes_only_old_completed_operations() {
 async fn fail_writes_answers_unavailable_and_writes_nothing() {
     let dir = TempDir::new().unwrap();
     let opts = LedgerOptions {
-        on_commit: None,
         fail_writes: true,
-        secret_check: None,
+        ..LedgerOptions::default()
     };
     let (ledger, _) = open_with(&dir, Timestamp(T0), opts).await;
     let write = Write {

@@ -8,28 +8,16 @@
 //! `(pruned_at, id)` per tombstone, so the sweep deletes the oldest first without a scan.
 //! It never decides what a tombstone means: `decide` refuses every request for one.
 
-use std::collections::BTreeMap;
-
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
+use super::change::tombstone_of;
 use super::codec;
 use super::store::Fault;
 use crate::clock::Timestamp;
-use crate::operation::{Approval, Operation, State};
+use crate::operation::Operation;
 
 const TOMBSTONES: TableDefinition<&str, &[u8]> = TableDefinition::new("tombstones");
 const AGE: TableDefinition<(i64, &str), ()> = TableDefinition::new("tombstone_age");
-
-/// Whether pruning `op` must leave a tombstone: its effect happened (`succeeded`), or an
-/// operator ruled it must never happen (rejected). A plainly `failed` operation's effect
-/// definitively did not happen, so it may be forgotten.
-pub(super) fn leaves_tombstone(op: &Operation) -> bool {
-    match op.state {
-        State::Succeeded => true,
-        State::Failed => op.approval == Approval::Rejected,
-        State::Prepared | State::InFlight | State::Unknown => false,
-    }
-}
 
 /// The tombstone tables opened in one write transaction.
 pub(super) struct Tombs<'t> {
@@ -57,13 +45,7 @@ impl<'t> Tombs<'t> {
 
     /// Records the tombstone of `op`, pruned at `at`, replacing any older one of its ID.
     pub(super) fn put(&mut self, op: &Operation, at: Timestamp) -> Result<(), Fault> {
-        let tomb = Operation {
-            fields: BTreeMap::new(),
-            response: None,
-            fence: 0,
-            pruned_at: Some(at),
-            ..op.clone()
-        };
+        let tomb = tombstone_of(op, at);
         if let Some(old) = self.get(&op.id)? {
             let when = old.pruned_at.map_or(0, |t| t.0);
             self.age.remove((when, op.id.as_str()))?;
@@ -119,7 +101,7 @@ mod tests {
 
     use super::super::{Filter, Ledger, LedgerError, LedgerOptions};
     use super::*;
-    use crate::operation::Write;
+    use crate::operation::{Approval, State, Write};
 
     const T0: Timestamp = Timestamp(1_800_000_000_000);
     const LATER: Timestamp = Timestamp(1_800_000_010_000);

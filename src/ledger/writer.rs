@@ -19,11 +19,12 @@ use tokio::sync::oneshot;
 
 use super::LedgerError;
 use super::batch::{OnCommit, gather, run_batch};
+use super::change::{self, orphan_event};
 use super::feed::Feed;
 use super::recovery::{DeadClaim, Recovery, Shared, refuses_writes, stage_sweep};
-use super::store::{PruneBatch, Pruned, Tables, orphan_event};
+use super::store::{PruneBatch, Pruned, Tables};
 use crate::clock::Timestamp;
-use crate::operation::{Operation, State, Write};
+use crate::operation::{Operation, Write};
 
 /// What a job staged, which decides how its transaction ends. Ordered by weight: a batch ends
 /// as its heaviest job says.
@@ -245,9 +246,7 @@ where
         if self.fail_writes {
             return Err(injected());
         }
-        let fence = write.op.fence;
-        let claims = write.op.state == State::InFlight && fence != 0;
-        if claims && existing.as_ref().is_none_or(|old| old.fence != fence) {
+        if let Some(fence) = change::new_claim(existing.as_ref(), write) {
             self.claimed = Some(DeadClaim {
                 id: self.id.clone(),
                 fence,

@@ -1,0 +1,127 @@
+//! The storage rules every backend applies alike: what orphaning does to an operation, which
+//! writes are refused, which pruned operations leave a tombstone and what it holds, how replay
+//! counts merge. Pure functions over the operation model; no backend's types.
+//!
+//! A backend calls these inside its own transaction and never re-implements them, so a redb
+//! ledger and a PostgreSQL one write the same records for the same calls.
+
+use std::collections::BTreeMap;
+
+use super::replays::ReplayNote;
+use super::store::Fault;
+use crate::clock::Timestamp;
+use crate::operation::{Approval, Event, EventKind, Operation, State, Write};
+
+/// The error and event detail of an operation found `in_flight` at start (redb: the process
+/// that claimed it is gone).
+pub(super) fn orphan_reason() -> &'static str {
+    "the proxy stopped while this operation was in flight"
+}
+
+/// The error and event detail of an operation whose owner's lease lapsed (a shared ledger).
+pub(super) fn lapsed_reason() -> &'static str {
+    "the replica that claimed this operation stopped renewing its lease while it was in flight"
+}
+
+/// The error and event detail of a claim whose holder could not record its result.
+pub(super) fn unrecorded_reason() -> &'static str {
+    "the result of this attempt could not be recorded (the ledger could not write); the outcome \
+     is unknown"
+}
+
+/// `old`, made `unknown` (fence 0, `updated_at = now`) with `reason` as its error, and the
+/// `operation.orphaned` event to append with it.
+pub(super) fn orphaned(old: &Operation, now: Timestamp, reason: &str) -> (Operation, Event) {
+    let mut op = old.clone();
+    op.state = State::Unknown;
+    op.fence = 0;
+    op.updated_at = now;
+    // The attempt may have taken effect, as late as now.
+    op.maybe_effect_at = Some(now);
+    op.error = Some(reason.to_owned());
+    let event = orphan_event(&op);
+    (op, event)
+}
+
+/// The `operation.orphaned` event of an operation `orphaned` has just made `unknown`.
+pub(super) fn orphan_event(op: &Operation) -> Event {
+    Event {
+        at: op.updated_at,
+        kind: EventKind::Orphaned,
+        attempt: op.attempts,
+        detail: op.error.clone().unwrap_or_default(),
+    }
+}
+
+/// Refuses a `write` for `id` that carries another operation, or that would bring back a
+/// pruned operation (`tombstoned`: `id` has a tombstone; docs/reference.md section 5.8).
+pub(super) fn admissible(id: &str, write: &Write, tombstoned: bool) -> Result<(), Fault> {
+    if write.op.id != id {
+        return Err(Fault::new(format!(
+            "a write for {id} carried the operation {}",
+            write.op.id
+        )));
+    }
+    if write.op.pruned_at.is_some() || tombstoned {
+        return Err(Fault::new(format!(
+            "operation {id} was pruned; its tombstone refuses every write"
+        )));
+    }
+    Ok(())
+}
+
+/// The fence of the new claim `write` makes over `old`, if it makes one: `in_flight` under a
+/// token the operation did not carry before.
+pub(super) fn new_claim(old: Option<&Operation>, write: &Write) -> Option<u64> {
+    let fence = write.op.fence;
+    let claims = write.op.state == State::InFlight && fence != 0;
+    (claims && old.is_none_or(|old| old.fence != fence)).then_some(fence)
+}
+
+/// Whether pruning `op` must leave a tombstone: its effect happened (`succeeded`), or an
+/// operator ruled it must never happen (rejected). A plainly `failed` operation's effect
+/// definitively did not happen, so it may be forgotten.
+pub(super) fn leaves_tombstone(op: &Operation) -> bool {
+    match op.state {
+        State::Succeeded => true,
+        State::Failed => op.approval == Approval::Rejected,
+        State::Prepared | State::InFlight | State::Unknown => false,
+    }
+}
+
+/// The tombstone of `op` pruned at `at`: no response, no per-field hashes, `pruned_at` set.
+pub(super) fn tombstone_of(op: &Operation, at: Timestamp) -> Operation {
+    Operation {
+        fields: BTreeMap::new(),
+        response: None,
+        fence: 0,
+        pruned_at: Some(at),
+        ..op.clone()
+    }
+}
+
+/// The detail of the one `operation.replayed` event an operation gets.
+const FIRST_REPLAY: &str = "answered from the ledger; later replays are counted in `replays`";
+
+/// `note` merged into what is kept (`None`: its first replays) as `(count, first, last)`.
+pub(super) fn merged(kept: Option<(u64, i64, i64)>, note: &ReplayNote) -> (u64, i64, i64) {
+    let (first, last) = (note.first.0, note.last.0);
+    match kept {
+        None => (note.count, first, last),
+        Some((count, kept_first, kept_last)) => (
+            count.saturating_add(note.count),
+            kept_first.min(first),
+            kept_last.max(last),
+        ),
+    }
+}
+
+/// The `operation.replayed` event appended with an operation's first counted replays.
+pub(super) fn first_replay(op: &Operation, note: &ReplayNote) -> Event {
+    Event {
+        at: note.first,
+        kind: EventKind::Replayed,
+        attempt: op.attempts,
+        detail: FIRST_REPLAY.to_owned(),
+    }
+}

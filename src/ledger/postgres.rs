@@ -1,0 +1,396 @@
+//! The PostgreSQL backend of the ledger: one database shared by every replica, each holding a
+//! lease (docs/reference.md, several replicas).
+//!
+//! It owns opening the database (schema, secret check, this replica's registration, the
+//! orphaning of what lapsed replicas left in flight), the background tasks of the lease, and
+//! the routing of each `Ledger` call to a transaction or a plain statement. Its schema is
+//! `schema`, connections and transactions `connect`, the locked write `update`, the reads
+//! `read`, the batch writes `prune`, the leases `lease`. Records are the codec's bytes, so any
+//! backend can load what another dumps. It never decides what a request means, and no
+//! PostgreSQL type leaves `ledger`.
+//!
+//! Every call is bounded in time: a database that does not answer is `Unavailable` after
+//! `OP_TIMEOUT`, never a hang. Writes run in spawned tasks, so a caller that goes away cannot
+//! leave one half done; a transaction that fails or times out discards its connection.
+
+mod connect;
+mod lease;
+mod prune;
+mod read;
+mod schema;
+#[cfg(test)]
+mod tests;
+mod update;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use tokio_util::sync::CancellationToken;
+
+use self::connect::{Conn, Tx};
+use self::lease::Lease;
+use self::update::Appended;
+use super::at::PgUrl;
+use super::feed::{Feed, Published};
+use super::replays::{ReplayNote, Replays};
+use super::store::Fault;
+use super::{Checked, Fences, Filter, LedgerError, LedgerOptions, Page, Stats, codec};
+use crate::clock::Timestamp;
+use crate::operation::{Event, Operation, State, StoredResponse, Write};
+
+/// The longest any one call may take before the ledger answers `Unavailable`.
+const OP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The PostgreSQL ledger: a cheap `Clone` handle. The lease's tasks stop when the last clone
+/// is dropped.
+#[derive(Clone)]
+pub struct Postgres {
+    inner: Arc<Inner>,
+}
+
+/// Held by the handles only: dropping the last stops the background tasks.
+struct Inner {
+    core: Arc<Core>,
+    fences: Fences,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.core.stop.cancel();
+    }
+}
+
+/// What every call and background task shares.
+pub(super) struct Core {
+    pool: Pool,
+    /// This replica's ID: the owner of its claims and the epoch of its fences.
+    me: i64,
+    lease: Lease,
+    feed: Feed,
+    fail_writes: bool,
+    stop: CancellationToken,
+}
+
+impl Core {
+    async fn conn(&self) -> Result<Conn, Fault> {
+        Conn::get(&self.pool)
+            .await
+            .inspect_err(|_| self.lease.unreachable())
+    }
+
+    async fn begin(&self) -> Result<Tx, Fault> {
+        self.conn().await?.begin().await
+    }
+
+    /// `work`, or `Unavailable` once `OP_TIMEOUT` has passed (its connection is discarded).
+    async fn timed<T>(&self, work: impl Future<Output = Result<T, Fault>>) -> Result<T, Fault> {
+        match tokio::time::timeout(OP_TIMEOUT, work).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.lease.unreachable();
+                Err(Fault::new(format!(
+                    "PostgreSQL did not answer within {}s",
+                    OP_TIMEOUT.as_secs()
+                )))
+            }
+        }
+    }
+
+    fn publish(&self, appended: &Appended) {
+        for (op, events) in appended {
+            self.feed.publish(op, events);
+        }
+    }
+}
+
+fn injected() -> LedgerError {
+    LedgerError::Unavailable("fault injection: ledger.commit fails".to_owned())
+}
+
+/// Whether `IDEMPROXY_FAIL` (a comma-separated list of fault points) names `ledger.commit`.
+fn fault_injected() -> bool {
+    std::env::var("IDEMPROXY_FAIL")
+        .is_ok_and(|points| points.split(',').any(|p| p.trim() == "ledger.commit"))
+}
+
+fn open_error(url: &PgUrl, reason: impl std::fmt::Display) -> LedgerError {
+    LedgerError::Open {
+        path: url.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// `Ledger::check` on a database.
+pub(super) async fn check(url: &PgUrl, secret_check: &str) -> Result<Checked, LedgerError> {
+    let pool = connect::pool(url).map_err(|e| open_error(url, e))?;
+    let shown = url.to_string();
+    let checked = tokio::time::timeout(OP_TIMEOUT, schema::check(&pool, &shown, secret_check));
+    checked
+        .await
+        .unwrap_or_else(|_| Err(open_error(url, "PostgreSQL did not answer")))
+}
+
+impl Postgres {
+    /// `Ledger::open` on this database.
+    pub async fn open(
+        url: &PgUrl,
+        _now: Timestamp,
+        opts: LedgerOptions,
+    ) -> Result<(Postgres, Vec<Operation>), LedgerError> {
+        let pool = connect::pool(url).map_err(|e| open_error(url, e))?;
+        let started = tokio::time::Instant::now();
+        let setup = async {
+            let prepared = schema::prepare(&pool, opts.secret_check.as_deref()).await?;
+            let me = match prepared {
+                Ok(schema::Prepared::Ready) => {
+                    let conn = Conn::get(&pool).await?;
+                    Some(lease::register(&conn, &opts.replica, opts.lease).await?)
+                }
+                Ok(schema::Prepared::OtherSecret) => None,
+                Err(found) => return Ok(Err(found)),
+            };
+            Ok::<_, Fault>(Ok(me))
+        };
+        let me = match tokio::time::timeout(OP_TIMEOUT, setup).await {
+            Err(_) => return Err(open_error(url, "PostgreSQL did not answer")),
+            Ok(Err(fault)) => return Err(open_error(url, fault)),
+            Ok(Ok(Err(found))) => {
+                return Err(LedgerError::NewerSchema {
+                    path: url.to_string(),
+                    found,
+                    known: schema::VERSION,
+                });
+            }
+            Ok(Ok(Ok(None))) => {
+                return Err(LedgerError::OtherSecret {
+                    path: url.to_string(),
+                });
+            }
+            Ok(Ok(Ok(Some(me)))) => me,
+        };
+        let core = Arc::new(Core {
+            pool,
+            me,
+            lease: Lease::new(opts.lease, started),
+            feed: Feed::new(),
+            fail_writes: opts.fail_writes || fault_injected(),
+            stop: CancellationToken::new(),
+        });
+        let orphaned = core
+            .timed(lease::sweep(&core))
+            .await
+            .map_err(|fault| open_error(url, fault))?;
+        tokio::spawn(lease::heartbeat(Arc::clone(&core)));
+        tokio::spawn(lease::sweeper(Arc::clone(&core)));
+        let epoch = u64::try_from(me).unwrap_or_default();
+        let inner = Inner {
+            core,
+            fences: Fences::from_epoch(epoch),
+        };
+        Ok((
+            Postgres {
+                inner: Arc::new(inner),
+            },
+            orphaned,
+        ))
+    }
+
+    fn core(&self) -> &Arc<Core> {
+        &self.inner.core
+    }
+
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Published> {
+        self.core().feed.subscribe()
+    }
+
+    pub fn fence(&self) -> u64 {
+        self.inner.fences.next()
+    }
+
+    pub fn fences(&self) -> Fences {
+        self.inner.fences.clone()
+    }
+
+    /// `Ledger::update` on this database: one locked transaction in a spawned task.
+    pub async fn update<T, F>(&self, id: &str, f: F) -> Result<T, LedgerError>
+    where
+        F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send + 'static,
+        T: Send + 'static,
+    {
+        let core = Arc::clone(self.core());
+        let id = id.to_owned();
+        let task = tokio::spawn(async move {
+            // Set just before a new claim's COMMIT is sent: from then on a failure may hide a
+            // commit that landed, a claim nobody will finish, so it is abandoned.
+            let staged = AtomicU64::new(0);
+            let work = update::run(&core, &id, f, &staged);
+            let outcome = match tokio::time::timeout(OP_TIMEOUT, work).await {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    core.lease.unreachable();
+                    let why = format!("PostgreSQL did not answer within {}s", OP_TIMEOUT.as_secs());
+                    Err(LedgerError::Unavailable(why))
+                }
+            };
+            match outcome {
+                Ok((value, appended)) => {
+                    core.publish(&appended);
+                    Ok(value)
+                }
+                Err(e) => {
+                    let fence = staged.load(Ordering::Relaxed);
+                    if fence != 0 {
+                        tokio::spawn(lease::abandon(Arc::clone(&core), id, fence));
+                    }
+                    Err(e)
+                }
+            }
+        });
+        task.await.unwrap_or_else(|e| {
+            Err(LedgerError::Unavailable(format!(
+                "a ledger update failed: {e}"
+            )))
+        })
+    }
+
+    pub fn writable(&self) -> bool {
+        self.core().lease.writable()
+    }
+
+    pub fn abandon(&self, id: &str, fence: u64) {
+        let core = Arc::clone(self.core());
+        tokio::spawn(lease::abandon(core, id.to_owned(), fence));
+    }
+
+    /// Runs one read on a pooled connection, bounded in time.
+    async fn read<'a, T, Fut>(&'a self, f: impl FnOnce(Conn) -> Fut) -> Result<T, LedgerError>
+    where
+        Fut: Future<Output = Result<T, Fault>> + 'a,
+    {
+        let core = self.core();
+        let work = async {
+            let conn = core.conn().await?;
+            f(conn).await
+        };
+        core.timed(work).await.map_err(LedgerError::from)
+    }
+
+    pub async fn get(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
+        self.read(|c| async move { read::get(&c, id).await }).await
+    }
+
+    pub async fn replayable(
+        &self,
+        id: &str,
+    ) -> Result<Option<(Operation, Option<StoredResponse>)>, LedgerError> {
+        self.read(|c| async move { read::replayable(&c, id).await })
+            .await
+    }
+
+    pub async fn events(&self, id: &str) -> Result<Vec<Event>, LedgerError> {
+        self.read(|c| async move { read::events(&c, id).await })
+            .await
+    }
+
+    pub async fn kept_request(&self, id: &str) -> Result<Option<Vec<u8>>, LedgerError> {
+        self.read(|c| async move { read::kept_request(&c, id).await })
+            .await
+    }
+
+    pub async fn response(&self, id: &str) -> Result<Option<StoredResponse>, LedgerError> {
+        self.read(|c| async move { read::response(&c, id).await })
+            .await
+    }
+
+    pub async fn list(
+        &self,
+        filter: &Filter,
+        limit: usize,
+        after: Option<&str>,
+    ) -> Result<Page, LedgerError> {
+        let after = match after {
+            Some(cursor) => Some(codec::decode_cursor(cursor).ok_or(LedgerError::BadCursor)?),
+            None => None,
+        };
+        self.read(|c| async move { read::list(&c, filter, limit, after).await })
+            .await
+    }
+
+    pub async fn tombstone(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
+        self.read(|c| async move { read::tombstone(&c, id).await })
+            .await
+    }
+
+    pub async fn replays(&self, id: &str) -> Result<Option<Replays>, LedgerError> {
+        self.read(|c| async move { read::replays(&c, id).await })
+            .await
+    }
+
+    pub async fn stats(&self) -> Result<Stats, LedgerError> {
+        self.read(|c| async move { read::stats(&c).await }).await
+    }
+
+    /// `Ledger::prune` on this database: batches of at most `max`, each its own transaction.
+    pub async fn prune(
+        &self,
+        older_than: Timestamp,
+        now: Timestamp,
+        max: usize,
+    ) -> Result<usize, LedgerError> {
+        if self.core().fail_writes {
+            return Err(injected());
+        }
+        let max = max.max(1);
+        let mut total = 0;
+        for state in [State::Succeeded, State::Failed] {
+            loop {
+                let core = self.core();
+                let batch = prune::prune_batch(core, state, older_than, now, max);
+                let (deleted, full) = core.timed(batch).await?;
+                total += deleted;
+                if !full {
+                    break;
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    pub async fn prune_tombstones(
+        &self,
+        older_than: Timestamp,
+        max: usize,
+    ) -> Result<usize, LedgerError> {
+        if self.core().fail_writes {
+            return Err(injected());
+        }
+        let max = max.max(1);
+        let mut total = 0;
+        loop {
+            let core = self.core();
+            let deleted = core
+                .timed(prune::sweep_tombstones(core, older_than, max))
+                .await?;
+            total += deleted;
+            if deleted < max {
+                return Ok(total);
+            }
+        }
+    }
+
+    pub async fn note_replays(&self, notes: Vec<ReplayNote>) -> Result<usize, LedgerError> {
+        if notes.is_empty() {
+            return Ok(0);
+        }
+        if self.core().fail_writes {
+            return Err(injected());
+        }
+        let core = self.core();
+        let (noted, appended) = core.timed(prune::note_replays(core, notes)).await?;
+        core.publish(&appended);
+        Ok(noted)
+    }
+}

@@ -1,0 +1,235 @@
+//! Connections to the PostgreSQL ledger: the pool, TLS, and the transaction guard.
+//!
+//! This file owns how a connection is made (rustls with the bundled web roots for
+//! `sslmode=require`/`verify-full`, plain TCP otherwise; the password from the URL or
+//! `PGPASSWORD`; `synchronous_commit = on` for every session) and the one rule about broken
+//! connections: a transaction that does not end in `commit` or `rollback` discards its
+//! connection, so a connection in an unknown state never goes back to the pool. Errors become
+//! `Fault`s whose words never hold the password.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row};
+
+use super::super::at::{PgUrl, SslMode};
+use super::super::store::Fault;
+
+/// Connections one replica keeps open at most.
+const POOL_SIZE: usize = 16;
+/// How long to wait for a connection (made, or free in the pool) before the ledger is
+/// unavailable.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl From<tokio_postgres::Error> for Fault {
+    fn from(e: tokio_postgres::Error) -> Fault {
+        // A database error's own message says more than "db error".
+        match e.as_db_error() {
+            Some(db) => Fault::new(format!("PostgreSQL: {}", db.message())),
+            None => Fault::new(format!("PostgreSQL: {e}")),
+        }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for Fault {
+    fn from(e: deadpool_postgres::PoolError) -> Fault {
+        match e {
+            deadpool_postgres::PoolError::Backend(e) => Fault::from(e),
+            other => Fault::new(format!("no connection to PostgreSQL: {other}")),
+        }
+    }
+}
+
+/// The SQLSTATE of a database error, if it was one (for retries at setup).
+pub(super) fn sqlstate(e: &tokio_postgres::Error) -> Option<&str> {
+    e.code().map(|c| c.code())
+}
+
+/// The pool of connections to `url`; connects lazily (the first `get` makes a connection).
+pub(super) fn pool(url: &PgUrl) -> Result<Pool, String> {
+    let mut config: tokio_postgres::Config = url
+        .secret_url()
+        .parse()
+        .map_err(|e| format!("{url}: {e}"))?;
+    if config.get_password().is_none()
+        && let Ok(password) = std::env::var("PGPASSWORD")
+    {
+        config.password(password);
+    }
+    let options = match config.get_options() {
+        Some(given) => format!("{given} -c synchronous_commit=on"),
+        None => "-c synchronous_commit=on".to_owned(),
+    };
+    config.options(&options);
+    config.connect_timeout(CONNECT_TIMEOUT);
+    config.keepalives_idle(Duration::from_secs(30));
+    if config.get_application_name().is_none() {
+        config.application_name("idemproxy");
+    }
+    let recycling = ManagerConfig {
+        recycling_method: RecyclingMethod::Fast,
+    };
+    let manager = match url.ssl() {
+        SslMode::Plain => Manager::from_config(config, NoTls, recycling),
+        SslMode::Verified => Manager::from_config(config, tls()?, recycling),
+    };
+    Pool::builder(manager)
+        .max_size(POOL_SIZE)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(CONNECT_TIMEOUT))
+        .create_timeout(Some(CONNECT_TIMEOUT))
+        .recycle_timeout(Some(CONNECT_TIMEOUT))
+        .build()
+        .map_err(|e| format!("{url}: {e}"))
+}
+
+fn tls() -> Result<tokio_postgres_rustls::MakeRustlsConnect, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+/// One pooled connection, for statements outside a transaction.
+pub(super) struct Conn(Object);
+
+impl Conn {
+    pub(super) async fn get(pool: &Pool) -> Result<Conn, Fault> {
+        Ok(Conn(pool.get().await?))
+    }
+
+    pub(super) async fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, Fault> {
+        let statement = self.0.prepare_cached(sql).await?;
+        Ok(self.0.query(&statement, params).await?)
+    }
+
+    pub(super) async fn query_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, Fault> {
+        let statement = self.0.prepare_cached(sql).await?;
+        Ok(self.0.query_opt(&statement, params).await?)
+    }
+
+    /// Runs `sql` (no parameters) as a simple query; the error stays PostgreSQL's own.
+    pub(super) async fn batch(&self, sql: &str) -> Result<(), tokio_postgres::Error> {
+        self.0.batch_execute(sql).await
+    }
+
+    /// `sql` (no parameters); the error stays PostgreSQL's own.
+    pub(super) async fn raw_query(&self, sql: &str) -> Result<Vec<Row>, tokio_postgres::Error> {
+        self.0.query(sql, &[]).await
+    }
+
+    /// Begins a READ COMMITTED transaction on this connection.
+    pub(super) async fn begin(self) -> Result<Tx, Fault> {
+        let mut tx = Tx { conn: Some(self.0) };
+        tx.batch("BEGIN ISOLATION LEVEL READ COMMITTED").await?;
+        Ok(tx)
+    }
+}
+
+/// An open transaction. Dropped without `commit` or `rollback` (an error, a timeout, a panic),
+/// it takes its connection out of the pool and closes it: the server rolls it back.
+pub(super) struct Tx {
+    conn: Option<Object>,
+}
+
+impl Tx {
+    fn client(&self) -> Result<&Object, Fault> {
+        self.conn
+            .as_ref()
+            .ok_or_else(|| Fault::new("the transaction has ended".to_owned()))
+    }
+
+    pub(super) async fn batch(&mut self, sql: &str) -> Result<(), Fault> {
+        Ok(self.client()?.batch_execute(sql).await?)
+    }
+
+    pub(super) async fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, Fault> {
+        let client = self.client()?;
+        let statement = client.prepare_cached(sql).await?;
+        Ok(client.query(&statement, params).await?)
+    }
+
+    pub(super) async fn query_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, Fault> {
+        let client = self.client()?;
+        let statement = client.prepare_cached(sql).await?;
+        Ok(client.query_opt(&statement, params).await?)
+    }
+
+    pub(super) async fn execute(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, Fault> {
+        let client = self.client()?;
+        let statement = client.prepare_cached(sql).await?;
+        Ok(client.execute(&statement, params).await?)
+    }
+
+    /// Takes the row lock that serializes every read-decide-write of `id` across replicas,
+    /// whether or not anything is stored under `id` yet.
+    pub(super) async fn lock(&self, id: &str) -> Result<(), Fault> {
+        self.execute(
+            "INSERT INTO op_locks (id) VALUES ($1) \
+             ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id",
+            &[&id],
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Commits: durably (`synchronous_commit = on`, the session's setting), or, for a
+    /// transaction that only appended history, without waiting for the flush.
+    pub(super) async fn commit(mut self, durable: bool) -> Result<(), Fault> {
+        let sql = if durable {
+            "COMMIT"
+        } else {
+            "SET LOCAL synchronous_commit = off; COMMIT"
+        };
+        self.batch(sql).await?;
+        self.release();
+        Ok(())
+    }
+
+    /// Rolls back and keeps the connection; a failed rollback discards it.
+    pub(super) async fn rollback(mut self) {
+        if self.batch("ROLLBACK").await.is_ok() {
+            self.release();
+        }
+    }
+
+    /// Hands the connection back to the pool (the transaction has ended cleanly).
+    fn release(&mut self) {
+        drop(self.conn.take());
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            drop(Object::take(conn));
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! Replicas and their leases: registration, renewal, and the orphaning of the operations a
+//! lapsed replica left `in_flight`.
+//!
+//! A replica registers once at open; its database-issued ID is the epoch of its fencing
+//! tokens, so `fence >> 32` names the owner of every claim. A background task renews the lease
+//! every third of it; the local deadline (the start of the last renewal that succeeded, plus
+//! the lease) is what `writable` trusts, so a replica that cannot reach the database stops
+//! calling itself writable before the database could call it lapsed. The orphan sweep runs on
+//! every replica every half lease, each orphaning in its own locked transaction, so two
+//! sweepers never both orphan one operation; the same transaction ends an abandoned claim.
+//! Whether a lease lapsed is always decided by the database's clock.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::super::change::{lapsed_reason, unrecorded_reason};
+use super::super::store::Fault;
+use super::Core;
+use super::connect::{Conn, Tx};
+use super::update::{self, Appended};
+use crate::clock::Timestamp;
+use crate::operation::{Operation, State};
+
+/// Replica rows lapsed for this many leases (and owning nothing in flight) are deleted.
+const FORGET_AFTER: u32 = 10;
+/// How often an abandoned claim is tried again while the database cannot be reached.
+const ABANDON_RETRY: Duration = Duration::from_secs(1);
+
+/// This replica's view of its own lease.
+pub(super) struct Lease {
+    pub(super) length: Duration,
+    /// When the last renewal that succeeded was sent.
+    renewed: Mutex<Instant>,
+    /// False from a failed statement until the next renewal succeeds.
+    reachable: AtomicBool,
+}
+
+impl Lease {
+    pub(super) fn new(length: Duration, renewed: Instant) -> Lease {
+        Lease {
+            length,
+            renewed: Mutex::new(renewed),
+            reachable: AtomicBool::new(true),
+        }
+    }
+
+    /// Whether the database was reachable at the last try and the lease has not lapsed by
+    /// the local clock.
+    pub(super) fn writable(&self) -> bool {
+        let renewed = *self.renewed.lock().unwrap_or_else(|e| e.into_inner());
+        self.reachable.load(Ordering::Relaxed) && Instant::now() < renewed + self.length
+    }
+
+    pub(super) fn unreachable(&self) {
+        self.reachable.store(false, Ordering::Relaxed);
+    }
+
+    fn renewed(&self, at: Instant) {
+        *self.renewed.lock().unwrap_or_else(|e| e.into_inner()) = at;
+        self.reachable.store(true, Ordering::Relaxed);
+    }
+
+    fn millis(&self) -> i64 {
+        i64::try_from(self.length.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// Registers a replica named `name` with a fresh lease of `length`; returns its ID.
+pub(super) async fn register(conn: &Conn, name: &str, length: Duration) -> Result<i64, Fault> {
+    let millis = i64::try_from(length.as_millis()).unwrap_or(i64::MAX);
+    let row = conn
+        .query_opt(
+            "INSERT INTO replicas (id, name, started_at, expires_at) \
+             VALUES (nextval('replica_ids'), $1, now(), now() + $2::bigint * interval '1 millisecond') \
+             RETURNING id",
+            &[&name, &millis],
+        )
+        .await?
+        .ok_or_else(|| Fault::new("the replica registration returned nothing".into()))?;
+    let id: i64 = row.get(0);
+    if !(1..=i64::from(u32::MAX)).contains(&id) {
+        return Err(Fault::new(format!(
+            "replica ID {id} is outside the fencing range (reset the replica_ids sequence)"
+        )));
+    }
+    Ok(id)
+}
+
+/// Renews this replica's lease; a row deleted meanwhile (it lapsed long ago) is written
+/// again under the same ID: its operations were orphaned, so fencing still holds.
+async fn renew(core: &Core) -> Result<(), Fault> {
+    let sent = Instant::now();
+    let conn = core.conn().await?;
+    conn.query(
+        "INSERT INTO replicas (id, name, started_at, expires_at) \
+         VALUES ($1, '', now(), now() + $2::bigint * interval '1 millisecond') \
+         ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at",
+        &[&core.me, &core.lease.millis()],
+    )
+    .await?;
+    core.lease.renewed(sent);
+    Ok(())
+}
+
+/// Renews the lease every third of it until the ledger stops.
+pub(super) async fn heartbeat(core: Arc<Core>) {
+    let every = core.lease.length / 3;
+    loop {
+        tokio::select! {
+            () = core.stop.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        if let Err(fault) = core.timed(renew(&core)).await {
+            core.lease.unreachable();
+            tracing::warn!(error = %fault, "the ledger lease could not be renewed");
+        }
+    }
+}
+
+/// Orphans lapsed replicas' operations every half lease until the ledger stops.
+pub(super) async fn sweeper(core: Arc<Core>) {
+    let every = core.lease.length / 2;
+    loop {
+        tokio::select! {
+            () = core.stop.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        match core.timed(sweep(&core)).await {
+            Ok(orphaned) if !orphaned.is_empty() => tracing::warn!(
+                orphaned = orphaned.len(),
+                "operations of a replica whose lease lapsed are now unknown"
+            ),
+            Ok(_) => {}
+            Err(fault) => tracing::warn!(error = %fault, "the orphan sweep failed"),
+        }
+    }
+}
+
+/// Orphans every `in_flight` operation whose owner's lease lapsed (never this replica's own),
+/// each in its own locked transaction, and forgets replicas lapsed long ago. Returns the
+/// orphaned operations as they now are.
+pub(super) async fn sweep(core: &Core) -> Result<Vec<Operation>, Fault> {
+    let conn = core.conn().await?;
+    let rows = conn
+        .query(
+            "SELECT o.id FROM ops o WHERE o.state = 'in_flight' AND o.owner <> $1 AND NOT EXISTS \
+             (SELECT 1 FROM replicas r WHERE r.id = o.owner AND r.expires_at > now()) \
+             ORDER BY o.id",
+            &[&core.me],
+        )
+        .await?;
+    let forget = core.lease.millis().saturating_mul(i64::from(FORGET_AFTER));
+    conn.query(
+        "DELETE FROM replicas r WHERE r.expires_at < now() - $1::bigint * interval '1 millisecond' \
+         AND NOT EXISTS (SELECT 1 FROM ops o WHERE o.state = 'in_flight' AND o.owner = r.id) \
+         RETURNING r.id",
+        &[&forget],
+    )
+    .await?;
+    drop(conn);
+    let mut orphaned = Vec::new();
+    for row in &rows {
+        let id: String = row.get(0);
+        if let Some(op) = orphan_one(core, &id, None).await? {
+            orphaned.push(op);
+        }
+    }
+    Ok(orphaned)
+}
+
+/// In one locked transaction: orphans `id` if it is still `in_flight` under a lapsed owner
+/// (`fence` `None`), or under exactly `fence` (an abandoned claim). Publishes what it wrote.
+pub(super) async fn orphan_one(
+    core: &Core,
+    id: &str,
+    fence: Option<u64>,
+) -> Result<Option<Operation>, Fault> {
+    let tx = core.begin().await?;
+    tx.lock(id).await?;
+    let found = update::read(&tx, id, core.me).await?;
+    let now = Timestamp::now();
+    let reason = match (&found.op, fence) {
+        (Some(op), Some(fence)) if op.state == State::InFlight && op.fence == fence => {
+            unrecorded_reason()
+        }
+        (Some(_), None) if found.lapsed => lapsed_reason(),
+        _ => {
+            tx.rollback().await;
+            return Ok(None);
+        }
+    };
+    let Some(old) = found.op else {
+        return Ok(None);
+    };
+    let written = orphan_in(&tx, &old, now, reason).await?;
+    tx.commit(true).await?;
+    core.publish(&written);
+    Ok(written.into_iter().next().map(|(op, _)| op))
+}
+
+async fn orphan_in(
+    tx: &Tx,
+    old: &Operation,
+    now: Timestamp,
+    reason: &str,
+) -> Result<Appended, Fault> {
+    let (op, event) = update::orphan(tx, old, now, reason).await?;
+    Ok(vec![(op, vec![event])])
+}
+
+/// Retries, until it is written or found moot, the orphaning of a claim its holder abandoned.
+pub(super) async fn abandon(core: Arc<Core>, id: String, fence: u64) {
+    loop {
+        match core.timed(orphan_one(&core, &id, Some(fence))).await {
+            Ok(_) => return,
+            Err(fault) => tracing::warn!(
+                operation = %id,
+                error = %fault,
+                "an abandoned claim could not be made unknown yet; trying again"
+            ),
+        }
+        tokio::select! {
+            () = core.stop.cancelled() => return,
+            () = tokio::time::sleep(ABANDON_RETRY) => {}
+        }
+    }
+}

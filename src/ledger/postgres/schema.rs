@@ -1,0 +1,197 @@
+//! The PostgreSQL schema: its tables, its version and the secret's check value in `meta`.
+//!
+//! This file owns every table definition of the PostgreSQL ledger and their creation, which
+//! is idempotent and safe when several replicas start at once: `meta` is created first
+//! (retrying when another replica created it at the same moment), then the row holding the
+//! schema version is locked, so one replica creates the rest while the others wait and find it
+//! done. Record columns hold the codec's bytes, exactly as redb stores them; the other columns
+//! of `ops` are copies for its indexes. Text keys sort bytewise (`COLLATE "C"`), as redb's do,
+//! so pages list in the same order. It never reads or writes an operation.
+
+use super::super::store::Fault;
+use super::super::{Checked, LedgerError};
+use super::connect::{Conn, Tx, sqlstate};
+
+/// The schema version this binary writes and knows.
+pub(super) const VERSION: i64 = 1;
+
+const META: &str = "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)";
+
+/// Version 1, created inside the transaction that holds the version row's lock.
+const TABLES: &str = r#"
+CREATE TABLE IF NOT EXISTS replicas (
+    id bigint PRIMARY KEY,
+    name text NOT NULL,
+    started_at timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE SEQUENCE IF NOT EXISTS replica_ids;
+CREATE TABLE IF NOT EXISTS op_locks (id text COLLATE "C" PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS ops (
+    id text COLLATE "C" PRIMARY KEY,
+    state text NOT NULL,
+    provider text COLLATE "C" NOT NULL,
+    route text COLLATE "C" NOT NULL,
+    created_at bigint NOT NULL,
+    updated_at bigint NOT NULL,
+    fence bigint NOT NULL,
+    owner bigint NOT NULL,
+    record bytea NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ops_by_created ON ops (created_at, id);
+CREATE INDEX IF NOT EXISTS ops_by_state ON ops (state, created_at, id);
+CREATE INDEX IF NOT EXISTS ops_by_provider ON ops (provider, created_at, id);
+CREATE INDEX IF NOT EXISTS ops_by_route ON ops (route, created_at, id);
+CREATE INDEX IF NOT EXISTS ops_by_age ON ops (state, updated_at);
+CREATE INDEX IF NOT EXISTS ops_in_flight ON ops (owner) WHERE state = 'in_flight';
+CREATE TABLE IF NOT EXISTS events (
+    id text COLLATE "C" NOT NULL,
+    seq integer NOT NULL,
+    record bytea NOT NULL,
+    PRIMARY KEY (id, seq)
+);
+CREATE TABLE IF NOT EXISTS responses (id text COLLATE "C" PRIMARY KEY, record bytea NOT NULL);
+CREATE TABLE IF NOT EXISTS requests (id text COLLATE "C" PRIMARY KEY, sealed bytea NOT NULL);
+CREATE TABLE IF NOT EXISTS tombstones (
+    id text COLLATE "C" PRIMARY KEY,
+    pruned_at bigint NOT NULL,
+    record bytea NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tombstones_by_age ON tombstones (pruned_at, id);
+CREATE TABLE IF NOT EXISTS replays (
+    id text COLLATE "C" PRIMARY KEY,
+    count bigint NOT NULL,
+    first_at bigint NOT NULL,
+    last_at bigint NOT NULL
+);
+"#;
+
+/// SQLSTATEs of two replicas creating one catalog entry at the same moment.
+const RACED: [&str; 3] = ["23505", "42P07", "42710"];
+
+/// What `prepare` found: the ledger is ready, or kept another secret check value.
+pub(super) enum Prepared {
+    Ready,
+    OtherSecret,
+}
+
+/// Creates the schema if needed and checks its version and the secret's check value (kept
+/// by the first start). Nothing is written when either check fails.
+pub(super) async fn prepare(
+    pool: &deadpool_postgres::Pool,
+    secret_check: Option<&str>,
+) -> Result<Result<Prepared, i64>, Fault> {
+    create_meta(pool).await?;
+    let mut tx = Conn::get(pool).await?.begin().await?;
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('schema_version', '0') ON CONFLICT (key) DO NOTHING",
+        &[],
+    )
+    .await?;
+    let row = tx
+        .query_opt(
+            "SELECT value FROM meta WHERE key = 'schema_version' FOR UPDATE",
+            &[],
+        )
+        .await?;
+    let found = version_of(row.map(|r| r.get::<_, String>(0)).as_deref())?;
+    if found > VERSION {
+        tx.rollback().await;
+        return Ok(Err(found));
+    }
+    if found < VERSION {
+        tx.batch(TABLES).await?;
+        tx.execute(
+            "UPDATE meta SET value = $1 WHERE key = 'schema_version'",
+            &[&VERSION.to_string()],
+        )
+        .await?;
+    }
+    if let Some(check) = secret_check
+        && !keep_secret_check(&tx, check).await?
+    {
+        tx.rollback().await;
+        return Ok(Ok(Prepared::OtherSecret));
+    }
+    tx.commit(true).await?;
+    Ok(Ok(Prepared::Ready))
+}
+
+/// `CREATE TABLE IF NOT EXISTS` is not safe against a concurrent creator (it may fail on the
+/// catalog's unique index); the loser tries again and finds the table.
+async fn create_meta(pool: &deadpool_postgres::Pool) -> Result<(), Fault> {
+    let mut last = None;
+    for _ in 0..5 {
+        let conn = Conn::get(pool).await?;
+        match conn.batch(META).await {
+            Ok(()) => return Ok(()),
+            Err(e) if sqlstate(&e).is_some_and(|s| RACED.contains(&s)) => last = Some(e),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(last.map_or_else(|| Fault::new("cannot create meta".into()), Fault::from))
+}
+
+fn version_of(value: Option<&str>) -> Result<i64, Fault> {
+    let Some(value) = value else { return Ok(0) };
+    value
+        .parse()
+        .map_err(|_| Fault::new(format!("meta.schema_version is not a number: {value:?}")))
+}
+
+/// Keeps `check` when the ledger has none yet; whether the one it keeps (now) is `check`.
+async fn keep_secret_check(tx: &Tx, check: &str) -> Result<bool, Fault> {
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('secret_check', $1) ON CONFLICT (key) DO NOTHING",
+        &[&check],
+    )
+    .await?;
+    let kept = tx
+        .query_opt("SELECT value FROM meta WHERE key = 'secret_check'", &[])
+        .await?;
+    Ok(kept.is_some_and(|row| row.get::<_, String>(0) == check))
+}
+
+/// `Ledger::check` on a database: reads `meta` only, writes nothing.
+pub(super) async fn check(
+    pool: &deadpool_postgres::Pool,
+    shown: &str,
+    secret_check: &str,
+) -> Result<Checked, LedgerError> {
+    let unreachable = |fault: Fault| LedgerError::Open {
+        path: shown.to_owned(),
+        reason: fault.to_string(),
+    };
+    let conn = Conn::get(pool).await.map_err(unreachable)?;
+    let rows = match conn
+        .raw_query("SELECT key, value FROM meta WHERE key IN ('schema_version', 'secret_check')")
+        .await
+    {
+        Ok(rows) => rows,
+        // 42P01: no `meta` table: nothing was ever created here.
+        Err(e) if sqlstate(&e) == Some("42P01") => return Ok(Checked::Empty),
+        Err(e) => return Err(unreachable(e.into())),
+    };
+    let value = |key: &str| {
+        rows.iter()
+            .find(|r| r.get::<_, String>(0) == key)
+            .map(|r| r.get::<_, String>(1))
+    };
+    let schema = version_of(value("schema_version").as_deref()).map_err(unreachable)?;
+    if schema == 0 {
+        return Ok(Checked::Empty);
+    }
+    if schema > VERSION {
+        return Err(LedgerError::NewerSchema {
+            path: shown.to_owned(),
+            found: schema,
+            known: VERSION,
+        });
+    }
+    match value("secret_check") {
+        Some(kept) if kept != secret_check => Err(LedgerError::OtherSecret {
+            path: shown.to_owned(),
+        }),
+        _ => Ok(Checked::Ready { schema }),
+    }
+}

@@ -1,0 +1,212 @@
+//! PostgreSQL-only behaviour: several replicas (several `Ledger`s) on one database, leases,
+//! fencing. Each test gets a fresh database, dropped at its end; a PostgreSQL that cannot be
+//! reached fails the test with how to start one (nothing is skipped).
+
+use std::time::Duration;
+
+use super::super::at::PgUrl;
+use super::super::{Ledger, LedgerAt, LedgerError, LedgerOptions};
+use crate::clock::Timestamp;
+use crate::operation::{Operation, State, Write};
+
+/// Where the tests find a PostgreSQL that lets them create databases.
+const ADMIN_ENV: &str = "IDEMPROXY_TEST_POSTGRES";
+const ADMIN_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// A database of its own for one test, dropped (connections and all) when this is dropped.
+pub(in crate::ledger) struct TestDb {
+    name: String,
+    admin: String,
+    pub(in crate::ledger) at: LedgerAt,
+}
+
+fn admin_url() -> String {
+    std::env::var(ADMIN_ENV).unwrap_or_else(|_| ADMIN_DEFAULT.to_owned())
+}
+
+async fn admin(url: &str) -> tokio_postgres::Client {
+    let connected = tokio_postgres::connect(url, tokio_postgres::NoTls).await;
+    let (client, connection) = connected.unwrap_or_else(|e| {
+        panic!(
+            "PostgreSQL is not reachable at {url} ({e}): these tests need one. Start it \
+             (e.g. `service postgresql start`, trust auth for user postgres on 127.0.0.1:5432) \
+             or set {ADMIN_ENV} to a URL of a user that may create databases"
+        )
+    });
+    tokio::spawn(connection);
+    client
+}
+
+impl TestDb {
+    pub(in crate::ledger) async fn new() -> TestDb {
+        let admin_url = admin_url();
+        let client = admin(&admin_url).await;
+        let name = format!("idemproxy_test_{}", hex::encode(rand_bytes()));
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap_or_else(|e| panic!("cannot create the test database {name}: {e}"));
+        let mut url = url::Url::parse(&admin_url).expect("the admin URL parses");
+        url.set_path(&name);
+        let at = LedgerAt::Postgres(PgUrl::parse(url.as_str()).expect("a test URL"));
+        TestDb {
+            name,
+            admin: admin_url,
+            at,
+        }
+    }
+}
+
+fn rand_bytes() -> [u8; 6] {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 6];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .expect("random bytes");
+    bytes
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let (admin_url, name) = (self.admin.clone(), self.name.clone());
+        // Its own thread and runtime: a drop may run inside (or after) the test's runtime.
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            rt.block_on(async {
+                let client = admin(&admin_url).await;
+                let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+                client.batch_execute(&sql).await
+            })
+        });
+        if let Ok(Err(e)) = dropped.join() {
+            eprintln!("cannot drop the test database {}: {e}", self.name);
+        }
+    }
+}
+
+const T0: i64 = 1_800_000_000_000;
+
+pub(in crate::ledger) fn opts(lease: Duration, replica: &str) -> LedgerOptions {
+    LedgerOptions {
+        lease,
+        replica: replica.to_owned(),
+        ..LedgerOptions::default()
+    }
+}
+
+async fn replica(db: &TestDb, lease: Duration, name: &str) -> (Ledger, Vec<Operation>) {
+    Ledger::open(&db.at, Timestamp(T0), opts(lease, name))
+        .await
+        .unwrap_or_else(|e| panic!("open {name}: {e}"))
+}
+
+/// A claim of `id` under a fresh token of `ledger`, as the claim transaction writes it.
+async fn claim(ledger: &Ledger, id: &str) -> Result<Option<u64>, LedgerError> {
+    let fences = ledger.fences();
+    let id_owned = id.to_owned();
+    ledger
+        .update(id, move |existing| {
+            if existing.is_some() {
+                return (None, None);
+            }
+            let fence = fences.next();
+            let op = Operation {
+                fence,
+                ..Operation::example(&id_owned, State::InFlight, Timestamp(T0))
+            };
+            (Some(Write::of(op, Vec::new())), Some(fence))
+        })
+        .await
+}
+
+/// Polls `probe` every 50 ms until it yields something; fails after 20 s.
+async fn until<T, Fut>(mut probe: impl FnMut() -> Fut) -> T
+where
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(found) = probe().await {
+            return found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the condition never held"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_racing_one_id_make_one_claim() {
+    let db = TestDb::new().await;
+    let (a, _) = replica(&db, Duration::from_secs(10), "a").await;
+    let (b, _) = replica(&db, Duration::from_secs(10), "b").await;
+    for round in 0..20 {
+        let id = format!("p/r/race-{round}");
+        let (ra, rb) = tokio::join!(claim(&a, &id), claim(&b, &id));
+        let claims: Vec<u64> = [ra.unwrap(), rb.unwrap()].into_iter().flatten().collect();
+        assert_eq!(claims.len(), 1, "round {round}: {claims:?}");
+        let stored = a.get(&id).await.unwrap().expect("claimed");
+        assert_eq!(stored.fence, claims[0]);
+    }
+    assert_ne!(
+        a.fence() >> 32,
+        b.fence() >> 32,
+        "each replica its own epoch"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_replica_is_orphaned_by_another_and_its_late_result_refused() {
+    let db = TestDb::new().await;
+    let lease = Duration::from_millis(600);
+    let (a, _) = replica(&db, lease, "a").await;
+    let fence = claim(&a, "p/r/x").await.unwrap().expect("claimed");
+    // A paused replica: its lease lapses while its claim is in flight.
+    drop(a);
+    let (b, orphaned_at_open) = replica(&db, lease, "b").await;
+    assert!(
+        orphaned_at_open.is_empty(),
+        "a live replica's operations are left alone at open"
+    );
+    let mut feed = b.subscribe();
+    let orphaned = until(|| async {
+        b.get("p/r/x")
+            .await
+            .unwrap()
+            .filter(|op| op.state == State::Unknown)
+    })
+    .await;
+    assert_eq!(orphaned.fence, 0);
+    assert_eq!(
+        orphaned.error.as_deref(),
+        Some(super::super::change::lapsed_reason())
+    );
+    let published = feed.recv().await.unwrap();
+    assert_eq!(
+        published.op.id, "p/r/x",
+        "the sweep is on the sweeper's feed"
+    );
+    // The late result of the old claim finds another fence and writes nothing.
+    let late = b
+        .update("p/r/x", move |existing| {
+            let current = existing.expect("stored");
+            if current.fence != fence {
+                return (None, false);
+            }
+            let done = Operation {
+                state: State::Succeeded,
+                ..current
+            };
+            (Some(Write::of(done, Vec::new())), true)
+        })
+        .await
+        .unwrap();
+    assert!(!late);
+    let kinds: Vec<_> = b.events("p/r/x").await.unwrap();
+    assert_eq!(kinds.len(), 1, "one orphaned event: {kinds:?}");
+}

@@ -1,0 +1,234 @@
+//! The locked read-decide-write transaction of `update`, and the writes it shares with the
+//! orphaning of lapsed replicas' operations.
+//!
+//! Every write of an operation runs inside a transaction holding that operation's row in
+//! `op_locks`, so two replicas never interleave a read and a write of one ID. Inside it: an
+//! `in_flight` operation whose owner's lease lapsed (by the database's clock) is orphaned
+//! first; the caller's closure decides on what is then stored; its `Write` is applied with the
+//! rules every backend shares (`change`); a new claim is written only while this replica's
+//! own lease is live. It never decides what a request means.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::super::LedgerError;
+use super::super::change::{self, lapsed_reason};
+use super::super::codec;
+use super::super::store::Fault;
+use super::Core;
+use super::connect::Tx;
+use crate::clock::Timestamp;
+use crate::operation::{Event, Operation, RequestChange, Write};
+
+/// What a committed transaction appended, for the feed: each operation as the commit left it
+/// with the events it gained.
+pub(super) type Appended = Vec<(Operation, Vec<Event>)>;
+
+/// The refusal of a claim while this replica's lease is not live in the database.
+pub(super) fn lease_lapsed() -> LedgerError {
+    LedgerError::Unavailable("this replica's lease lapsed; it claims again once renewed".into())
+}
+
+/// The operation stored under `id` as a locked transaction sees it.
+pub(super) struct Found {
+    /// The live operation, else the one rebuilt from its tombstone.
+    pub(super) op: Option<Operation>,
+    /// Whether it is `in_flight` under an owner (other than `me`) whose lease lapsed or
+    /// whose replica row is gone.
+    pub(super) lapsed: bool,
+}
+
+/// Reads `id` (its lock already held).
+pub(super) async fn read(tx: &Tx, id: &str, me: i64) -> Result<Found, Fault> {
+    let row = tx
+        .query_opt(
+            "SELECT o.record, (o.state = 'in_flight' AND o.owner <> $2 AND NOT EXISTS \
+             (SELECT 1 FROM replicas r WHERE r.id = o.owner AND r.expires_at > now())) \
+             FROM ops o WHERE o.id = $1",
+            &[&id, &me],
+        )
+        .await?;
+    if let Some(row) = row {
+        return Ok(Found {
+            op: Some(codec::decode_op(row.get::<_, &[u8]>(0))?),
+            lapsed: row.get(1),
+        });
+    }
+    let tomb = tx
+        .query_opt("SELECT record FROM tombstones WHERE id = $1", &[&id])
+        .await?;
+    let op = match tomb {
+        Some(row) => Some(codec::decode_op(row.get::<_, &[u8]>(0))?),
+        None => None,
+    };
+    Ok(Found { op, lapsed: false })
+}
+
+/// Stores `op` with the copies of its fields the indexes need.
+pub(super) async fn put_op(tx: &Tx, op: &Operation) -> Result<(), Fault> {
+    let record = codec::encode_op(op)?;
+    let fence = i64::try_from(op.fence)
+        .map_err(|_| Fault::new(format!("fence {} of {} is out of range", op.fence, op.id)))?;
+    let owner = fence >> 32;
+    tx.execute(
+        "INSERT INTO ops (id, state, provider, route, created_at, updated_at, fence, owner, record) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+         ON CONFLICT (id) DO UPDATE SET state = EXCLUDED.state, provider = EXCLUDED.provider, \
+         route = EXCLUDED.route, created_at = EXCLUDED.created_at, \
+         updated_at = EXCLUDED.updated_at, fence = EXCLUDED.fence, owner = EXCLUDED.owner, \
+         record = EXCLUDED.record",
+        &[
+            &op.id,
+            &op.state.as_str(),
+            &op.provider,
+            &op.route,
+            &op.created_at.0,
+            &op.updated_at.0,
+            &fence,
+            &owner,
+            &record,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Appends `events` to the history of `id`, after its last one.
+pub(super) async fn append_events(tx: &Tx, id: &str, events: &[Event]) -> Result<(), Fault> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let records = events
+        .iter()
+        .map(codec::encode_event)
+        .collect::<Result<Vec<_>, _>>()?;
+    tx.execute(
+        "INSERT INTO events (id, seq, record) \
+         SELECT $1, COALESCE((SELECT MAX(seq) FROM events WHERE id = $1), -1) + t.ord, t.rec \
+         FROM unnest($2::bytea[]) WITH ORDINALITY AS t (rec, ord)",
+        &[&id, &records],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Makes `old` `unknown` (see `change::orphaned`) and stores it with its orphaned event;
+/// returns it as it now is with that event.
+pub(super) async fn orphan(
+    tx: &Tx,
+    old: &Operation,
+    now: Timestamp,
+    reason: &str,
+) -> Result<(Operation, Event), Fault> {
+    let (op, event) = change::orphaned(old, now, reason);
+    put_op(tx, &op).await?;
+    append_events(tx, &op.id, std::slice::from_ref(&event)).await?;
+    Ok((op, event))
+}
+
+/// Applies one `Write` to `id` (`old` is what is stored now); whether it changed the
+/// operation, its response or its kept request (else it only appended history).
+async fn apply(tx: &Tx, id: &str, old: Option<&Operation>, write: &Write) -> Result<bool, Fault> {
+    change::admissible(id, write, old.is_some_and(|o| o.pruned_at.is_some()))?;
+    let op_changed = old != Some(&write.op);
+    if op_changed {
+        put_op(tx, &write.op).await?;
+    }
+    append_events(tx, id, &write.events).await?;
+    if let Some(response) = &write.response {
+        let record = codec::encode_response(response);
+        tx.execute(
+            "INSERT INTO responses (id, record) VALUES ($1, $2) \
+             ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record",
+            &[&id, &record],
+        )
+        .await?;
+    }
+    let request_changed = match &write.request {
+        RequestChange::Keep => false,
+        RequestChange::Store(sealed) => {
+            tx.execute(
+                "INSERT INTO requests (id, sealed) VALUES ($1, $2) \
+                 ON CONFLICT (id) DO UPDATE SET sealed = EXCLUDED.sealed",
+                &[&id, sealed],
+            )
+            .await?;
+            true
+        }
+        RequestChange::Erase => {
+            tx.execute("DELETE FROM requests WHERE id = $1", &[&id])
+                .await?
+                > 0
+        }
+    };
+    Ok(op_changed || write.response.is_some() || request_changed)
+}
+
+/// Whether this replica's lease is live by the database's clock, right now.
+async fn lease_live(tx: &Tx, me: i64) -> Result<bool, Fault> {
+    let row = tx
+        .query_opt(
+            "SELECT 1 FROM replicas WHERE id = $1 AND expires_at > clock_timestamp()",
+            &[&me],
+        )
+        .await?;
+    Ok(row.is_some())
+}
+
+/// `Ledger::update` as one transaction: lock, read (orphaning a lapsed owner's operation),
+/// decide, write, commit. Returns `f`'s value and what the commit appended. `staged` gets
+/// the fence of a new claim just before its COMMIT is sent.
+pub(super) async fn run<T, F>(
+    core: &Core,
+    id: &str,
+    f: F,
+    staged: &AtomicU64,
+) -> Result<(T, Appended), LedgerError>
+where
+    F: FnOnce(Option<Operation>) -> (Option<Write>, T),
+{
+    let tx = core.begin().await?;
+    tx.lock(id).await?;
+    let found = read(&tx, id, core.me).await?;
+    let mut appended = Vec::new();
+    let existing = match found.op {
+        Some(old) if found.lapsed => {
+            let (op, event) = orphan(&tx, &old, Timestamp::now(), lapsed_reason()).await?;
+            appended.push((op.clone(), vec![event]));
+            Some(op)
+        }
+        other => other,
+    };
+    let decided = std::panic::catch_unwind(AssertUnwindSafe(|| f(existing.clone())));
+    let Ok((write, value)) = decided else {
+        tx.rollback().await;
+        let why = format!("the update of {id} panicked; nothing was written");
+        return Err(LedgerError::Unavailable(why));
+    };
+    let Some(write) = write else {
+        if appended.is_empty() && existing.is_none() {
+            // Nothing is stored under `id`: its lock row would only take room.
+            tx.execute("DELETE FROM op_locks WHERE id = $1", &[&id])
+                .await?;
+        }
+        tx.commit(true).await?;
+        return Ok((value, appended));
+    };
+    if core.fail_writes {
+        tx.rollback().await;
+        return Err(super::injected());
+    }
+    let changed = apply(&tx, id, existing.as_ref(), &write).await?;
+    let claim = change::new_claim(existing.as_ref(), &write);
+    if let Some(fence) = claim {
+        if !lease_live(&tx, core.me).await? {
+            tx.rollback().await;
+            return Err(lease_lapsed());
+        }
+        staged.store(fence, Ordering::Relaxed);
+    }
+    let durable = changed || !appended.is_empty();
+    tx.commit(durable).await?;
+    appended.push((write.op, write.events));
+    Ok((value, appended))
+}
