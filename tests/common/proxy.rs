@@ -347,6 +347,18 @@ impl Proxy {
         self.config.ledger_path()
     }
 
+    /// Where the ledger is, for the few tests that read it with the crate's ledger API once
+    /// the process has stopped: the redb file, or the PostgreSQL mode's database.
+    pub fn ledger_at(&self) -> idemproxy::ledger::LedgerAt {
+        match self.config.database() {
+            Some(database) => {
+                let url = idemproxy::ledger::PgUrl::parse(&database.url()).expect("a ledger URL");
+                idemproxy::ledger::LedgerAt::Postgres(url)
+            }
+            None => self.ledger_path().into(),
+        }
+    }
+
     pub fn log_text(&self) -> String {
         self.config.log_text()
     }
