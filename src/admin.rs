@@ -254,11 +254,7 @@ fn health(app: &App) -> Result<Response<ProxyBody>, AdminError> {
     if app.ledger.writable() {
         return Ok(text(StatusCode::OK, "ok\n"));
     }
-    Err(AdminError::Ledger(
-        "it cannot write since a storage error (is its disk full?); new operations are \
-         refused until it reopens itself"
-            .into(),
-    ))
+    Err(AdminError::Ledger(app.ledger.unwritable_reason().into()))
 }
 
 /// The whole request body of a POST declared `application/json`, up to `max_stored_response`

@@ -29,6 +29,24 @@
 //! request header or body (docs/reference.md section 10). One storage error does not stop it:
 //! it recovers by itself once the storage allows.
 
+/// Runs each named `async fn(Kind)` of the current test module as two tests, `NAME::redb`
+/// and `NAME::postgres` (see `tests::fresh`).
+#[cfg(test)]
+macro_rules! on_both_backends {
+    ($($test:ident),* $(,)?) => {$(
+        mod $test {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redb() {
+                super::$test($crate::ledger::tests::Kind::Redb).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$test($crate::ledger::tests::Kind::Postgres).await
+            }
+        }
+    )*};
+}
+
 mod at;
 mod batch;
 mod change;
@@ -313,14 +331,31 @@ impl Ledger {
         }
     }
 
-    /// Whether the ledger can write. False from a storage error after which the database
-    /// refused new transactions (every write then fails fast with `Unavailable`) until the
-    /// ledger has reopened its file and committed the sweep of `abandon`ed claims.
+    /// Whether the ledger can write. redb: false from a storage error after which the
+    /// database refused new transactions (every write then fails fast with `Unavailable`)
+    /// until the ledger has reopened its file and committed the sweep of `abandon`ed claims.
+    /// PostgreSQL: false while the database cannot be reached (from a failed connection or
+    /// renewal until the next renewal succeeds) or once this replica's lease has lapsed by
+    /// the local clock (new claims are refused then anyway, by the database's).
     #[inline]
     pub fn writable(&self) -> bool {
         match &self.0 {
             Backend::Redb(redb) => redb.writable(),
             Backend::Postgres(pg) => pg.writable(),
+        }
+    }
+
+    /// Why `writable` is false, for `/healthz`: what an operator should look at.
+    pub fn unwritable_reason(&self) -> &'static str {
+        match &self.0 {
+            Backend::Redb(_) => {
+                "it cannot write since a storage error (is its disk full?); new operations are \
+                 refused until it reopens itself"
+            }
+            Backend::Postgres(_) => {
+                "the database cannot be reached or this replica's lease lapsed; new operations \
+                 are refused until the lease is renewed"
+            }
         }
     }
 
@@ -465,6 +500,15 @@ impl Ledger {
         match &self.0 {
             Backend::Redb(redb) => redb.stats().await,
             Backend::Postgres(pg) => pg.stats().await,
+        }
+    }
+
+    /// The PostgreSQL backend, for the unit tests that reach into its lease.
+    #[cfg(test)]
+    fn postgres(&self) -> &Postgres {
+        match &self.0 {
+            Backend::Postgres(pg) => pg,
+            Backend::Redb(_) => panic!("not a PostgreSQL ledger"),
         }
     }
 

@@ -63,9 +63,9 @@ impl Feed {
 
 #[cfg(test)]
 mod tests {
-    use tempfile::TempDir;
     use tokio::sync::broadcast::error::TryRecvError;
 
+    use super::super::tests::{Kept, Kind, fresh};
     use super::super::{Ledger, LedgerOptions, ReplayNote};
     use super::*;
     use crate::clock::Timestamp;
@@ -82,19 +82,22 @@ mod tests {
         }
     }
 
-    async fn open(dir: &TempDir, fail_writes: bool) -> Ledger {
+    async fn open(kind: Kind, fail_writes: bool) -> (Kept, Ledger) {
         let opts = LedgerOptions {
             fail_writes,
             ..LedgerOptions::default()
         };
-        let path = dir.path().join("ledger.redb");
-        Ledger::open(&path, Timestamp(T0), opts).await.unwrap().0
+        fresh(kind, opts).await
     }
 
-    #[tokio::test]
-    async fn a_commit_publishes_its_events_in_order_with_the_operation() {
-        let dir = TempDir::new().unwrap();
-        let ledger = open(&dir, false).await;
+    on_both_backends!(
+        a_commit_publishes_its_events_in_order_with_the_operation,
+        a_write_that_fails_publishes_nothing,
+        a_slow_subscriber_is_told_what_it_lost_and_never_holds_the_writer,
+    );
+
+    async fn a_commit_publishes_its_events_in_order_with_the_operation(kind: Kind) {
+        let (_kept, ledger) = open(kind, false).await;
         let mut feed = ledger.subscribe();
         let op = Operation::example("p/r/x", State::Succeeded, Timestamp(T0));
         let events = vec![event(EventKind::Claimed), event(EventKind::ResultPersisted)];
@@ -121,10 +124,8 @@ mod tests {
         assert!(matches!(feed.try_recv(), Err(TryRecvError::Empty)));
     }
 
-    #[tokio::test]
-    async fn a_write_that_fails_publishes_nothing() {
-        let dir = TempDir::new().unwrap();
-        let ledger = open(&dir, true).await;
+    async fn a_write_that_fails_publishes_nothing(kind: Kind) {
+        let (_kept, ledger) = open(kind, true).await;
         let mut feed = ledger.subscribe();
         let op = Operation::example("p/r/x", State::Prepared, Timestamp(T0));
         let write = Write::of(op, vec![event(EventKind::Prepared)]);
@@ -133,10 +134,8 @@ mod tests {
         assert!(matches!(feed.try_recv(), Err(TryRecvError::Empty)));
     }
 
-    #[tokio::test]
-    async fn a_slow_subscriber_is_told_what_it_lost_and_never_holds_the_writer() {
-        let dir = TempDir::new().unwrap();
-        let ledger = open(&dir, false).await;
+    async fn a_slow_subscriber_is_told_what_it_lost_and_never_holds_the_writer(kind: Kind) {
+        let (_kept, ledger) = open(kind, false).await;
         let mut feed = ledger.subscribe();
         let events: Vec<Event> = (0..BACKLOG + 10)
             .map(|_| event(EventKind::Conflict))

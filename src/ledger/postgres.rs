@@ -19,7 +19,7 @@ mod prune;
 mod read;
 mod schema;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 mod update;
 
 use std::future::Future;

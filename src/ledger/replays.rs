@@ -145,9 +145,9 @@ impl Job for NoteJob {
 
 #[cfg(test)]
 mod tests {
-    use tempfile::TempDir;
 
-    use super::super::{Ledger, LedgerOptions};
+    use super::super::LedgerOptions;
+    use super::super::tests::{Kind, fresh};
     use super::*;
     use crate::operation::{EventKind, State, Write};
 
@@ -173,12 +173,13 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn notes_merge_into_one_row_and_one_event_and_go_with_their_operation() {
-        let dir = TempDir::new().unwrap();
-        let path = dir.path().join("ledger.redb");
-        let opened = Ledger::open(&path, Timestamp(T0), LedgerOptions::default());
-        let (ledger, _) = opened.await.unwrap();
+    on_both_backends!(
+        notes_merge_into_one_row_and_one_event_and_go_with_their_operation,
+        an_unwritable_ledger_refuses_notes,
+    );
+
+    async fn notes_merge_into_one_row_and_one_event_and_go_with_their_operation(kind: Kind) {
+        let (_kept, ledger) = fresh(kind, LedgerOptions::default()).await;
         let op = Operation::example("p/r/x", State::Succeeded, Timestamp(T0));
         let write = Write::of(op, vec![]);
         ledger.update("p/r/x", |_| (Some(write), ())).await.unwrap();
@@ -229,15 +230,12 @@ mod tests {
         assert_eq!(ledger.note_replays(vec![note(1, T0, T0)]).await.unwrap(), 0);
     }
 
-    #[tokio::test]
-    async fn an_unwritable_ledger_refuses_notes() {
-        let dir = TempDir::new().unwrap();
+    async fn an_unwritable_ledger_refuses_notes(kind: Kind) {
         let opts = LedgerOptions {
             fail_writes: true,
             ..LedgerOptions::default()
         };
-        let path = dir.path().join("ledger.redb");
-        let (ledger, _) = Ledger::open(&path, Timestamp(T0), opts).await.unwrap();
+        let (_kept, ledger) = fresh(kind, opts).await;
         assert!(ledger.note_replays(vec![note(1, T0, T0)]).await.is_err());
     }
 }

@@ -71,14 +71,64 @@ async fn put(ledger: &Ledger, op: Operation, events: Vec<Event>, resp: Option<St
         .unwrap();
 }
 
+/// Which backend a semantic test runs on.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Kind {
+    Redb,
+    Postgres,
+}
+
+/// What keeps a fresh ledger's storage alive: its folder, or its database.
+#[allow(dead_code)]
+pub(super) enum Kept {
+    Dir(TempDir),
+    Db(postgres::tests::TestDb),
+}
+
+/// A fresh, empty ledger of `kind`, with what keeps its storage (drop it after the ledger).
+///
+/// A PostgreSQL ledger also gets a live replica 0 (expiring in a day), the owner of the
+/// hand-made claims these tests write (`op`'s fence 7): its `in_flight` operations are a
+/// live replica's, as a file ledger's are its own process's, and no sweep touches them.
+pub(super) async fn fresh(kind: Kind, opts: LedgerOptions) -> (Kept, Ledger) {
+    match kind {
+        Kind::Redb => {
+            let dir = TempDir::new().unwrap();
+            let (ledger, _) = open_with(&dir, Timestamp(T0), opts).await;
+            (Kept::Dir(dir), ledger)
+        }
+        Kind::Postgres => {
+            let db = postgres::tests::TestDb::new().await;
+            let (ledger, _) = Ledger::open(&db.at, Timestamp(T0), opts).await.unwrap();
+            db.execute(
+                "INSERT INTO replicas (id, name, started_at, expires_at) \
+                 VALUES (0, 'the tests', now(), now() + interval '1 day')",
+            )
+            .await;
+            (Kept::Db(db), ledger)
+        }
+    }
+}
+
+on_both_backends!(
+    update_creates_and_reads_back,
+    state_change_moves_indexes_and_counters,
+    list_is_newest_first_and_filters,
+    list_pages_with_cursor_until_the_end,
+    list_rejects_a_bad_cursor,
+    prune_removes_only_old_completed_operations,
+    fail_writes_answers_unavailable_and_writes_nothing,
+    a_write_for_another_id_is_refused,
+    concurrent_updates_are_serialized,
+    a_panicking_closure_is_an_error_and_the_ledger_lives_on,
+);
+
 fn ids(page: &Page) -> Vec<&str> {
     page.ops.iter().map(|o| o.id.as_str()).collect()
 }
 
-#[tokio::test]
-async fn update_creates_and_reads_back() {
-    let dir = TempDir::new().unwrap();
-    let ledger = open(&dir).await;
+async fn update_creates_and_reads_back(kind: Kind) {
+    let (_kept, ledger) = fresh(kind, LedgerOptions::default()).await;
     let id = "stripe/create_refund/wf-81:ch_1";
     let mut created = op(id, State::Succeeded, T0);
     created.response = Some(ResponseMeta {
@@ -156,10 +206,8 @@ async fn closure_returning_none_writes_nothing() {
     assert_eq!(commits.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test]
-async fn state_change_moves_indexes_and_counters() {
-    let dir = TempDir::new().unwrap();
-    let ledger = open(&dir).await;
+async fn state_change_moves_indexes_and_counters(kind: Kind) {
+    let (_kept, ledger) = fresh(kind, LedgerOptions::default()).await;
     put(&ledger, op("p/r/a", State::InFlight, T0), vec![], None).await;
     put(&ledger, op("p/r/b", State::InFlight, T0 + 1), vec![], None).await;
     let stats = ledger.stats().await.unwrap();
@@ -269,9 +317,8 @@ async fn fences_are_unique_across_reopen() {
 }
 
 /// Ops over two providers, three routes and several states; two share a `created_at`.
-async fn seeded() -> (TempDir, Ledger) {
-    let dir = TempDir::new().unwrap();
-    let ledger = open(&dir).await;
+async fn seeded(kind: Kind) -> (Kept, Ledger) {
+    let (kept, ledger) = fresh(kind, LedgerOptions::default()).await;
     let rows = [
         ("stripe/refund/1", State::Succeeded, T0),
         ("stripe/refund/2", State::Unknown, T0 + 1),
@@ -283,12 +330,11 @@ async fn seeded() -> (TempDir, Ledger) {
     for (id, state, created) in rows {
         put(&ledger, op(id, state, created), vec![], None).await;
     }
-    (dir, ledger)
+    (kept, ledger)
 }
 
-#[tokio::test]
-async fn list_is_newest_first_and_filters() {
-    let (_dir, ledger) = seeded().await;
+async fn list_is_newest_first_and_filters(kind: Kind) {
+    let (_kept, ledger) = seeded(kind).await;
     let all = ledger.list(&Filter::default(), 50, None).await.unwrap();
     let newest_first = [
         "stripe/refund/6",
@@ -350,10 +396,8 @@ async fn list_is_newest_first_and_filters() {
     }
 }
 
-#[tokio::test]
-async fn list_pages_with_cursor_until_the_end() {
-    let dir = TempDir::new().unwrap();
-    let ledger = open(&dir).await;
+async fn list_pages_with_cursor_until_the_end(kind: Kind) {
+    let (_kept, ledger) = fresh(kind, LedgerOptions::default()).await;
     for i in 0..25_i64 {
         let state = if i % 2 == 0 {
             State::Succeeded
@@ -403,9 +447,8 @@ async fn list_pages_with_cursor_until_the_end() {
     }
 }
 
-#[tokio::test]
-async fn list_rejects_a_bad_cursor() {
-    let (_dir, ledger) = seeded().await;
+async fn list_rejects_a_bad_cursor(kind: Kind) {
+    let (_kept, ledger) = seeded(kind).await;
     for cursor in [
         "not a cursor",
         "abcd",
@@ -417,10 +460,8 @@ async fn list_rejects_a_bad_cursor() {
     }
 }
 
-#[tokio::test]
-async fn prune_removes_only_old_completed_operations() {
-    let dir = TempDir::new().unwrap();
-    let ledger = open(&dir).await;
+async fn prune_removes_only_old_completed_operations(kind: Kind) {
+    let (_kept, ledger) = fresh(kind, LedgerOptions::default()).await;
     let cutoff = Timestamp(T0 + 1_000);
     let old = |id, state| op(id, state, T0);
     let mut touched = old("p/r/old-but-touched", State::Succeeded);
@@ -474,14 +515,12 @@ async fn prune_removes_only_old_completed_operations() {
     );
 }
 
-#[tokio::test]
-async fn fail_writes_answers_unavailable_and_writes_nothing() {
-    let dir = TempDir::new().unwrap();
+async fn fail_writes_answers_unavailable_and_writes_nothing(kind: Kind) {
     let opts = LedgerOptions {
         fail_writes: true,
         ..LedgerOptions::default()
     };
-    let (ledger, _) = open_with(&dir, Timestamp(T0), opts).await;
+    let (_kept, ledger) = fresh(kind, opts).await;
     let write = Write {
         op: op("p/r/x", State::InFlight, T0),
         events: vec![event(EventKind::Claimed, T0)],
@@ -501,10 +540,8 @@ async fn fail_writes_answers_unavailable_and_writes_nothing() {
     ));
 }
 
-#[tokio::test]
-async fn a_write_for_another_id_is_refused() {
-    let dir = TempDir::new().unwrap();
-    let ledger = open(&dir).await;
+async fn a_write_for_another_id_is_refused(kind: Kind) {
+    let (_kept, ledger) = fresh(kind, LedgerOptions::default()).await;
     let write = Write {
         op: op("p/r/other", State::InFlight, T0),
         events: vec![],
@@ -517,10 +554,8 @@ async fn a_write_for_another_id_is_refused() {
     assert_eq!(ledger.get("p/r/other").await.unwrap(), None);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_updates_are_serialized() {
-    let dir = TempDir::new().unwrap();
-    let ledger = open(&dir).await;
+async fn concurrent_updates_are_serialized(kind: Kind) {
+    let (_kept, ledger) = fresh(kind, LedgerOptions::default()).await;
     let id = "p/r/counter";
     let tasks: Vec<_> = (0..50)
         .map(|_| {
@@ -554,10 +589,8 @@ async fn concurrent_updates_are_serialized() {
     assert_eq!(ledger.stats().await.unwrap().by_state["in_flight"], 1);
 }
 
-#[tokio::test]
-async fn a_panicking_closure_is_an_error_and_the_ledger_lives_on() {
-    let dir = TempDir::new().unwrap();
-    let ledger = open(&dir).await;
+async fn a_panicking_closure_is_an_error_and_the_ledger_lives_on(kind: Kind) {
+    let (_kept, ledger) = fresh(kind, LedgerOptions::default()).await;
     let answer: Result<(), _> = ledger
         .update("p/r/x", |_| panic!("closure bug (expected by this test)"))
         .await;

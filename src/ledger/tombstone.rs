@@ -97,8 +97,7 @@ fn decode(bytes: Option<&[u8]>) -> Result<Option<Operation>, Fault> {
 mod tests {
     use std::time::Duration;
 
-    use tempfile::TempDir;
-
+    use super::super::tests::{Kind, fresh};
     use super::super::{Filter, Ledger, LedgerError, LedgerOptions};
     use super::*;
     use crate::operation::{Approval, State, Write};
@@ -106,11 +105,11 @@ mod tests {
     const T0: Timestamp = Timestamp(1_800_000_000_000);
     const LATER: Timestamp = Timestamp(1_800_000_010_000);
 
-    async fn open(dir: &TempDir) -> Ledger {
-        let path = dir.path().join("ledger.redb");
-        let opened = Ledger::open(&path, T0, LedgerOptions::default()).await;
-        opened.expect("open test ledger").0
-    }
+    on_both_backends!(
+        update_sees_the_tombstone_and_no_write_can_bring_it_back,
+        only_succeeded_and_rejected_operations_leave_tombstones,
+        swept_tombstones_free_their_ids_oldest_first_in_batches,
+    );
 
     async fn put(ledger: &Ledger, op: Operation) -> Result<(), LedgerError> {
         let id = op.id.clone();
@@ -125,10 +124,8 @@ mod tests {
         ledger.prune(cutoff, LATER, 10).await.expect("prune");
     }
 
-    #[tokio::test]
-    async fn update_sees_the_tombstone_and_no_write_can_bring_it_back() {
-        let dir = TempDir::new().unwrap();
-        let ledger = open(&dir).await;
+    async fn update_sees_the_tombstone_and_no_write_can_bring_it_back(kind: Kind) {
+        let (_kept, ledger) = fresh(kind, LedgerOptions::default()).await;
         let id = "p/r/done";
         pruned(&ledger, Operation::example(id, State::Succeeded, T0)).await;
 
@@ -161,10 +158,8 @@ mod tests {
         assert_eq!(ledger.tombstone(id).await.unwrap(), Some(seen));
     }
 
-    #[tokio::test]
-    async fn only_succeeded_and_rejected_operations_leave_tombstones() {
-        let dir = TempDir::new().unwrap();
-        let ledger = open(&dir).await;
+    async fn only_succeeded_and_rejected_operations_leave_tombstones(kind: Kind) {
+        let (_kept, ledger) = fresh(kind, LedgerOptions::default()).await;
         let rejected = Operation {
             approval: Approval::Rejected,
             ..Operation::example("p/r/rejected", State::Failed, T0)
@@ -180,10 +175,8 @@ mod tests {
             .expect("a plainly failed ID is free again");
     }
 
-    #[tokio::test]
-    async fn swept_tombstones_free_their_ids_oldest_first_in_batches() {
-        let dir = TempDir::new().unwrap();
-        let ledger = open(&dir).await;
+    async fn swept_tombstones_free_their_ids_oldest_first_in_batches(kind: Kind) {
+        let (_kept, ledger) = fresh(kind, LedgerOptions::default()).await;
         for n in 0..3 {
             let id = format!("p/r/{n}");
             pruned(&ledger, Operation::example(&id, State::Succeeded, T0)).await;

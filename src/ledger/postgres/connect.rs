@@ -58,9 +58,12 @@ pub(super) fn pool(url: &PgUrl) -> Result<Pool, String> {
     {
         config.password(password);
     }
+    // Durable commits unless a transaction says otherwise; and no NOTICE in the logs for
+    // the `IF NOT EXISTS` of every start.
+    let session = "-c synchronous_commit=on -c client_min_messages=warning";
     let options = match config.get_options() {
-        Some(given) => format!("{given} -c synchronous_commit=on"),
-        None => "-c synchronous_commit=on".to_owned(),
+        Some(given) => format!("{given} {session}"),
+        None => session.to_owned(),
     };
     config.options(&options);
     config.connect_timeout(CONNECT_TIMEOUT);

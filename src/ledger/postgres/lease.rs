@@ -92,7 +92,7 @@ pub(super) async fn register(conn: &Conn, name: &str, length: Duration) -> Resul
 
 /// Renews this replica's lease; a row deleted meanwhile (it lapsed long ago) is written
 /// again under the same ID: its operations were orphaned, so fencing still holds.
-async fn renew(core: &Core) -> Result<(), Fault> {
+pub(super) async fn renew(core: &Core) -> Result<(), Fault> {
     let sent = Instant::now();
     let conn = core.conn().await?;
     conn.query(

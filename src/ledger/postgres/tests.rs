@@ -2,10 +2,11 @@
 //! fencing. Each test gets a fresh database, dropped at its end; a PostgreSQL that cannot be
 //! reached fails the test with how to start one (nothing is skipped).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::super::at::PgUrl;
-use super::super::{Ledger, LedgerAt, LedgerError, LedgerOptions};
+use super::super::{Checked, Ledger, LedgerAt, LedgerError, LedgerOptions};
 use crate::clock::Timestamp;
 use crate::operation::{Operation, State, Write};
 
@@ -54,6 +55,32 @@ impl TestDb {
             admin: admin_url,
             at,
         }
+    }
+}
+
+impl TestDb {
+    /// Runs `sql` on this database as its owner (test setup only).
+    pub(in crate::ledger) async fn execute(&self, sql: &str) {
+        let LedgerAt::Postgres(url) = &self.at else {
+            unreachable!("a TestDb is PostgreSQL")
+        };
+        let client = admin(url.secret_url()).await;
+        client
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
+impl TestDb {
+    /// The one `bigint` `sql` selects on this database.
+    async fn query_one(&self, sql: &str) -> i64 {
+        let LedgerAt::Postgres(url) = &self.at else {
+            unreachable!("a TestDb is PostgreSQL")
+        };
+        let client = admin(url.secret_url()).await;
+        let row = client.query_one(sql, &[]).await;
+        row.unwrap_or_else(|e| panic!("{sql}: {e}")).get(0)
     }
 }
 
@@ -209,4 +236,131 @@ async fn a_lapsed_replica_is_orphaned_by_another_and_its_late_result_refused() {
     assert!(!late);
     let kinds: Vec<_> = b.events("p/r/x").await.unwrap();
     assert_eq!(kinds.len(), 1, "one orphaned event: {kinds:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_lease_lapsed_refuses_new_claims_until_renewed() {
+    let db = TestDb::new().await;
+    let lease = Duration::from_millis(600);
+    let (a, _) = replica(&db, lease, "a").await;
+    assert!(a.writable());
+    // Its heartbeat stops (a replica cut off from the database, or paused).
+    let core = Arc::clone(a.postgres().core());
+    core.stop.cancel();
+    until(|| async { (!a.writable()).then_some(()) }).await;
+    until(|| async {
+        let lapsed = db
+            .query_one("SELECT count(*) FROM replicas WHERE expires_at <= now()")
+            .await;
+        (lapsed == 1).then_some(())
+    })
+    .await;
+    let refused = claim(&a, "p/r/x").await;
+    match refused {
+        Err(LedgerError::Unavailable(why)) => assert!(why.contains("lease lapsed"), "{why}"),
+        other => panic!("claimed with a lapsed lease: {other:?}"),
+    }
+    assert_eq!(a.get("p/r/x").await.unwrap(), None, "nothing written");
+    // Writes that claim nothing still go through; a renewed lease claims again.
+    let op = Operation::example("p/r/done", State::Succeeded, Timestamp(T0));
+    let write = Write::of(op, Vec::new());
+    a.update("p/r/done", move |_| (Some(write), ()))
+        .await
+        .unwrap();
+    super::lease::renew(&core).await.unwrap();
+    assert!(a.writable());
+    assert!(claim(&a, "p/r/x").await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_secret_and_the_schema_version_are_kept_and_checked() {
+    let db = TestDb::new().await;
+    let with = |check: Option<&str>| LedgerOptions {
+        secret_check: check.map(str::to_owned),
+        ..opts(Duration::from_secs(10), "s")
+    };
+    assert_eq!(
+        Ledger::check(&db.at, "check-a").await.unwrap().unwrap(),
+        Checked::Empty
+    );
+    let (a, _) = Ledger::open(&db.at, Timestamp(T0), with(Some("check-a")))
+        .await
+        .unwrap();
+    let other = Ledger::open(&db.at, Timestamp(T0), with(Some("check-b"))).await;
+    match other {
+        Err(LedgerError::OtherSecret { path }) => assert!(path.starts_with("postgres://")),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("opened with another secret"),
+    }
+    let registered = db.query_one("SELECT count(*) FROM replicas").await;
+    assert_eq!(registered, 1, "the refused replica registered nothing");
+    let again = Ledger::open(&db.at, Timestamp(T0), with(Some("check-a"))).await;
+    assert!(
+        again.is_ok(),
+        "the same secret opens it again, beside a live replica"
+    );
+    assert_eq!(
+        Ledger::check(&db.at, "check-a").await.unwrap().unwrap(),
+        Checked::Ready { schema: 1 }
+    );
+    assert!(matches!(
+        Ledger::check(&db.at, "check-b").await.unwrap(),
+        Err(LedgerError::OtherSecret { .. })
+    ));
+    db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        .await;
+    let newer = Ledger::open(&db.at, Timestamp(T0), with(Some("check-a"))).await;
+    assert!(
+        matches!(
+            newer,
+            Err(LedgerError::NewerSchema {
+                found: 2,
+                known: 1,
+                ..
+            })
+        ),
+        "{:?}",
+        newer.err()
+    );
+    assert!(matches!(
+        Ledger::check(&db.at, "check-a").await.unwrap(),
+        Err(LedgerError::NewerSchema { .. })
+    ));
+    drop(a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_starting_together_create_the_schema_once() {
+    let db = TestDb::new().await;
+    let opens = (0..4).map(|n| {
+        let at = db.at.clone();
+        tokio::spawn(async move {
+            let name = format!("r{n}");
+            Ledger::open(&at, Timestamp(T0), opts(Duration::from_secs(10), &name)).await
+        })
+    });
+    let mut epochs = Vec::new();
+    for open in opens.collect::<Vec<_>>() {
+        let (ledger, _) = open.await.unwrap().unwrap_or_else(|e| panic!("{e}"));
+        epochs.push(ledger.fence() >> 32);
+    }
+    epochs.sort();
+    epochs.dedup();
+    assert_eq!(epochs.len(), 4, "one epoch per replica: {epochs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_is_an_open_error_without_the_password() {
+    let url = PgUrl::parse("postgres://nobody:hunter2@127.0.0.1:1/none").unwrap();
+    let at = LedgerAt::Postgres(url);
+    let answer = Ledger::open(&at, Timestamp(T0), opts(Duration::from_secs(1), "x")).await;
+    match answer {
+        Err(e @ LedgerError::Open { .. }) => {
+            let shown = e.to_string();
+            assert!(shown.contains("nobody:***@127.0.0.1:1/none"), "{shown}");
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("opened a database nobody runs"),
+    }
 }
