@@ -4,8 +4,9 @@
 //! its file once the proxy has stopped.
 //!
 //! Like `common`, it drives the proxy only through its files and its wire; the one look
-//! inside is `ledger`, which opens the ledger (the redb file, or the PostgreSQL mode's database) with the crate's own ledger API after the
-//! process is gone (a test's way to see the state docs/reference.md section 5.2 names).
+//! inside is `ledger`, which opens the ledger (the redb file, or the PostgreSQL mode's
+//! database) with the crate's own ledger API after the process is gone (a test's way to see
+//! the state docs/reference.md section 5.2 names).
 //!
 //! Each test file does `mod guarded;` and uses only part of this module.
 #![allow(dead_code)]
