@@ -1,4 +1,4 @@
-//! Several replicas on one PostgreSQL ledger (docs/reference.md section 13): real
+//! Several replicas on one PostgreSQL ledger (docs/reference.md section 5.9): real
 //! `idemproxy` processes sharing a fresh database on the local PostgreSQL (127.0.0.1:5432),
 //! reaching it through a relay the tests can cut.
 //!
