@@ -179,6 +179,21 @@ async fn the_admin_api_of_every_replica_lists_every_replicas_operations() {
             let op = op_json(proxy, id).await;
             assert_eq!(op["state"], "succeeded", "{op}");
         }
+        // A page's cursor from one replica reads the next page through another.
+        let first = send(Method::GET, &replicas[0].admin_url("/ops?limit=1"), &[], "").await;
+        let first = first.expect("admin answers").json();
+        let next = first["next"].as_str().expect("a next cursor").to_string();
+        let url = proxy.admin_url(&format!("/ops?limit=1&after={next}"));
+        let page = send(Method::GET, &url, &[], "")
+            .await
+            .expect("admin answers");
+        assert_eq!(page.status, StatusCode::OK, "{}", page.text());
+        let page = page.json();
+        assert_eq!(page["ops"].as_array().map(Vec::len), Some(1), "{page}");
+        assert_ne!(
+            page["ops"][0]["operation_id"],
+            first["ops"][0]["operation_id"]
+        );
         let stats = send(Method::GET, &proxy.admin_url("/stats"), &[], "").await;
         let stats = stats.expect("admin answers").json();
         assert_eq!(stats["by_state"]["succeeded"], 2, "{stats}");
@@ -390,7 +405,7 @@ async fn an_unreachable_database_stops_every_dispatch_and_both_replicas_recover_
         assert_eq!(warm.status, StatusCode::OK, "{}", warm.text());
     }
 
-    replicas.relay().cut();
+    replicas.cut();
     for (i, proxy) in replicas.iter().enumerate() {
         let resp = refund(proxy, &format!("wf-cut-{i}"), "amount=1").await;
         let body = problem(&resp, StatusCode::SERVICE_UNAVAILABLE, "ledger-unavailable");
@@ -407,7 +422,7 @@ async fn an_unreachable_database_stops_every_dispatch_and_both_replicas_recover_
         "nothing sent without a durable claim"
     );
 
-    replicas.relay().restore();
+    replicas.restore();
     for (i, proxy) in replicas.iter().enumerate() {
         until_health(proxy, StatusCode::OK).await;
         let resp = refund(proxy, &format!("wf-cut-{i}"), "amount=1").await;
@@ -428,14 +443,14 @@ async fn a_result_the_database_cannot_take_leaves_the_operation_unknown_once_it_
     let pending = refund_in_background(&replicas[0], "wf-unrecorded", "amount=5");
     provider.wait_for_requests(1).await;
 
-    replicas.relay().cut();
+    replicas.cut();
     provider.release();
     let answer = pending.await.expect("task").expect("answer");
     let body = problem(&answer, StatusCode::ACCEPTED, "outcome-unknown");
     assert_eq!(body["operation_id"], id.as_str(), "{body}");
     assert_eq!(answer.header("idem-state"), Some("unknown"));
 
-    replicas.relay().restore();
+    replicas.restore();
     for proxy in replicas.iter() {
         proxy.until_state(&id, "unknown").await;
         let kinds = event_kinds(&op_json(proxy, &id).await);
@@ -449,11 +464,11 @@ async fn a_result_the_database_cannot_take_leaves_the_operation_unknown_once_it_
 #[tokio::test]
 async fn a_replica_with_another_installation_secret_refuses_to_start() {
     let provider = FakeProvider::start(Behavior::echo()).await;
-    let replicas = Replicas::start(replica(&provider, ""), 1).await;
+    let mut replicas = Replicas::start(replica(&provider, ""), 1).await;
     let password = "Sesame-pw-91";
     let url = format!(
         "postgres://postgres:{password}@{}/{}?sslmode=disable",
-        replicas.relay().addr(),
+        replicas.relay(0).addr(),
         replicas.database().name()
     );
     let other = common::database::random_secret();
@@ -508,4 +523,179 @@ async fn replicas_pruning_at_once_leave_every_tombstone() {
         }
     }
     assert_eq!(provider.request_count(), 12, "nothing sent again");
+}
+
+/// A duplicate waiting through replica 1 on replica 0's claim when replica 0 dies: the lease
+/// sweep makes the operation `unknown`, and the waiter answers that (held: nothing is sent
+/// again) rather than waiting out `in_flight_wait` (10 s, which would be `in-flight`).
+#[tokio::test]
+async fn a_duplicate_waiting_through_another_replica_learns_that_the_holder_died() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "done").hold()).await;
+    let mut replicas = Replicas::start(replica(&provider, "dedupe = \"none\""), 2).await;
+    let id = op_id("wf-waiter");
+    let first = refund_in_background(&replicas[0], "wf-waiter", "amount=5");
+    provider.wait_for_requests(1).await;
+    let waiter = refund_in_background(&replicas[1], "wf-waiter", "amount=5");
+    replicas[0].kill().await;
+    assert!(first.await.expect("task").is_err());
+
+    let answer = waiter.await.expect("task").expect("answer");
+    let body = problem(&answer, StatusCode::ACCEPTED, "outcome-unknown");
+    assert_problem_context(&body, &id, "unknown");
+    assert_eq!(provider.request_count(), 1, "nothing sent again");
+}
+
+/// Two operators approve one operation at once, each through another replica: one wins, the
+/// other is told it is no longer awaiting approval; the agent's retry sends it once.
+#[tokio::test]
+async fn two_operators_approving_at_once_through_two_replicas_cannot_both_win() {
+    let provider = FakeProvider::start(Behavior::fixed(201, "made")).await;
+    let approval = builder(&provider, "", &refund_route("approval = \"required\"\n"))
+        .config(&format!("[replicas]\nlease = \"{LEASE}\"\n"));
+    let replicas = Replicas::start(approval, 2).await;
+    let id = op_id("wf-approve");
+    let held = refund(&replicas[0], "wf-approve", "amount=5").await;
+    problem(&held, StatusCode::ACCEPTED, "awaiting-approval");
+
+    let path = format!("/ops/{}/approve", id.replace('/', "%2F"));
+    let decisions: Vec<_> = replicas
+        .iter()
+        .map(|proxy| {
+            let url = proxy.admin_url(&path);
+            tokio::spawn(async move {
+                let json = [("content-type", "application/json")];
+                send(Method::POST, &url, &json, "{}")
+                    .await
+                    .expect("admin answers")
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for decision in decisions {
+        statuses.push(decision.await.expect("task").status);
+    }
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::CONFLICT]);
+
+    let sent = refund(&replicas[1], "wf-approve", "amount=5").await;
+    assert_eq!(
+        (sent.status, sent.text()),
+        (StatusCode::CREATED, "made".into())
+    );
+    let again = refund(&replicas[0], "wf-approve", "amount=5").await;
+    assert_op_headers(&again, &id, "succeeded", true);
+    assert_eq!(provider.request_count(), 1);
+}
+
+/// Replays answered by different replicas add up in the one count the admin API shows.
+#[tokio::test]
+async fn replays_through_every_replica_add_up_in_one_count() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let replicas = Replicas::start(replica(&provider, ""), 2).await;
+    let id = op_id("wf-counted");
+    let first = refund(&replicas[0], "wf-counted", "amount=5").await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text());
+    for i in 0..5 {
+        let replay = refund(&replicas[i % 2], "wf-counted", "amount=5").await;
+        assert_op_headers(&replay, &id, "succeeded", true);
+    }
+
+    // Counts are written about once a second by each replica: poll for the sum.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let op = op_json(&replicas[1], &id).await;
+        if op["replays"]["count"] == 5 {
+            let kinds = event_kinds(&op);
+            let noted = kinds.iter().filter(|k| *k == "operation.replayed").count();
+            assert_eq!(noted, 1, "the first replay's event only, once: {kinds:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replays never added up to 5: {op}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(provider.request_count(), 1);
+}
+
+/// Replica 0 loses the database (a partition: its relay alone is cut) with a claim at the
+/// provider. It stops serving claims (`/healthz` 503) while replica 1 goes on, orphans the
+/// claim once replica 0's lease lapses, and re-sends it (same key). Replica 0's late answer
+/// cannot be written (the agent is told the outcome is unknown) and, back on the database,
+/// replica 0 finds what happened since.
+#[tokio::test]
+async fn a_partitioned_replica_is_superseded_and_finds_what_happened_since() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "late").hold()).await;
+    let replicas = Replicas::start(replica(&provider, "dedupe = \"key\""), 2).await;
+    let id = op_id("wf-partition");
+    let pending = refund_in_background(&replicas[0], "wf-partition", "amount=5");
+    provider.wait_for_requests(1).await;
+
+    replicas.relay(0).cut();
+    until_health(&replicas[0], StatusCode::SERVICE_UNAVAILABLE).await;
+    replicas[1].until_state(&id, "unknown").await;
+    assert_eq!(health(&replicas[1]).await, StatusCode::OK);
+    provider.set_behavior(Behavior::fixed(201, "since"));
+    let retry = refund(&replicas[1], "wf-partition", "amount=5").await;
+    assert_eq!(
+        (retry.status, retry.text()),
+        (StatusCode::CREATED, "since".into())
+    );
+
+    provider.release();
+    let late = pending.await.expect("task").expect("answer");
+    problem(&late, StatusCode::ACCEPTED, "outcome-unknown");
+    let refused = refund(&replicas[0], "wf-cut-off", "amount=1").await;
+    problem(
+        &refused,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ledger-unavailable",
+    );
+    assert_eq!(
+        provider.request_count(),
+        2,
+        "nothing sent without a durable claim"
+    );
+
+    replicas.relay(0).restore();
+    until_health(&replicas[0], StatusCode::OK).await;
+    for proxy in replicas.iter() {
+        let op = op_json(proxy, &id).await;
+        assert_eq!(op["state"], "succeeded", "{op}");
+        assert_eq!(op["response"]["status"], 201, "what happened since: {op}");
+        let replay = refund(proxy, "wf-partition", "amount=5").await;
+        assert_eq!(
+            (replay.status, replay.text()),
+            (StatusCode::CREATED, "since".into())
+        );
+    }
+    let claimed = refund(&replicas[0], "wf-cut-off", "amount=1").await;
+    assert_eq!(claimed.status, StatusCode::CREATED, "{}", claimed.text());
+}
+
+/// A replica that cannot reach the database at start refuses to start and says why, naming
+/// the ledger without its password.
+#[tokio::test]
+async fn a_replica_that_cannot_reach_the_database_at_start_says_so() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let mut replicas = Replicas::start(replica(&provider, ""), 1).await;
+    let builder = replicas.replica();
+    let cut = replicas.relay(1);
+    cut.cut();
+    let url = format!(
+        "postgres://postgres:Sesame-pw-91@{}/{}?sslmode=disable",
+        cut.addr(),
+        replicas.database().name()
+    );
+    let (status, log) = builder.ledger_url(&url).start_expect_failure().await;
+    assert!(!status.success(), "{status:?}");
+    assert!(
+        log.contains(replicas.database().name()),
+        "names the ledger: {log}"
+    );
+    assert!(
+        !log.contains("Sesame-pw-91"),
+        "the password never shows: {log}"
+    );
 }

@@ -1,7 +1,9 @@
 //! `Replicas`: several real `idemproxy` processes sharing one fresh PostgreSQL database,
 //! with the same policies and installation secret, each with its own listeners and temp
-//! dir, reaching the database through one `Relay` so a test can cut it.
+//! dir, each reaching the database through a `Relay` of its own, so a test can cut the
+//! database off from all of them (`cut`) or from one (`relay(i).cut()`, a partition).
 
+use std::net::SocketAddr;
 use std::ops::{Index, IndexMut};
 
 use futures_util::future::join_all;
@@ -10,11 +12,12 @@ use super::database::{Database, random_secret};
 use super::proxy::{Proxy, ProxyBuilder};
 use super::relay::Relay;
 
-/// The running replicas; dropping it kills them, then closes the relay and drops the
+/// The running replicas; dropping it kills them, then closes the relays and drops the
 /// database (fields drop in declaration order).
 pub struct Replicas {
     proxies: Vec<Proxy>,
-    relay: Relay,
+    /// `relays[i]` is replica `i`'s way to the database.
+    relays: Vec<Relay>,
     database: Database,
     builder: ProxyBuilder,
     secret: String,
@@ -24,15 +27,10 @@ impl Replicas {
     /// Starts `n` replicas of `builder` at once (so they race to create the schema) on a new
     /// database. The builder's ledger line and secret are replaced.
     pub async fn start(builder: ProxyBuilder, n: usize) -> Replicas {
-        let database = Database::create();
-        let relay = Relay::start(std::net::SocketAddr::from((
-            [127, 0, 0, 1],
-            super::database::PORT,
-        )));
         let mut replicas = Replicas {
             proxies: Vec::new(),
-            relay,
-            database,
+            relays: Vec::new(),
+            database: Database::create(),
             builder,
             secret: random_secret(),
         };
@@ -41,12 +39,16 @@ impl Replicas {
         replicas
     }
 
-    /// A builder for one more replica: the shared one with this database (through the relay)
-    /// and this secret. Change it (another secret) before starting it.
-    pub fn replica(&self) -> ProxyBuilder {
+    /// A builder for one more replica: the shared one with this database (through a new
+    /// relay, that of the next replica `add`ed or started) and this secret. Change it
+    /// (another secret) before starting it.
+    pub fn replica(&mut self) -> ProxyBuilder {
+        let relay = Relay::start(SocketAddr::from(([127, 0, 0, 1], super::database::PORT)));
+        let url = self.database.url_at(relay.addr());
+        self.relays.push(relay);
         self.builder
             .clone()
-            .ledger_url(&self.database.url_at(self.relay.addr()))
+            .ledger_url(&url)
             .env("IDEMPROXY_SECRET", &self.secret)
     }
 
@@ -57,6 +59,16 @@ impl Replicas {
         self.proxies.len() - 1
     }
 
+    /// The database becomes unreachable for every replica (see `Relay::cut`).
+    pub fn cut(&self) {
+        self.relays.iter().for_each(Relay::cut);
+    }
+
+    /// The database is reachable again for every replica.
+    pub fn restore(&self) {
+        self.relays.iter().for_each(Relay::restore);
+    }
+
     pub fn len(&self) -> usize {
         self.proxies.len()
     }
@@ -65,8 +77,9 @@ impl Replicas {
         self.proxies.iter()
     }
 
-    pub fn relay(&self) -> &Relay {
-        &self.relay
+    /// Replica `i`'s relay, to cut it off alone.
+    pub fn relay(&self, i: usize) -> &Relay {
+        &self.relays[i]
     }
 
     pub fn database(&self) -> &Database {
