@@ -699,3 +699,68 @@ async fn a_replica_that_cannot_reach_the_database_at_start_says_so() {
         "the password never shows: {log}"
     );
 }
+
+/// `check` connects to the shared database: it passes with the replicas' secret and reports
+/// another secret, never printing the URL's password (nor `/metrics` showing it).
+#[tokio::test]
+async fn check_reaches_the_database_and_never_prints_its_password() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let mut replicas = Replicas::start(replica(&provider, ""), 1).await;
+    let password = "Sesame-pw-91";
+    let with_password = |addr: std::net::SocketAddr, db: &str| {
+        format!("postgres://postgres:{password}@{addr}/{db}?sslmode=disable")
+    };
+    let url = with_password(replicas.relay(0).addr(), replicas.database().name());
+    let dir = replicas.replica().ledger_url(&url).write();
+    let config = dir.config_path().display().to_string();
+    let (status, out, err) = dir.run_cli(&["check", "-c", &config]).await;
+    assert!(status.success(), "{out}{err}");
+    assert!(!format!("{out}{err}").contains(password), "{out}{err}");
+
+    let other = replicas
+        .replica()
+        .ledger_url(&url)
+        .env("IDEMPROXY_SECRET", &common::database::random_secret())
+        .write();
+    let config = other.config_path().display().to_string();
+    let (status, out, err) = other.run_cli(&["check", "-c", &config]).await;
+    assert!(!status.success(), "{out}{err}");
+    let text = format!("{out}{err}");
+    assert!(text.contains("another installation secret"), "{text}");
+    assert!(!text.contains(password), "{text}");
+
+    let serving = dir.start().await;
+    let metrics = send(Method::GET, &serving.admin_url("/metrics"), &[], "").await;
+    assert!(!metrics.expect("admin answers").text().contains(password));
+    assert!(
+        !serving.log_text().contains(password),
+        "{}",
+        serving.log_text()
+    );
+}
+
+/// A database whose schema is newer than this binary knows is refused at start, saying so;
+/// the binary changes nothing in it.
+#[tokio::test]
+async fn a_replica_refuses_a_schema_newer_than_it_knows() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let mut replicas = Replicas::start(replica(&provider, ""), 1).await;
+    let database = replicas.database();
+    let version = database.sql("SELECT value FROM meta WHERE key = 'schema_version'");
+    let newer = version.parse::<u64>().expect("a numeric schema version") + 1;
+    database.sql(&format!(
+        "UPDATE meta SET value = '{newer}' WHERE key = 'schema_version'"
+    ));
+
+    let (status, log) = replicas.replica().start_expect_failure().await;
+    assert!(!status.success(), "{status:?}");
+    assert!(log.contains("schema"), "{log}");
+    assert!(
+        log.contains(&newer.to_string()),
+        "names the version it found: {log}"
+    );
+    let kept = replicas
+        .database()
+        .sql("SELECT value FROM meta WHERE key = 'schema_version'");
+    assert_eq!(kept, newer.to_string(), "left as it was");
+}
