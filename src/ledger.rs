@@ -313,8 +313,12 @@ impl Ledger {
     /// write transaction made durable before this returns `f`'s
     /// value; a `Write` that leaves the operation and its response unchanged (history only)
     /// may commit without an fsync (see the module doc). `f` may run on another thread while
-    /// the transaction is open (redb: the single writer thread): keep it cheap. Updates are
-    /// serialized: no other write happens between the read and the commit.
+    /// the transaction is open (redb: the single writer thread; PostgreSQL: a spawned task
+    /// holding the row lock of `id`): keep it cheap. Updates of one `id` are serialized, across
+    /// replicas too: no other write of it happens between the read and the commit.
+    /// PostgreSQL also orphans, first and in the same transaction, an `in_flight` operation
+    /// whose owner's lease lapsed (so `f` sees it `unknown`), and refuses a new claim
+    /// (`Unavailable`, nothing written) while this replica's own lease is not live.
     /// If `f` returns no `Write`, nothing is written. On any storage failure, a `Write` whose
     /// `op.id` is not `id`, a `Write` for a tombstoned `id` (none may bring it back), or a
     /// panic in `f`, the answer is `Unavailable` and nothing is
@@ -362,7 +366,8 @@ impl Ledger {
     /// Says that the holder of claim `fence` on `id` could not record its result and will
     /// not try again: the operation becomes `unknown` (an `operation.orphaned` event saying
     /// the result could not be recorded) if it is still `in_flight` under `fence`, at once
-    /// if the ledger can write, else by the sweep that ends its recovery. Returns at once.
+    /// if the ledger can write, else by the sweep that ends its recovery (PostgreSQL: a
+    /// background task retrying every second until the database answers). Returns at once.
     pub fn abandon(&self, id: &str, fence: u64) {
         match &self.0 {
             Backend::Redb(redb) => redb.abandon(id, fence),

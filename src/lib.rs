@@ -14,7 +14,8 @@
 //! - `operation`: the operation model (operation, state, approval, event, stored response, the
 //!   `Write` a decision asks for) that decisions, the admin API and the ledger share.
 //! - `ledger`: storage only: the durable ledger as one type (`Ledger`) with a small domain API,
-//!   dispatching to its backend (today redb, `ledger::redb`); no module above it names one.
+//!   dispatching to its backend (redb, `ledger::redb`, or PostgreSQL shared by replicas,
+//!   `ledger::postgres`); no module above it names one.
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
 //! - `rules`: what a provider's answer means: `[[provider.rule]]`s, then the status lists.
 //! - `decide`: the pure state machine of a guarded request (docs/reference.md section 5.3).

@@ -34,6 +34,7 @@ use self::connect::{Conn, Tx};
 use self::lease::Lease;
 use self::update::Appended;
 use super::at::PgUrl;
+use super::batch::{Commit, OnCommit};
 use super::feed::{Feed, Published};
 use super::replays::{ReplayNote, Replays};
 use super::store::Fault;
@@ -71,10 +72,26 @@ pub(super) struct Core {
     lease: Lease,
     feed: Feed,
     fail_writes: bool,
+    on_commit: Option<OnCommit>,
     stop: CancellationToken,
 }
 
 impl Core {
+    /// Commits `tx` and tells `on_commit` (the commit metrics) how long it took: one write
+    /// per commit (PostgreSQL commits replicas' writes concurrently; nothing is grouped here).
+    async fn commit(&self, tx: Tx, durable: bool) -> Result<(), Fault> {
+        let started = std::time::Instant::now();
+        tx.commit(durable).await?;
+        if let Some(hook) = &self.on_commit {
+            hook(Commit {
+                took: started.elapsed(),
+                jobs: 1,
+                durable,
+            });
+        }
+        Ok(())
+    }
+
     async fn conn(&self) -> Result<Conn, Fault> {
         Conn::get(&self.pool)
             .await
@@ -177,6 +194,7 @@ impl Postgres {
             lease: Lease::new(opts.lease, started),
             feed: Feed::new(),
             fail_writes: opts.fail_writes || fault_injected(),
+            on_commit: opts.on_commit,
             stop: CancellationToken::new(),
         });
         let orphaned = core

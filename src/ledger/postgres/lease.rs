@@ -197,7 +197,7 @@ pub(super) async fn orphan_one(
         return Ok(None);
     };
     let written = orphan_in(&tx, &old, now, reason).await?;
-    tx.commit(true).await?;
+    core.commit(tx, true).await?;
     core.publish(&written);
     Ok(written.into_iter().next().map(|(op, _)| op))
 }

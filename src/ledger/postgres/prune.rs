@@ -62,7 +62,7 @@ pub(super) async fn prune_batch(
         }
         deleted += 1;
     }
-    tx.commit(true).await?;
+    core.commit(tx, true).await?;
     Ok((deleted, full))
 }
 
@@ -115,7 +115,7 @@ pub(super) async fn sweep_tombstones(
         &[&ids],
     )
     .await?;
-    tx.commit(true).await?;
+    core.commit(tx, true).await?;
     Ok(ids.len())
 }
 
@@ -163,6 +163,6 @@ pub(super) async fn note_replays(
         }
         noted += 1;
     }
-    tx.commit(false).await?;
+    core.commit(tx, false).await?;
     Ok((noted, appended))
 }

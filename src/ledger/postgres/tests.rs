@@ -30,8 +30,9 @@ async fn admin(url: &str) -> tokio_postgres::Client {
     let (client, connection) = connected.unwrap_or_else(|e| {
         panic!(
             "PostgreSQL is not reachable at {url} ({e}): these tests need one. Start it \
-             (e.g. `service postgresql start`, trust auth for user postgres on 127.0.0.1:5432) \
-             or set {ADMIN_ENV} to a URL of a user that may create databases"
+             (e.g. `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`, \
+             with trust auth for user postgres on 127.0.0.1:5432) or set {ADMIN_ENV} to the URL \
+             of a user that may create databases"
         )
     });
     tokio::spawn(connection);
@@ -59,6 +60,15 @@ impl TestDb {
 }
 
 impl TestDb {
+    /// Runs `sql` on the admin database (test setup only).
+    async fn execute_as_admin(&self, sql: &str) {
+        let client = admin(&self.admin).await;
+        client
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
     /// Runs `sql` on this database as its owner (test setup only).
     pub(in crate::ledger) async fn execute(&self, sql: &str) {
         let LedgerAt::Postgres(url) = &self.at else {
@@ -362,5 +372,179 @@ async fn an_unreachable_database_is_an_open_error_without_the_password() {
         }
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("opened a database nobody runs"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_arriving_for_a_lapsed_claim_orphans_it_first_in_its_own_transaction() {
+    let db = TestDb::new().await;
+    let (a, _) = replica(&db, Duration::from_millis(600), "a").await;
+    // B's sweep runs every 30 s: only the arrival can orphan within this test.
+    let (b, _) = replica(&db, Duration::from_secs(60), "b").await;
+    claim(&a, "p/r/x").await.unwrap().expect("claimed");
+    a.postgres().core().stop.cancel();
+    until(|| async {
+        let lapsed = db
+            .query_one("SELECT count(*) FROM replicas WHERE expires_at <= now()")
+            .await;
+        (lapsed == 1).then_some(())
+    })
+    .await;
+    let mut feed = b.subscribe();
+    let seen = b
+        .update("p/r/x", |existing| (None, existing))
+        .await
+        .unwrap()
+        .expect("stored");
+    assert_eq!(
+        seen.state,
+        State::Unknown,
+        "the closure decides on the orphan"
+    );
+    assert_eq!(seen.fence, 0);
+    assert_eq!(b.get("p/r/x").await.unwrap(), Some(seen));
+    let published = feed.recv().await.unwrap();
+    assert_eq!(published.event.kind, crate::operation::EventKind::Orphaned);
+    assert_eq!(b.events("p/r/x").await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_claim_becomes_unknown_only_under_its_own_fence() {
+    let db = TestDb::new().await;
+    let (a, _) = replica(&db, Duration::from_secs(10), "a").await;
+    let fence = claim(&a, "p/r/x").await.unwrap().expect("claimed");
+    let other = claim(&a, "p/r/y").await.unwrap().expect("claimed");
+    a.abandon("p/r/y", other + 1);
+    a.abandon("p/r/x", fence);
+    let orphaned = until(|| async {
+        a.get("p/r/x")
+            .await
+            .unwrap()
+            .filter(|op| op.state == State::Unknown)
+    })
+    .await;
+    assert_eq!(
+        orphaned.error.as_deref(),
+        Some(super::super::change::unrecorded_reason())
+    );
+    let y = a.get("p/r/y").await.unwrap().expect("stored");
+    assert_eq!(
+        (y.state, y.fence),
+        (State::InFlight, other),
+        "another fence: untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_pruning_at_once_delete_each_operation_once() {
+    let db = TestDb::new().await;
+    let (a, _) = replica(&db, Duration::from_secs(10), "a").await;
+    let (b, _) = replica(&db, Duration::from_secs(10), "b").await;
+    const N: usize = 60;
+    for n in 0..N {
+        let id = format!("p/r/{n:02}");
+        let op = Operation::example(&id, State::Succeeded, Timestamp(T0));
+        let write = Write::of(op, Vec::new());
+        a.update(&id, move |_| (Some(write), ())).await.unwrap();
+    }
+    let (cut, now) = (Timestamp(T0 + 1), Timestamp(T0 + 2));
+    let (pa, pb) = tokio::join!(a.prune(cut, now, 7), b.prune(cut, now, 7));
+    assert_eq!(pa.unwrap() + pb.unwrap(), N, "each deleted once");
+    assert_eq!(db.query_one("SELECT count(*) FROM ops").await, 0);
+    assert_eq!(
+        db.query_one("SELECT count(*) FROM tombstones").await,
+        N as i64
+    );
+    let (ta, tb) = tokio::join!(
+        a.prune_tombstones(Timestamp(T0 + 3), 5),
+        b.prune_tombstones(Timestamp(T0 + 3), 5)
+    );
+    assert_eq!(ta.unwrap() + tb.unwrap(), N);
+    assert_eq!(
+        db.query_one("SELECT count(*) FROM op_locks").await,
+        0,
+        "no lock row left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_is_unwritable_and_refuses_writes_until_it_is_back() {
+    let db = TestDb::new().await;
+    let (a, _) = replica(&db, Duration::from_millis(900), "a").await;
+    assert!(a.writable());
+    // Nobody may connect, and the replica's connections are cut.
+    db.execute_as_admin(&format!(
+        "ALTER DATABASE {0} ALLOW_CONNECTIONS false; \
+         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}'",
+        db.name
+    ))
+    .await;
+    until(|| async { (!a.writable()).then_some(()) }).await;
+    let refused = claim(&a, "p/r/x").await;
+    assert!(
+        matches!(refused, Err(LedgerError::Unavailable(_))),
+        "{refused:?}"
+    );
+    assert!(a.get("p/r/x").await.is_err(), "reads fail too");
+    db.execute_as_admin(&format!(
+        "ALTER DATABASE {} ALLOW_CONNECTIONS true",
+        db.name
+    ))
+    .await;
+    until(|| async { a.writable().then_some(()) }).await;
+    assert!(claim(&a, "p/r/x").await.unwrap().is_some());
+}
+
+/// A rough benchmark, not a test: `cargo test --lib ledger::postgres -- --ignored --nocapture`.
+/// Claims then completes `N` operations, from 1 and from 16 concurrent callers, on a file
+/// ledger and on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn claim_and_complete_throughput() {
+    const N: usize = 2_000;
+    for kind in ["redb", "postgres"] {
+        let dir = tempfile::TempDir::new().unwrap();
+        let db = TestDb::new().await;
+        let at = match kind {
+            "redb" => LedgerAt::File(dir.path().join("ledger.redb")),
+            _ => db.at.clone(),
+        };
+        let (ledger, _) = Ledger::open(&at, Timestamp(T0), opts(Duration::from_secs(10), "b"))
+            .await
+            .unwrap();
+        for callers in [1, 16] {
+            let started = std::time::Instant::now();
+            let tasks: Vec<_> = (0..callers)
+                .map(|c| {
+                    let ledger = ledger.clone();
+                    tokio::spawn(async move {
+                        for n in (c..N).step_by(callers) {
+                            let id = format!("p/r/{callers}-{n}");
+                            let fence = claim(&ledger, &id).await.unwrap().unwrap();
+                            ledger
+                                .update(&id, move |existing| {
+                                    let op = existing.unwrap();
+                                    assert_eq!(op.fence, fence);
+                                    let done = Operation {
+                                        state: State::Succeeded,
+                                        ..op
+                                    };
+                                    (Some(Write::of(done, Vec::new())), ())
+                                })
+                                .await
+                                .unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+            let took = started.elapsed();
+            let per_sec = N as f64 / took.as_secs_f64();
+            println!(
+                "{kind}: {N} claim+complete with {callers} callers in {took:?}: {per_sec:.0} ops/s"
+            );
+        }
     }
 }

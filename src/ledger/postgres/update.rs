@@ -228,7 +228,7 @@ where
         staged.store(fence, Ordering::Relaxed);
     }
     let durable = changed || !appended.is_empty();
-    tx.commit(durable).await?;
+    core.commit(tx, durable).await?;
     appended.push((write.op, write.events));
     Ok((value, appended))
 }
