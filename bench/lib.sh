@@ -125,6 +125,7 @@ rows=()
 run() { # name conns urls [script [script args]]
   local name=$1 c=$2 script=${4:-} urls=() wrks=() i out t0 reqs=0 rps=0 p50=0 p99=0 errs=0 cpu
   read -ra urls <<<"$3"
+  [ "$c" -lt "${#urls[@]}" ] && urls=("${urls[@]:0:$c}") # fewer connections than URLs: the first
   local per=$(( c / ${#urls[@]} ))
   t0=$(ticks)
   for i in "${!urls[@]}"; do

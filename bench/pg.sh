@@ -11,10 +11,11 @@
 #   redb-fresh / redb-replay   one idemproxy on a redb file (the figures of bench/run.sh)
 #   pg1-fresh  / pg1-replay    one idemproxy on the PostgreSQL ledger
 #   pg2-fresh  / pg2-replay    two idemproxy replicas on that one database, one wrk each with half
-#                              the connections (req/s summed, the worse p50/p99 of the two)
+#                              the connections (req/s summed, the worse p50/p99 of the two; at
+#                              1 connection only the first replica is driven)
 # fresh: a new operation ID per request; replay: one succeeded operation again and again. The
 # ratio column is to redb at the same connection count; CPU µs/req is the idemproxy processes'
-# user + system time over the requests (PostgreSQL's own CPU is not in it: see the last lines).
+# user + system time over the requests; PostgreSQL's own CPU per request is the last column.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-5s}
@@ -35,20 +36,26 @@ createdb -h 127.0.0.1 -U postgres "$database"
 IDEMPROXY_SECRET=$(openssl rand -hex 32)
 export IDEMPROXY_SECRET
 
-# CPU ticks of every PostgreSQL process (the server's backends included), for the last lines.
-pg_ticks() { local t=0 p; for p in $(pgrep -x postgres); do
-  t=$(( t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0) )); done; echo "$t"; }
+# PostgreSQL's CPU for this run only: its backends serving this database (other databases on the
+# server may be busy) and its WAL writer, checkpointer and background writer. Ticks per pid.
+pg_pids() { psql -h 127.0.0.1 -U postgres -d "$database" -tAc "SELECT pid FROM pg_stat_activity
+  WHERE datname = current_database() OR backend_type IN ('walwriter', 'checkpointer', 'background writer')"; }
+pid_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+declare -A pg_start
+pg_mark() { local p; pg_start=(); for p in $(pg_pids); do pg_start[$p]=$(pid_ticks "$p"); done; }
+pg_spent() { local t=0 p; for p in $(pg_pids); do
+  t=$(( t + $(pid_ticks "$p") - ${pg_start[$p]:-0} )); done; echo "$t"; }
 pg_cpu_of=()
 
 scenarios() { # prefix urls...
-  local prefix=$1 c kind script refunds=() u t0; shift
+  local prefix=$1 c kind script refunds=() u; shift
   for u in "$@"; do refunds+=("$u/bench/v1/refunds"); done
   for kind in fresh replay; do
     for c in $conns_list; do
       script="$work/fresh.lua"; [ "$kind" = replay ] && script="$work/same.lua"
-      t0=$(pg_ticks)
+      pg_mark
       run "$prefix-$kind" "$c" "${refunds[*]}" "$script" "$prefix$c"
-      pg_cpu_of+=("$(( $(pg_ticks) - t0 )) $last_reqs")
+      pg_cpu_of+=("$(pg_spent) $last_reqs")
     done
   done
 }
@@ -81,5 +88,6 @@ for i in "${!rows[@]}"; do
   pg_us=$(awk -v t="$pg_t" -v hz="$hz" -v n="$reqs" 'BEGIN{printf "%.1f", n ? t / hz * 1e6 / n : 0}')
   echo "| $name | $c | $rps | $p50 | $p99 | $errs | $ratio | $cpu | $pg_us |"
 done
-echo "(PostgreSQL CPU: every postgres process's user + system time over the requests; in the redb"
-echo " rows it is the idle server's background work.)"
+echo "(PostgreSQL CPU: the user + system time of the server processes serving this database, and of"
+echo " its WAL writer, checkpointer and background writer, over the requests; in the redb rows only"
+echo " those writers, serving the rest of the server.)"
