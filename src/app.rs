@@ -61,6 +61,7 @@ impl App {
         let upstreams = Upstreams::new(&config.providers)?;
         let metrics = Arc::new(Metrics::new());
         let observer = metrics.clone();
+        let escalator = (Arc::new(config.providers.clone()), metrics.clone());
         // The ledger itself honours IDEMPROXY_FAIL=ledger.commit (a test hook).
         let options = LedgerOptions {
             on_commit: Some(Arc::new(move |done: Commit| {
@@ -71,6 +72,10 @@ impl App {
             secret_check: Some(secret.check_value()),
             lease: config.replicas.lease,
             replica: replica_name(),
+            // A replica whose lease lapsed left these: escalated like those orphaned at start.
+            on_orphaned: Some(Arc::new(move |op: &Operation| {
+                escalate(&escalator.0, &escalator.1, op)
+            })),
         };
         let (ledger, orphaned) = Ledger::open(&config.ledger, Timestamp::now(), options)
             .await
@@ -126,18 +131,7 @@ impl App {
     /// An operation that became `unknown` and that only a person can settle
     /// (`decide::needs_person`: no re-send allowed, no lookup) gets one warning and a metric.
     pub fn escalate(&self, op: &Operation) {
-        let Some(rules) = self.rules(&op.provider, &op.route) else {
-            return;
-        };
-        if needs_person(op, rules, Timestamp::now()) {
-            self.metrics.escalation(&op.provider, &op.route);
-            let id = &op.id;
-            tracing::warn!(
-                operation = %id,
-                "outcome unknown and only an operator can settle it: check with the provider, \
-                 then run `idemproxy ops resolve {id} --succeeded --body-file FILE` or `--failed --reason ...`"
-            );
-        }
+        escalate(&self.config.providers, &self.metrics, op);
     }
 
     pub fn provider(&self, name: &str) -> Option<&Provider> {
@@ -186,6 +180,25 @@ impl App {
             Some((p, rest)) => Forward::To(p, rest.to_string()),
             None => Forward::Unknown,
         }
+    }
+}
+
+/// `App::escalate` over `providers`, for the ledger's hook too (it runs before an `App` exists).
+fn escalate(providers: &[Provider], metrics: &Metrics, op: &Operation) {
+    let Some(provider) = providers.iter().find(|p| p.name == op.provider) else {
+        return;
+    };
+    let Some(route) = provider.routes.iter().find(|r| r.name == op.route) else {
+        return;
+    };
+    if needs_person(op, Rules::of(provider, route), Timestamp::now()) {
+        metrics.escalation(&op.provider, &op.route);
+        let id = &op.id;
+        tracing::warn!(
+            operation = %id,
+            "outcome unknown and only an operator can settle it: check with the provider, \
+             then run `idemproxy ops resolve {id} --succeeded --body-file FILE` or `--failed --reason ...`"
+        );
     }
 }
 

@@ -142,7 +142,14 @@ pub struct LedgerOptions {
     pub lease: Duration,
     /// This replica's name in a shared ledger (for operators reading its `replicas` table).
     pub replica: String,
+    /// Called with each operation a shared ledger made `unknown` while running because its
+    /// owner's lease lapsed (by the sweep, or on a request's arrival), once its commit stands.
+    /// Those orphaned by `open` are returned by it instead. A file ledger never calls it.
+    pub on_orphaned: Option<OnOrphaned>,
 }
+
+/// See `LedgerOptions::on_orphaned`.
+pub type OnOrphaned = Arc<dyn Fn(&Operation) + Send + Sync>;
 
 impl Default for LedgerOptions {
     fn default() -> Self {
@@ -152,6 +159,7 @@ impl Default for LedgerOptions {
             secret_check: None,
             lease: Duration::from_secs(10),
             replica: String::new(),
+            on_orphaned: None,
         }
     }
 }
@@ -164,6 +172,10 @@ impl fmt::Debug for LedgerOptions {
             .field("secret_check", &self.secret_check.is_some())
             .field("lease", &self.lease)
             .field("replica", &self.replica)
+            .field(
+                "on_orphaned",
+                &self.on_orphaned.as_ref().map(|_| "Fn(&Operation)"),
+            )
             .finish()
     }
 }

@@ -38,7 +38,7 @@ use super::batch::{Commit, OnCommit};
 use super::feed::{Feed, Published};
 use super::replays::{ReplayNote, Replays};
 use super::store::Fault;
-use super::{Checked, Fences, Filter, LedgerError, LedgerOptions, Page, Stats, codec};
+use super::{Checked, Fences, Filter, LedgerError, LedgerOptions, OnOrphaned, Page, Stats, codec};
 use crate::clock::Timestamp;
 use crate::operation::{Event, Operation, State, StoredResponse, Write};
 
@@ -73,6 +73,7 @@ pub(super) struct Core {
     feed: Feed,
     fail_writes: bool,
     on_commit: Option<OnCommit>,
+    on_orphaned: Option<OnOrphaned>,
     stop: CancellationToken,
 }
 
@@ -113,6 +114,13 @@ impl Core {
                     OP_TIMEOUT.as_secs()
                 )))
             }
+        }
+    }
+
+    /// Tells `on_orphaned` of operations orphaned while running.
+    fn orphaned(&self, ops: &[Operation]) {
+        if let Some(hook) = &self.on_orphaned {
+            ops.iter().for_each(|op| hook(op));
         }
     }
 
@@ -195,6 +203,7 @@ impl Postgres {
             feed: Feed::new(),
             fail_writes: opts.fail_writes || fault_injected(),
             on_commit: opts.on_commit,
+            on_orphaned: opts.on_orphaned,
             stop: CancellationToken::new(),
         });
         let orphaned = core
@@ -254,8 +263,9 @@ impl Postgres {
                 }
             };
             match outcome {
-                Ok((value, appended)) => {
+                Ok((value, appended, orphaned)) => {
                     core.publish(&appended);
+                    core.orphaned(&orphaned);
                     Ok(value)
                 }
                 Err(e) => {

@@ -130,10 +130,13 @@ pub(super) async fn sweeper(core: Arc<Core>) {
             () = tokio::time::sleep(every) => {}
         }
         match core.timed(sweep(&core)).await {
-            Ok(orphaned) if !orphaned.is_empty() => tracing::warn!(
-                orphaned = orphaned.len(),
-                "operations of a replica whose lease lapsed are now unknown"
-            ),
+            Ok(orphaned) if !orphaned.is_empty() => {
+                tracing::warn!(
+                    orphaned = orphaned.len(),
+                    "operations of a replica whose lease lapsed are now unknown"
+                );
+                core.orphaned(&orphaned);
+            }
             Ok(_) => {}
             Err(fault) => tracing::warn!(error = %fault, "the orphan sweep failed"),
         }

@@ -200,17 +200,27 @@ async fn two_replicas_racing_one_id_make_one_claim() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lapsed_replica_is_orphaned_by_another_and_its_late_result_refused() {
     let db = TestDb::new().await;
-    let lease = Duration::from_millis(600);
+    let lease = Duration::from_secs(1);
     let (a, _) = replica(&db, lease, "a").await;
     let fence = claim(&a, "p/r/x").await.unwrap().expect("claimed");
-    // A paused replica: its lease lapses while its claim is in flight.
-    drop(a);
-    let (b, orphaned_at_open) = replica(&db, lease, "b").await;
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hook = Arc::clone(&told);
+    let with_hook = LedgerOptions {
+        on_orphaned: Some(Arc::new(move |op: &Operation| {
+            hook.lock().unwrap().push(op.id.clone())
+        })),
+        ..opts(lease, "b")
+    };
+    let (b, orphaned_at_open) = Ledger::open(&db.at, Timestamp(T0), with_hook)
+        .await
+        .unwrap();
     assert!(
         orphaned_at_open.is_empty(),
         "a live replica's operations are left alone at open"
     );
     let mut feed = b.subscribe();
+    // A paused replica: its lease lapses while its claim is in flight.
+    drop(a);
     let orphaned = until(|| async {
         b.get("p/r/x")
             .await
@@ -227,6 +237,13 @@ async fn a_lapsed_replica_is_orphaned_by_another_and_its_late_result_refused() {
     assert_eq!(
         published.op.id, "p/r/x",
         "the sweep is on the sweeper's feed"
+    );
+    let told =
+        until(|| async { Some(told.lock().unwrap().clone()).filter(|t| !t.is_empty()) }).await;
+    assert_eq!(
+        told,
+        ["p/r/x"],
+        "on_orphaned hears of it once (to escalate it)"
     );
     // The late result of the old claim finds another fence and writes nothing.
     let late = b
@@ -251,7 +268,7 @@ async fn a_lapsed_replica_is_orphaned_by_another_and_its_late_result_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_whose_lease_lapsed_refuses_new_claims_until_renewed() {
     let db = TestDb::new().await;
-    let lease = Duration::from_millis(600);
+    let lease = Duration::from_millis(1500);
     let (a, _) = replica(&db, lease, "a").await;
     assert!(a.writable());
     // Its heartbeat stops (a replica cut off from the database, or paused).
@@ -378,7 +395,7 @@ async fn an_unreachable_database_is_an_open_error_without_the_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_arriving_for_a_lapsed_claim_orphans_it_first_in_its_own_transaction() {
     let db = TestDb::new().await;
-    let (a, _) = replica(&db, Duration::from_millis(600), "a").await;
+    let (a, _) = replica(&db, Duration::from_secs(1), "a").await;
     // B's sweep runs every 30 s: only the arrival can orphan within this test.
     let (b, _) = replica(&db, Duration::from_secs(60), "b").await;
     claim(&a, "p/r/x").await.unwrap().expect("claimed");

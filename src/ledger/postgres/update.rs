@@ -176,14 +176,15 @@ async fn lease_live(tx: &Tx, me: i64) -> Result<bool, Fault> {
 }
 
 /// `Ledger::update` as one transaction: lock, read (orphaning a lapsed owner's operation),
-/// decide, write, commit. Returns `f`'s value and what the commit appended. `staged` gets
-/// the fence of a new claim just before its COMMIT is sent.
+/// decide, write, commit. Returns `f`'s value, what the commit appended and the operation it
+/// orphaned first, if any. `staged` gets the fence of a new claim just before its COMMIT is
+/// sent.
 pub(super) async fn run<T, F>(
     core: &Core,
     id: &str,
     f: F,
     staged: &AtomicU64,
-) -> Result<(T, Appended), LedgerError>
+) -> Result<(T, Appended, Vec<Operation>), LedgerError>
 where
     F: FnOnce(Option<Operation>) -> (Option<Write>, T),
 {
@@ -191,10 +192,12 @@ where
     tx.lock(id).await?;
     let found = read(&tx, id, core.me).await?;
     let mut appended = Vec::new();
+    let mut orphaned = Vec::new();
     let existing = match found.op {
         Some(old) if found.lapsed => {
             let (op, event) = orphan(&tx, &old, Timestamp::now(), lapsed_reason()).await?;
             appended.push((op.clone(), vec![event]));
+            orphaned.push(op.clone());
             Some(op)
         }
         other => other,
@@ -212,7 +215,7 @@ where
                 .await?;
         }
         tx.commit(true).await?;
-        return Ok((value, appended));
+        return Ok((value, appended, orphaned));
     };
     if core.fail_writes {
         tx.rollback().await;
@@ -230,5 +233,5 @@ where
     let durable = changed || !appended.is_empty();
     core.commit(tx, durable).await?;
     appended.push((write.op, write.events));
-    Ok((value, appended))
+    Ok((value, appended, orphaned))
 }
