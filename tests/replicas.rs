@@ -764,3 +764,53 @@ async fn a_replica_refuses_a_schema_newer_than_it_knows() {
         .sql("SELECT value FROM meta WHERE key = 'schema_version'");
     assert_eq!(kept, newer.to_string(), "left as it was");
 }
+
+/// This replica's `idemproxy_escalations_total` for the refund route (0 when absent).
+async fn escalations(proxy: &Proxy) -> f64 {
+    let metrics = send(Method::GET, &proxy.admin_url("/metrics"), &[], "").await;
+    let text = metrics.expect("admin answers").text();
+    let series =
+        format!("idemproxy_escalations_total{{provider=\"{PROVIDER}\",route=\"{ROUTE}\"}} ");
+    let value = text
+        .lines()
+        .find_map(|line| line.strip_prefix(series.as_str()));
+    value.map_or(0.0, |v| v.trim().parse().expect("a number"))
+}
+
+/// A dead replica's claim on a route only a person can settle (irreversible, no provider
+/// deduplication) is escalated once, by the live replica whose sweep orphaned it: one warning
+/// naming it, one count, across the replicas.
+#[tokio::test]
+async fn a_dead_replicas_claim_is_escalated_once_across_the_replicas() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "done").hold()).await;
+    let mut replicas = Replicas::start(replica(&provider, "dedupe = \"none\""), 3).await;
+    let id = op_id("wf-escalated");
+    kill_the_holder(&provider, &mut replicas, "wf-escalated").await;
+
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let total = escalations(&replicas[1]).await + escalations(&replicas[2]).await;
+        if total >= 1.0 {
+            assert_eq!(total, 1.0, "escalated once");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never escalated:\n{}",
+            replicas.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let warned: usize = [&replicas[1], &replicas[2]]
+        .iter()
+        .map(|proxy| {
+            let log = proxy.log_text();
+            let warns = |l: &&str| l.contains("WARN") && l.contains("idemproxy ops resolve");
+            log.lines()
+                .filter(warns)
+                .filter(|l| l.contains(&id))
+                .count()
+        })
+        .sum();
+    assert_eq!(warned, 1, "one warning naming it:\n{}", replicas.logs());
+}
