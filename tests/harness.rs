@@ -10,7 +10,7 @@ use common::client::{Body, full};
 use common::pattern;
 use common::process::parse_ready;
 use common::tls::TestPki;
-use common::{Behavior, FakeProvider, Proxy, send, send_h2c, send_with};
+use common::{Behavior, Database, FakeProvider, Proxy, Relay, send, send_h2c, send_with};
 use http::{Method, StatusCode, Version};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -303,4 +303,39 @@ async fn launcher_reports_a_refused_start_and_runs_the_cli() {
         .await;
     assert_eq!(status.code(), Some(3));
     assert!(stderr.contains("args: serve -c "), "{stderr}");
+}
+
+/// The PostgreSQL side of the harness: a database of its own, reached through a relay that
+/// a test can cut (connections dropped, new ones closed) and restore; dropped at the end.
+#[tokio::test]
+async fn a_database_reached_through_a_relay_that_can_be_cut_and_restored() {
+    let database = Database::create();
+    let name = database.name().to_string();
+    assert!(Database::exists(&name));
+    assert_eq!(database.sql("SELECT 40 + 2"), "42");
+    let relay = Relay::start(std::net::SocketAddr::from(([127, 0, 0, 1], 5432)));
+    assert_eq!(
+        database.sql_at(relay.addr(), "SELECT 1").as_deref(),
+        Ok("1")
+    );
+
+    relay.cut();
+    let refused = database.sql_at(relay.addr(), "SELECT 1");
+    assert!(refused.is_err(), "{refused:?}");
+    relay.restore();
+    assert_eq!(
+        database.sql_at(relay.addr(), "SELECT 2").as_deref(),
+        Ok("2")
+    );
+
+    // A held transaction keeps its locks until it ends.
+    database.sql("CREATE TABLE t (id int primary key); INSERT INTO t VALUES (1)");
+    let held = database.hold("SELECT id FROM t FOR UPDATE");
+    let locked = database.sql("SELECT id FROM t FOR UPDATE SKIP LOCKED");
+    assert_eq!(locked, "", "the row is locked by the held session");
+    held.end();
+    assert_eq!(database.sql("SELECT id FROM t FOR UPDATE SKIP LOCKED"), "1");
+
+    drop(database);
+    assert!(!Database::exists(&name), "dropped with its guard");
 }

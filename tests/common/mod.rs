@@ -12,11 +12,14 @@
 
 pub mod behavior;
 pub mod client;
+pub mod database;
 pub mod files;
 pub mod pattern;
 pub mod process;
 pub mod provider;
 pub mod proxy;
+pub mod relay;
+pub mod replicas;
 pub mod shop;
 pub mod tls;
 pub mod webhook;
@@ -26,8 +29,14 @@ pub use client::{
     Body, Resp, client, download, h2c_client, problem, send, send_h2c, send_with, upload,
 };
 #[allow(unused_imports)]
+pub use database::Database;
+#[allow(unused_imports)]
 pub use files::{policy, route};
 #[allow(unused_imports)]
 pub use provider::{Answer, Behavior, Dedupe, FakeProvider, Recorded};
 #[allow(unused_imports)]
 pub use proxy::{ConfigDir, Proxy, ProxyBuilder};
+#[allow(unused_imports)]
+pub use relay::Relay;
+#[allow(unused_imports)]
+pub use replicas::Replicas;

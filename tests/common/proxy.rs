@@ -3,22 +3,42 @@
 //!
 //! The proxy is only ever a child process driven through files, signals, its wire and its
 //! CLI: a crash test kills a real process (SIGKILL), never a future.
+//!
+//! With `IDEMPROXY_TEST_LEDGER=postgres` every proxy gets a fresh PostgreSQL database of its
+//! own (dropped with the proxy) instead of `ledger.redb`, and an `IDEMPROXY_SECRET`, unless
+//! the test names a ledger URL (`ledger_url`) or writes the whole proxy.toml (`raw_config`).
 
 use std::fs::OpenOptions;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 
+use super::database::{Database, LedgerMode, ledger_mode, random_secret};
 use super::process::{NotReady, PROCESS_TIMEOUT, run_to_end, signal, wait_exit, wait_ready};
 
 const LOG_FILE: &str = "proxy.log";
+/// The default proxy.toml's ledger line, which the PostgreSQL mode replaces.
+const REDB_LEDGER: &str = "ledger = \"ledger.redb\"\n";
 
 /// Builds the proxy's temp dir; `start` (or `write`) creates it.
+#[derive(Clone)]
 pub struct ProxyBuilder {
     proxy_toml: String,
     files: Vec<(String, String)>,
     env: Vec<(String, String)>,
     bin: (PathBuf, Vec<String>),
+    ledger: Ledger,
+}
+
+/// Where the proxy's ledger lives.
+#[derive(Clone)]
+enum Ledger {
+    /// As `IDEMPROXY_TEST_LEDGER` says: `ledger.redb`, or a database of its own.
+    Default,
+    /// This URL (replicas sharing a database).
+    Url(String),
+    /// Whatever the test's own proxy.toml says.
+    Raw,
 }
 
 impl Default for ProxyBuilder {
@@ -30,6 +50,7 @@ impl Default for ProxyBuilder {
             files: Vec::new(),
             env: vec![("IDEMPROXY_LOG".into(), "debug".into())],
             bin: (PathBuf::from(env!("CARGO_BIN_EXE_idemproxy")), Vec::new()),
+            ledger: Ledger::Default,
         }
     }
 }
@@ -46,6 +67,14 @@ impl ProxyBuilder {
     /// Replaces proxy.toml entirely (for config-error tests).
     pub fn raw_config(mut self, text: &str) -> Self {
         self.proxy_toml = text.to_string();
+        self.ledger = Ledger::Raw;
+        self
+    }
+
+    /// Puts the ledger at `url` (a `postgres://` URL) whatever `IDEMPROXY_TEST_LEDGER` says;
+    /// the test provides the database and the secret.
+    pub fn ledger_url(mut self, url: &str) -> Self {
+        self.ledger = Ledger::Url(url.to_string());
         self
     }
 
@@ -75,8 +104,10 @@ impl ProxyBuilder {
         self
     }
 
-    /// Creates the temp dir with every file, `policies/` always present.
-    pub fn write(self) -> ConfigDir {
+    /// Creates the temp dir with every file, `policies/` always present (and, in the
+    /// PostgreSQL mode, the proxy's database).
+    pub fn write(mut self) -> ConfigDir {
+        let database = self.place_ledger();
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::create_dir_all(dir.path().join("policies")).expect("policies dir");
         std::fs::write(dir.path().join("proxy.toml"), &self.proxy_toml).expect("proxy.toml");
@@ -91,7 +122,32 @@ impl ProxyBuilder {
             dir,
             env: self.env,
             bin: self.bin,
+            database,
         }
+    }
+
+    /// Writes the ledger URL into proxy.toml when there is one; in the PostgreSQL mode,
+    /// creates the database (returned: it lives as long as the dir) and sets a secret.
+    fn place_ledger(&mut self) -> Option<Database> {
+        let (url, database) = match &self.ledger {
+            Ledger::Raw => return None,
+            Ledger::Url(url) => (url.clone(), None),
+            Ledger::Default if ledger_mode() == LedgerMode::Redb => return None,
+            Ledger::Default => {
+                let database = Database::create();
+                let has_secret = self
+                    .env
+                    .iter()
+                    .any(|(k, _)| k.starts_with("IDEMPROXY_SECRET"));
+                if !has_secret {
+                    self.env.push(("IDEMPROXY_SECRET".into(), random_secret()));
+                }
+                (database.url(), Some(database))
+            }
+        };
+        let line = format!("ledger = {}\n", super::files::toml_str(&url));
+        self.proxy_toml = self.proxy_toml.replacen(REDB_LEDGER, &line, 1);
+        database
     }
 
     pub async fn start(self) -> Proxy {
@@ -109,6 +165,8 @@ pub struct ConfigDir {
     dir: tempfile::TempDir,
     env: Vec<(String, String)>,
     bin: (PathBuf, Vec<String>),
+    /// The PostgreSQL mode's database; dropped after the process (fields drop in order).
+    database: Option<Database>,
 }
 
 impl ConfigDir {
@@ -120,8 +178,19 @@ impl ConfigDir {
         self.dir.path().join("proxy.toml")
     }
 
+    /// The redb ledger file. Tests that read it do not apply to the PostgreSQL mode; they
+    /// fail here, saying so, rather than read a file that is not there.
     pub fn ledger_path(&self) -> PathBuf {
+        assert!(
+            self.database.is_none(),
+            "this test reads the redb ledger file: it does not apply with IDEMPROXY_TEST_LEDGER=postgres"
+        );
         self.dir.path().join("ledger.redb")
+    }
+
+    /// The PostgreSQL mode's database, if this proxy has one.
+    pub fn database(&self) -> Option<&Database> {
+        self.database.as_ref()
     }
 
     /// Everything the proxy processes started here wrote to stderr, across restarts.
@@ -278,6 +347,18 @@ impl Proxy {
         self.config.ledger_path()
     }
 
+    /// Where the ledger is, for the few tests that read it with the crate's ledger API once
+    /// the process has stopped: the redb file, or the PostgreSQL mode's database.
+    pub fn ledger_at(&self) -> idemproxy::ledger::LedgerAt {
+        match self.config.database() {
+            Some(database) => {
+                let url = idemproxy::ledger::PgUrl::parse(&database.url()).expect("a ledger URL");
+                idemproxy::ledger::LedgerAt::Postgres(url)
+            }
+            None => self.ledger_path().into(),
+        }
+    }
+
     pub fn log_text(&self) -> String {
         self.config.log_text()
     }
@@ -292,6 +373,16 @@ impl Proxy {
         let mut child = self.child.take().expect("proxy is running");
         child.kill().expect("SIGKILL idemproxy");
         wait_exit(child).await
+    }
+
+    /// SIGSTOP: the process is frozen (as by a long pause of its host) until `resume`.
+    pub fn pause(&self) {
+        signal(self.pid().expect("proxy is running"), "STOP");
+    }
+
+    /// SIGCONT after `pause`.
+    pub fn resume(&self) {
+        signal(self.pid().expect("proxy is running"), "CONT");
     }
 
     /// SIGTERM: a graceful stop. Returns the exit status (fails after 20 s).

@@ -4,8 +4,9 @@
 //! its file once the proxy has stopped.
 //!
 //! Like `common`, it drives the proxy only through its files and its wire; the one look
-//! inside is `ledger`, which opens the redb file with the crate's own ledger API after the
-//! process is gone (a test's way to see the state docs/reference.md section 5.2 names).
+//! inside is `ledger`, which opens the ledger (the redb file, or the PostgreSQL mode's
+//! database) with the crate's own ledger API after the process is gone (a test's way to see
+//! the state docs/reference.md section 5.2 names).
 //!
 //! Each test file does `mod guarded;` and uses only part of this module.
 #![allow(dead_code)]
@@ -129,18 +130,20 @@ impl Stored {
     }
 }
 
-/// Stops the proxy (SIGTERM) and reads operation `id` from its ledger file. The proxy can
-/// be `restart`ed afterwards.
+/// Stops the proxy (SIGTERM) and reads operation `id` from its ledger (the file, or in the
+/// PostgreSQL mode its database). The proxy can be `restart`ed afterwards.
 pub async fn ledger(proxy: &mut Proxy, id: &str) -> Stored {
     if proxy.pid().is_some() {
         let status = proxy.terminate().await;
         assert!(status.success(), "graceful stop: {status:?}");
     }
-    let path = proxy.ledger_path();
-    let (ledger, orphaned_on_open) =
-        Ledger::open(&path, Timestamp::now(), LedgerOptions::default())
-            .await
-            .expect("open the ledger file");
+    let (ledger, orphaned_on_open) = Ledger::open(
+        proxy.ledger_at(),
+        Timestamp::now(),
+        LedgerOptions::default(),
+    )
+    .await
+    .expect("open the ledger file");
     let op = ledger.get(id).await.expect("read the ledger");
     let op = op.unwrap_or_else(|| panic!("no operation {id} in the ledger"));
     let events = ledger.events(id).await.expect("read the events");

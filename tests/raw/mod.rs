@@ -165,10 +165,9 @@ pub async fn unclaimed(proxy: &mut Proxy, ids: &[&str]) {
         proxy.terminate().await;
     }
     let now = idemproxy::clock::Timestamp::now();
-    let (ledger, _) =
-        idemproxy::ledger::Ledger::open(&proxy.ledger_path(), now, Default::default())
-            .await
-            .expect("open the ledger file");
+    let (ledger, _) = idemproxy::ledger::Ledger::open(proxy.ledger_at(), now, Default::default())
+        .await
+        .expect("open the ledger file");
     for id in ids {
         let op = ledger.get(id).await.expect("read the ledger");
         assert!(op.is_none(), "nothing is claimed for {id}: {op:?}");
