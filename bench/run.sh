@@ -2,7 +2,8 @@
 # The benchmark of issue 8: idemproxy against nginx, in one run on this machine (loopback only).
 #
 #   bench/run.sh [DURATION] [N]        e.g. bench/run.sh 5s 1000000   (the defaults; N = 0 skips
-#                                      the big ledger; BENCH_CONNS="64" measures one count)
+#                                      the big ledger; BENCH_CONNS="64" measures one count;
+#                                      IDEMPROXY_BIN=PATH measures that binary, unbuilt)
 #
 # Upstream: nginx answering a fixed JSON body. Each scenario is measured with wrk (-t1, DURATION)
 # at 1, 16, 64 and 256 connections:
@@ -30,7 +31,10 @@ if ! command -v nginx >/dev/null; then
   echo "bench: installing nginx-light from the OS packages" >&2
   apt-get install -y nginx-light >/dev/null
 fi
-cargo build --release --quiet --bin idemproxy --example prefill
+# IDEMPROXY_BIN=PATH measures that build instead (to compare two builds in turn).
+bin=${IDEMPROXY_BIN:-./target/release/idemproxy}
+if [ -z "${IDEMPROXY_BIN:-}" ]; then cargo build --release --quiet --bin idemproxy; fi
+if [ "$fill" != 0 ]; then cargo build --release --quiet --example prefill; fi
 mkdir -p "$bench_dir"
 big="$bench_dir/ledger-$fill.redb"
 if [ "$fill" != 0 ] && [ ! -f "$big" ]; then
@@ -124,7 +128,7 @@ operation_id = ["{header:x-operation-id}"]
 TOML
   sync
   local t0; t0=$(date +%s%N)
-  ./target/release/idemproxy serve -c "$dir/proxy.toml" > "$dir/ready" 2> "$dir/proxy.log" &
+  "$bin" serve -c "$dir/proxy.toml" > "$dir/ready" 2> "$dir/proxy.log" &
   proxy_pid=$!; pids+=("$proxy_pid")
   for _ in $(seq 6000); do grep -q ready "$dir/ready" 2>/dev/null && break; sleep 0.005; done
   grep -q ready "$dir/ready" || { echo "bench: $1 did not start" >&2; cat "$dir/proxy.log" >&2; exit 1; }
