@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark of issue 8: idemproxy against nginx, in one run on this machine (loopback only).
+# The benchmark: idemproxy against nginx, in one run on this machine (loopback only).
 #
 #   bench/run.sh [DURATION] [N]        e.g. bench/run.sh 5s 1000000   (the defaults; N = 0 skips
 #                                      the big ledger; BENCH_CONNS="64" measures one count;
