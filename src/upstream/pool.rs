@@ -160,9 +160,13 @@ impl Pool {
             return;
         }
         // Not ready yet (its connection has not yet asked for the next request, or the
-        // request body is still being sent): returned once it is.
+        // request body is still being sent): returned once it is. A body dropped outside the
+        // runtime (as it shuts down) closes its connection instead.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let pool = pool.clone();
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             if tx.ready().await.is_ok()
                 && let Some(pool) = pool.upgrade()
             {
