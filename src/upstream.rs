@@ -210,45 +210,63 @@ fn tls_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, String> {
 
 /// Whether `name` describes one connection and is never forwarded (RFC 9110 7.6.1).
 pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-            | "proxy-authorization"
-            | "proxy-authenticate"
-    )
+    // The standard names compare as constants; the rest by their text.
+    *name == header::CONNECTION
+        || *name == header::TE
+        || *name == header::TRAILER
+        || *name == header::TRANSFER_ENCODING
+        || *name == header::UPGRADE
+        || *name == header::PROXY_AUTHORIZATION
+        || *name == header::PROXY_AUTHENTICATE
+        || matches!(name.as_str(), "keep-alive" | "proxy-connection")
+}
+
+/// Whether a `Connection` token names a header that the fixed list above removes anyway.
+fn removed_anyway(token: &str) -> bool {
+    [
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "transfer-encoding",
+    ]
+    .iter()
+    .any(|t| t.eq_ignore_ascii_case(token))
 }
 
 /// Removes hop-by-hop headers, including every header `Connection` names.
 ///
 /// This runs twice on every forwarded exchange (and most answers carry `Connection:
 /// keep-alive`): one pass over the (few) headers present, then one removal per hop-by-hop
-/// header found, with no allocation.
+/// header found, allocating only for a message with several `Connection` lines.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if !headers.keys().any(is_hop_by_hop) {
         return;
     }
-    if let http::header::Entry::Occupied(connection) = headers.entry(header::CONNECTION) {
-        let named: Vec<HeaderValue> = connection.remove_entry_mult().1.collect();
-        for name in named
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-        {
-            let name = name.trim();
-            // `close` and `keep-alive` are the usual tokens, and never a header to remove.
-            if !name.eq_ignore_ascii_case("close") && !name.is_empty() {
-                headers.remove(name);
-            }
+    if headers.get_all(header::CONNECTION).iter().nth(1).is_none() {
+        if let Some(connection) = headers.remove(header::CONNECTION) {
+            remove_named(headers, &connection);
+        }
+    } else if let http::header::Entry::Occupied(entry) = headers.entry(header::CONNECTION) {
+        let lines: Vec<HeaderValue> = entry.remove_entry_mult().1.collect();
+        for connection in &lines {
+            remove_named(headers, connection);
         }
     }
     while let Some(hop) = headers.keys().find(|k| is_hop_by_hop(k)).cloned() {
         headers.remove(hop);
+    }
+}
+
+/// Removes the headers one `Connection` line names.
+fn remove_named(headers: &mut HeaderMap, connection: &HeaderValue) {
+    let Ok(tokens) = connection.to_str() else {
+        return;
+    };
+    for name in tokens.split(',').map(str::trim) {
+        if !name.is_empty() && !removed_anyway(name) {
+            headers.remove(name);
+        }
     }
 }
 
@@ -404,6 +422,36 @@ mod tests {
         let mut left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         left.sort();
         assert_eq!(left, vec!["authorization", "content-type"]);
+    }
+
+    #[test]
+    fn the_hop_by_hop_names_are_the_nine_of_rfc_9110_and_proxies() {
+        let hop = [
+            "Connection",
+            "Keep-Alive",
+            "Proxy-Connection",
+            "TE",
+            "Trailer",
+            "Transfer-Encoding",
+            "Upgrade",
+            "Proxy-Authorization",
+            "Proxy-Authenticate",
+        ];
+        for name in hop {
+            let name = HeaderName::from_bytes(name.as_bytes()).unwrap();
+            assert!(is_hop_by_hop(&name), "{name}");
+        }
+        for name in [
+            "x-connection",
+            "keep-alives",
+            "authorization",
+            "host",
+            "via",
+            "close",
+        ] {
+            let name = HeaderName::from_bytes(name.as_bytes()).unwrap();
+            assert!(!is_hop_by_hop(&name), "{name}");
+        }
     }
 
     #[test]
