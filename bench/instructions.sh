@@ -3,6 +3,7 @@
 # move with the machine's load, for comparing two builds of idemproxy (and nginx as a proxy).
 #
 #   bench/instructions.sh [SCENARIO...]     scenarios: pass replay fresh nginx (default: all)
+#                                           (IDEMPROXY_BIN=PATH measures that binary, unbuilt)
 #
 # Each scenario starts an nginx upstream answering a small JSON body, the server under test
 # under callgrind, warms it with wrk for 2 s, zeroes the counts, runs wrk (-t1 -c8) for 8 s,
@@ -13,7 +14,8 @@ scenarios=${*:-pass replay fresh nginx}
 for tool in wrk valgrind callgrind_control callgrind_annotate nginx; do
   command -v "$tool" >/dev/null || { echo "instructions: $tool is missing (apt-get install wrk valgrind nginx-light)" >&2; exit 1; }
 done
-cargo build --release --quiet --bin idemproxy
+bin=${IDEMPROXY_BIN:-./target/release/idemproxy}
+if [ -z "${IDEMPROXY_BIN:-}" ]; then cargo build --release --quiet --bin idemproxy; fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/idemproxy-instructions.XXXXXX")
 pids=()
 cleanup() {
@@ -95,7 +97,7 @@ for s in $scenarios; do
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" nginx -c "$work/proxy.conf" 2>/dev/null &
   else
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
-      ./target/release/idemproxy serve -c "$work/proxy.toml" > "$work/ready" 2>/dev/null &
+      "$bin" serve -c "$work/proxy.toml" > "$work/ready" 2>/dev/null &
   fi
   pid=$!; pids+=("$pid")
   for _ in $(seq 150); do

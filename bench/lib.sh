@@ -98,7 +98,7 @@ operation_id = ["{header:x-operation-id}"]
 TOML
   sync
   local t0; t0=$(date +%s%N)
-  ./target/release/idemproxy serve -c "$dir/proxy.toml" > "$dir/ready" 2> "$dir/proxy.log" &
+  "${bin:-./target/release/idemproxy}" serve -c "$dir/proxy.toml" > "$dir/ready" 2> "$dir/proxy.log" &
   proxy_pid=$!; pids+=("$proxy_pid")
   for _ in $(seq 6000); do grep -q ready "$dir/ready" 2>/dev/null && break; sleep 0.005; done
   grep -q ready "$dir/ready" || { echo "bench: $1 did not start" >&2; cat "$dir/proxy.log" >&2; exit 1; }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The benchmark of issue 8: idemproxy against nginx, in one run on this machine (loopback only).
+# The benchmark: idemproxy against nginx, in one run on this machine (loopback only).
 #
 #   bench/run.sh [DURATION] [N]        e.g. bench/run.sh 5s 1000000   (the defaults; N = 0 skips
-#                                      the big ledger; BENCH_CONNS="64" measures one count)
+#                                      the big ledger; BENCH_CONNS="64" measures one count;
+#                                      IDEMPROXY_BIN=PATH measures that binary, unbuilt)
 #
 # Upstream: nginx answering a fixed JSON body. Each scenario is measured with wrk (-t1, DURATION)
 # at 1, 16, 64 and 256 connections:
@@ -25,7 +26,10 @@ conns_list=${BENCH_CONNS:-"1 16 64 256"} # BENCH_CONNS="64" for a quick look
 workers=$(nproc) # idemproxy's tokio runtime has one worker thread per core; nginx gets as many
 bench_dir=target/bench
 
-cargo build --release --quiet --bin idemproxy --example prefill
+# IDEMPROXY_BIN=PATH measures that build instead (to compare two builds in turn).
+bin=${IDEMPROXY_BIN:-./target/release/idemproxy}
+if [ -z "${IDEMPROXY_BIN:-}" ]; then cargo build --release --quiet --bin idemproxy; fi
+if [ "$fill" != 0 ]; then cargo build --release --quiet --example prefill; fi
 mkdir -p "$bench_dir"
 big="$bench_dir/ledger-$fill.redb"
 if [ "$fill" != 0 ] && [ ! -f "$big" ]; then

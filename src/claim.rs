@@ -198,6 +198,8 @@ enum Fresh {
 /// of a `succeeded` operation (its stored response; an agent's replay is counted in
 /// `app.replays`) and the refusal of an operator-rejected one. `None`: the claim transaction
 /// decides (another decision, no such live operation, a failed read, a stale operation).
+/// The snapshot's operation may come without its per-field hashes: they only name the fields
+/// of a conflict, which is no read-only decision.
 async fn read_only(app: &App, probe: &Probe<'_>, rules: Rules, fresh: Fresh) -> Option<Step> {
     let (op, stored) = app.ledger.replayable(probe.id).await.ok()??;
     if fresh == Fresh::Only && is_stale(&op) {

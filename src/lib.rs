@@ -33,7 +33,7 @@
 //! - `retention`: the background task that prunes finished operations past `[retention]`.
 //! - `replays`: replay counts kept in memory and written coalesced, off the request path.
 //! - `settle`: the background settler of unknown operations (re-send or look up).
-//! - `upstream`: pooled TLS clients to providers and header hygiene.
+//! - `upstream`: pooled connections to providers (TLS by rustls) and header hygiene.
 //! - `wire`: the shared body type and the one bounded body reader (the lowest floor).
 //! - `problem`: every refusal, and the one place it becomes problem+json.
 //! - `shape`: the proxy's own problem answers shaped for a provider's SDK (`pending_status`,

@@ -1,5 +1,7 @@
-//! Talking to providers: one pooled HTTP client per provider, TLS by rustls.
+//! Talking to providers: pooled connections per provider, TLS by rustls.
 //!
+//! A plain-`http` provider is reached through a lean pool of HTTP/1.1 connections (`pool`);
+//! a TLS one through hyper-util's pooled client, which negotiates h2 or HTTP/1.1 by ALPN.
 //! This module owns connection pooling, TLS trust (the bundled web roots plus a provider's
 //! `ca_file`; verification is never switched off), a provider's `connect_to` address (TLS
 //! still verifies the upstream's own name), ALPN (h2 or HTTP/1.1) and the header
@@ -18,7 +20,6 @@ use std::time::Duration;
 
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue, Request, Response, Uri, Version};
-use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -27,6 +28,13 @@ use tokio::net::TcpStream;
 
 use crate::policy::Provider;
 use crate::wire::{BoxError, ProxyBody};
+
+mod pool;
+
+pub use pool::Body;
+
+/// How long a pooled connection may sit idle before it is closed.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A pooled HTTP/1.1 + h2 client over plain TCP or rustls.
 pub type HttpClient = Client<HttpsConnector<Dial>, ProxyBody>;
@@ -40,7 +48,14 @@ pub fn plain_client() -> Result<HttpClient, String> {
 /// Pooled clients, one per provider (each may trust its own extra CA).
 #[derive(Clone)]
 pub struct Upstreams {
-    clients: Arc<HashMap<String, HttpClient>>,
+    clients: Arc<HashMap<String, Upstream>>,
+}
+
+/// How one provider is reached: a plain-`http` upstream through the lean HTTP/1.1 pool, a TLS
+/// one (which may speak h2) through hyper-util's client.
+struct Upstream {
+    client: HttpClient,
+    pool: Option<Arc<pool::Pool>>,
 }
 
 /// Why an exchange with a provider did not produce a response.
@@ -63,7 +78,11 @@ impl Upstreams {
         for p in providers {
             let tls = tls_config(p.ca_file.as_deref())
                 .map_err(|e| format!("{}: ca_file: {e}", p.file.display()))?;
-            clients.insert(p.name.clone(), client(tls, p.connect_to));
+            let pool = target_uri(p, "/", None)
+                .ok()
+                .and_then(|base| pool::Pool::new(&base, dial(p.connect_to), IDLE_TIMEOUT));
+            let client = client(tls, p.connect_to);
+            clients.insert(p.name.clone(), Upstream { client, pool });
         }
         Ok(Upstreams {
             clients: Arc::new(clients),
@@ -76,12 +95,15 @@ impl Upstreams {
         &self,
         provider: &str,
         req: Request<ProxyBody>,
-    ) -> Result<Response<Incoming>, SendError> {
-        let Some(client) = self.clients.get(provider) else {
+    ) -> Result<Response<Body>, SendError> {
+        let Some(upstream) = self.clients.get(provider) else {
             return Err(SendError::Connect(format!("no client for {provider}")));
         };
-        match client.request(req).await {
-            Ok(resp) => Ok(resp),
+        if let Some(pool) = upstream.pool.as_ref().filter(|p| p.takes(&req)) {
+            return pool.send(req).await;
+        }
+        match upstream.client.request(req).await {
+            Ok(resp) => Ok(resp.map(Body::unpooled)),
             Err(e) if e.is_connect() => Err(SendError::Connect(describe(&e))),
             Err(e) => Err(SendError::Lost(describe(&e))),
         }
@@ -133,15 +155,20 @@ impl tower_service::Service<Uri> for Dial {
     }
 }
 
-fn client(tls: rustls::ClientConfig, connect_to: Option<SocketAddr>) -> HttpClient {
+/// The TCP connector of every upstream connection: no Nagle delay, 10 s to connect.
+fn dial(connect_to: Option<SocketAddr>) -> Dial {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(Duration::from_secs(10)));
-    let dial = Dial {
+    Dial {
         http,
         to: connect_to,
-    };
+    }
+}
+
+fn client(tls: rustls::ClientConfig, connect_to: Option<SocketAddr>) -> HttpClient {
+    let dial = dial(connect_to);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
@@ -151,7 +178,7 @@ fn client(tls: rustls::ClientConfig, connect_to: Option<SocketAddr>) -> HttpClie
     Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(Duration::from_secs(60))
+        .pool_idle_timeout(IDLE_TIMEOUT)
         .build(https)
 }
 
@@ -183,42 +210,63 @@ fn tls_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, String> {
 
 /// Whether `name` describes one connection and is never forwarded (RFC 9110 7.6.1).
 pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-            | "proxy-authorization"
-            | "proxy-authenticate"
-    )
+    // The standard names compare as constants; the rest by their text.
+    *name == header::CONNECTION
+        || *name == header::TE
+        || *name == header::TRAILER
+        || *name == header::TRANSFER_ENCODING
+        || *name == header::UPGRADE
+        || *name == header::PROXY_AUTHORIZATION
+        || *name == header::PROXY_AUTHENTICATE
+        || matches!(name.as_str(), "keep-alive" | "proxy-connection")
+}
+
+/// Whether a `Connection` token names a header that the fixed list above removes anyway.
+fn removed_anyway(token: &str) -> bool {
+    [
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "transfer-encoding",
+    ]
+    .iter()
+    .any(|t| t.eq_ignore_ascii_case(token))
 }
 
 /// Removes hop-by-hop headers, including every header `Connection` names.
 ///
-/// This runs twice on every forwarded exchange: one pass over the (few) headers present, and
-/// no allocation unless there is something to remove.
+/// This runs twice on every forwarded exchange (and most answers carry `Connection:
+/// keep-alive`): one pass over the (few) headers present, then one removal per hop-by-hop
+/// header found, allocating only for a message with several `Connection` lines.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if !headers.keys().any(is_hop_by_hop) {
         return;
     }
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    let hop: Vec<HeaderName> = headers
-        .keys()
-        .filter(|k| is_hop_by_hop(k))
-        .cloned()
-        .collect();
-    for name in named.iter().chain(hop.iter()) {
-        headers.remove(name);
+    if headers.get_all(header::CONNECTION).iter().nth(1).is_none() {
+        if let Some(connection) = headers.remove(header::CONNECTION) {
+            remove_named(headers, &connection);
+        }
+    } else if let http::header::Entry::Occupied(entry) = headers.entry(header::CONNECTION) {
+        let lines: Vec<HeaderValue> = entry.remove_entry_mult().1.collect();
+        for connection in &lines {
+            remove_named(headers, connection);
+        }
+    }
+    while let Some(hop) = headers.keys().find(|k| is_hop_by_hop(k)).cloned() {
+        headers.remove(hop);
+    }
+}
+
+/// Removes the headers one `Connection` line names.
+fn remove_named(headers: &mut HeaderMap, connection: &HeaderValue) {
+    let Ok(tokens) = connection.to_str() else {
+        return;
+    };
+    for name in tokens.split(',').map(str::trim) {
+        if !name.is_empty() && !removed_anyway(name) {
+            headers.remove(name);
+        }
     }
 }
 
@@ -374,6 +422,57 @@ mod tests {
         let mut left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         left.sort();
         assert_eq!(left, vec!["authorization", "content-type"]);
+    }
+
+    #[test]
+    fn the_hop_by_hop_names_are_the_nine_of_rfc_9110_and_proxies() {
+        let hop = [
+            "Connection",
+            "Keep-Alive",
+            "Proxy-Connection",
+            "TE",
+            "Trailer",
+            "Transfer-Encoding",
+            "Upgrade",
+            "Proxy-Authorization",
+            "Proxy-Authenticate",
+        ];
+        for name in hop {
+            let name = HeaderName::from_bytes(name.as_bytes()).unwrap();
+            assert!(is_hop_by_hop(&name), "{name}");
+        }
+        for name in [
+            "x-connection",
+            "keep-alives",
+            "authorization",
+            "host",
+            "via",
+            "close",
+        ] {
+            let name = HeaderName::from_bytes(name.as_bytes()).unwrap();
+            assert!(!is_hop_by_hop(&name), "{name}");
+        }
+    }
+
+    #[test]
+    fn every_connection_line_and_token_is_honoured_in_any_case() {
+        let mut h = HeaderMap::new();
+        h.append(header::CONNECTION, HeaderValue::from_static("close, X-One"));
+        h.append(
+            header::CONNECTION,
+            HeaderValue::from_static(" x-two ,,bad name"),
+        );
+        h.insert("x-one", HeaderValue::from_static("1"));
+        h.insert("x-two", HeaderValue::from_static("2"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert("x-kept", HeaderValue::from_static("3"));
+        strip_hop_by_hop(&mut h);
+        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, vec!["x-kept"]);
     }
 
     #[test]

@@ -17,6 +17,10 @@ use crate::operation::{
 };
 use crate::policy::{Effect, KeyPlacement};
 
+mod fast;
+
+use fast::Fields;
+
 /// An operation as stored: enums as their names, so a reordered enum never changes meaning.
 #[derive(Serialize, Deserialize)]
 struct OpRecord {
@@ -116,8 +120,29 @@ pub(super) fn encode_op(op: &Operation) -> Result<Vec<u8>, Fault> {
 }
 
 pub(super) fn decode_op(bytes: &[u8]) -> Result<Operation, Fault> {
-    let r: OpRecord = serde_json::from_slice(bytes)
-        .map_err(|e| Fault::new(format!("corrupt operation record: {e}")))?;
+    decode(bytes, Fields::Read)
+}
+
+/// `decode_op` without the per-field hashes (`fields` is empty): for the snapshot read of a
+/// replay, whose decision never reads them (they only name the differing fields of a
+/// conflict, which the claim transaction decides on its own full read).
+pub(super) fn decode_op_for_replay(bytes: &[u8]) -> Result<Operation, Fault> {
+    decode(bytes, Fields::Skipped)
+}
+
+fn decode(bytes: &[u8], read: Fields) -> Result<Operation, Fault> {
+    // The record as `encode_op` lays it out is scanned; anything else serde decodes.
+    let r: OpRecord = match fast::op_record(bytes, read) {
+        Some(r) => r,
+        None => {
+            let mut r: OpRecord = serde_json::from_slice(bytes)
+                .map_err(|e| Fault::new(format!("corrupt operation record: {e}")))?;
+            if read == Fields::Skipped {
+                r.fields.clear();
+            }
+            r
+        }
+    };
     let corrupt = |what: &str| Fault::new(format!("operation {}: unknown {what}", r.id));
     let effect = parse_effect(&r.effect).ok_or_else(|| corrupt("effect"))?;
     let state = State::parse(&r.state).ok_or_else(|| corrupt("state"))?;

@@ -119,13 +119,14 @@ impl Redb {
         self.read(move |txn| store::get(txn, &id)).await
     }
 
-    /// `Ledger::replayable` on this file.
+    /// `Ledger::replayable` on this file. The operation comes without its per-field hashes
+    /// (`fields` is empty): a replay's decision never reads them.
     pub fn replayable(
         &self,
         id: &str,
     ) -> Result<Option<(Operation, Option<StoredResponse>)>, LedgerError> {
         self.read_here(|txn| {
-            let Some(op) = store::get(txn, id)? else {
+            let Some(op) = store::get_for_replay(txn, id)? else {
                 return Ok(None);
             };
             let stored = match op.state {

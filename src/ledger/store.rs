@@ -527,6 +527,14 @@ pub(super) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Operation>, 
     read_op(&txn.open_table(OPS)?, id)
 }
 
+/// `get` without the per-field hashes (see `codec::decode_op_for_replay`).
+pub(super) fn get_for_replay(txn: &ReadTransaction, id: &str) -> Result<Option<Operation>, Fault> {
+    match txn.open_table(OPS)?.get(id)? {
+        Some(bytes) => codec::decode_op_for_replay(bytes.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
 pub(super) fn events(txn: &ReadTransaction, id: &str) -> Result<Vec<Event>, Fault> {
     let table = txn.open_table(EVENTS)?;
     let mut out = Vec::new();

@@ -944,3 +944,26 @@ async fn jobs_on_one_operation_in_one_batch_see_each_others_writes() {
         .collect();
     assert_eq!(kinds, [EventKind::Claimed, EventKind::ResultPersisted]);
 }
+
+#[tokio::test]
+async fn the_replay_snapshot_is_the_operation_without_its_field_hashes() {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    let stored = op("p/r/snap", State::Succeeded, T0);
+    assert!(
+        !stored.fields.is_empty(),
+        "control: the operation has field hashes"
+    );
+    put(&ledger, stored, vec![], Some(response(b"{\"ok\":true}"))).await;
+    let full = ledger.get("p/r/snap").await.unwrap().unwrap();
+    let (snapshot, resp) = ledger.replayable("p/r/snap").await.unwrap().unwrap();
+    assert_eq!(
+        snapshot,
+        Operation {
+            fields: BTreeMap::new(),
+            ..full
+        }
+    );
+    assert_eq!(resp, Some(response(b"{\"ok\":true}")));
+    assert_eq!(ledger.replayable("p/r/none").await.unwrap(), None);
+}
