@@ -148,6 +148,11 @@ async fn an_unreachable_database_is_named_without_its_password() {
     let (output, all) = run(&["serve", "-c", path], Some(SECRET_A)).await;
     assert_eq!(output.status.code(), Some(2), "{all}");
     assert!(!all.contains("hunter2"), "{all}");
+    // The cause is named, not only that connecting failed: nothing listens on port 1.
+    assert!(
+        all.to_lowercase().contains("connection refused"),
+        "serve names why it cannot connect: {all}"
+    );
 }
 
 #[tokio::test]

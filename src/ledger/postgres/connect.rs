@@ -28,9 +28,26 @@ impl From<tokio_postgres::Error> for Fault {
         // A database error's own message says more than "db error".
         match e.as_db_error() {
             Some(db) => Fault::new(format!("PostgreSQL: {}", db.message())),
-            None => Fault::new(format!("PostgreSQL: {e}")),
+            None => Fault::new(format!("PostgreSQL: {}", with_causes(&e))),
         }
     }
+}
+
+/// `e` followed by each error it wraps (`error connecting to server: Connection refused`):
+/// tokio-postgres names the cause only as its source. The causes are I/O, TLS and protocol
+/// errors, which never hold the connection's password.
+fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut words = e.to_string();
+    let mut cause = e.source();
+    while let Some(inner) = cause {
+        let said = inner.to_string();
+        if !words.contains(&said) {
+            words.push_str(": ");
+            words.push_str(&said);
+        }
+        cause = inner.source();
+    }
+    words
 }
 
 impl From<deadpool_postgres::PoolError> for Fault {
