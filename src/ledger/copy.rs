@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use super::at::{LedgerAt, PgUrl};
 use super::postgres::copy as postgres;
 use super::replays::Replays;
-use crate::operation::{Event, Operation, State, StoredResponse};
+use crate::operation::{Event, Operation, RequestChange, State, StoredResponse, Write};
 use crate::secret::{SECRET_ENV, SECRET_FILE_ENV, Secret};
 
 /// Entries per page: one read and one destination transaction each.
@@ -73,6 +73,22 @@ pub(super) struct Live {
     /// The sealed first request, kept while it may be re-sent.
     pub(super) request: Option<Vec<u8>>,
     pub(super) replays: Option<Replays>,
+}
+
+impl Live {
+    /// The `Write` that creates this operation on the destination as its source held it
+    /// (every backend's loader applies it with its own `apply`), and its replay count.
+    pub(super) fn into_write(self) -> (Write, Option<Replays>) {
+        let write = Write {
+            op: self.op,
+            events: self.events,
+            response: self.response,
+            request: self
+                .request
+                .map_or(RequestChange::Keep, RequestChange::Store),
+        };
+        (write, self.replays)
+    }
 }
 
 /// Where a dump stands: live operations in ID order (after this ID), then tombstones in ID

@@ -51,10 +51,8 @@ pub(super) fn open<'t>(txn: &'t WriteTransaction) -> Result<ReplayTable<'t>, Fau
 /// The replays of `id` on a read snapshot. A ledger file written before replays were
 /// counted has no table yet: none.
 pub(super) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Replays>, Fault> {
-    let table = match txn.open_table(REPLAYS) {
-        Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-        Err(e) => return Err(e.into()),
+    let Some(table) = super::store::readable(txn, REPLAYS)? else {
+        return Ok(None);
     };
     Ok(table.get(id)?.map(|v| {
         let (count, first, last) = v.value();

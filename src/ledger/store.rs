@@ -152,12 +152,45 @@ pub(super) fn copy_unfinished(txn: &WriteTransaction) -> Result<bool, Fault> {
     Ok(txn.open_table(META)?.get(COPYING)?.is_some())
 }
 
+/// `def` on a read snapshot, or `None` when the file has no such table yet (a ledger never
+/// opened for writing, or written before the table existed): reads then find nothing.
+pub(super) fn readable<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &ReadTransaction,
+    def: TableDefinition<K, V>,
+) -> Result<Option<ReadOnlyTable<K, V>>, Fault> {
+    match txn.open_table(def) {
+        Ok(table) => Ok(Some(table)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Up to `max` records of `def` whose IDs sort after `after`, in ID order, each decoded by
+/// `decode` (for `ledger copy`).
+pub(super) fn decoded_after<T>(
+    txn: &ReadTransaction,
+    def: TableDefinition<&'static str, &'static [u8]>,
+    after: Option<&str>,
+    max: usize,
+    decode: impl Fn(&[u8]) -> Result<T, Fault>,
+) -> Result<Vec<T>, Fault> {
+    let Some(table) = readable(txn, def)? else {
+        return Ok(Vec::new());
+    };
+    let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+    let mut out = Vec::new();
+    for entry in table.range::<&str>((start, Bound::Unbounded))?.take(max) {
+        let (_, bytes) = entry?;
+        out.push(decode(bytes.value())?);
+    }
+    Ok(out)
+}
+
 /// `copy_unfinished` on a read snapshot.
 pub(super) fn copy_unfinished_in(txn: &ReadTransaction) -> Result<bool, Fault> {
-    match txn.open_table(META) {
-        Ok(meta) => Ok(meta.get(COPYING)?.is_some()),
-        Err(redb::TableError::TableDoesNotExist(_)) => Ok(false),
-        Err(e) => Err(e.into()),
+    match readable(txn, META)? {
+        Some(meta) => Ok(meta.get(COPYING)?.is_some()),
+        None => Ok(false),
     }
 }
 
@@ -194,15 +227,13 @@ pub(super) fn inherit(
 /// The secret's check value a ledger keeps and its boot epoch, on a read snapshot (`None`
 /// and 0 for a ledger never opened with a secret, or never opened).
 pub(super) fn heritage(txn: &ReadTransaction) -> Result<(Option<String>, u64), Fault> {
-    let check = match txn.open_table(CHECKS) {
-        Ok(table) => table.get(SECRET_CHECK)?.map(|v| v.value().to_owned()),
-        Err(redb::TableError::TableDoesNotExist(_)) => None,
-        Err(e) => return Err(e.into()),
+    let check = match readable(txn, CHECKS)? {
+        Some(table) => table.get(SECRET_CHECK)?.map(|v| v.value().to_owned()),
+        None => None,
     };
-    let epoch = match txn.open_table(META) {
-        Ok(table) => table.get(EPOCH)?.map_or(0, |v| v.value()),
-        Err(redb::TableError::TableDoesNotExist(_)) => 0,
-        Err(e) => return Err(e.into()),
+    let epoch = match readable(txn, META)? {
+        Some(table) => table.get(EPOCH)?.map_or(0, |v| v.value()),
+        None => 0,
     };
     Ok((check, epoch))
 }
@@ -213,18 +244,7 @@ pub(super) fn ops_after(
     after: Option<&str>,
     max: usize,
 ) -> Result<Vec<Operation>, Fault> {
-    let table = match txn.open_table(OPS) {
-        Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(e.into()),
-    };
-    let start = after.map_or(Bound::Unbounded, Bound::Excluded);
-    let mut out = Vec::new();
-    for entry in table.range::<&str>((start, Bound::Unbounded))?.take(max) {
-        let (_, bytes) = entry?;
-        out.push(codec::decode_op(bytes.value())?);
-    }
-    Ok(out)
+    decoded_after(txn, OPS, after, max, codec::decode_op)
 }
 
 /// The ledger's tables opened in one write transaction.
@@ -264,21 +284,8 @@ impl<'t> Tables<'t> {
     /// Stores one live operation copied from another ledger, as its source held it: its
     /// record, index entries and counters, history, response, kept request and replay count.
     pub(super) fn load_live(&mut self, live: Live) -> Result<(), Fault> {
-        let Live {
-            op,
-            events,
-            response,
-            request,
-            replays,
-        } = live;
-        let id = op.id.clone();
-        let request = request.map_or(RequestChange::Keep, RequestChange::Store);
-        let write = Write {
-            op,
-            events,
-            response,
-            request,
-        };
+        let (write, replays) = live.into_write();
+        let id = write.op.id.clone();
         self.apply(&id, None, &write)?;
         if let Some(r) = replays {
             let row = (r.count, r.first_at.0, r.last_at.0);
@@ -547,10 +554,8 @@ pub(super) fn events(txn: &ReadTransaction, id: &str) -> Result<Vec<Event>, Faul
 
 pub(super) fn kept_request(txn: &ReadTransaction, id: &str) -> Result<Option<Vec<u8>>, Fault> {
     // A ledger written before requests were kept has no such table yet.
-    let table = match txn.open_table(REQUESTS) {
-        Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-        Err(e) => return Err(e.into()),
+    let Some(table) = readable(txn, REQUESTS)? else {
+        return Ok(None);
     };
     Ok(table.get(id)?.map(|bytes| bytes.value().to_vec()))
 }

@@ -8,13 +8,11 @@
 //! `(pruned_at, id)` per tombstone, so the sweep deletes the oldest first without a scan.
 //! It never decides what a tombstone means: `decide` refuses every request for one.
 
-use std::ops::Bound;
-
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
 use super::change::tombstone_of;
 use super::codec;
-use super::store::Fault;
+use super::store::{self, Fault};
 use crate::clock::Timestamp;
 use crate::operation::Operation;
 
@@ -78,10 +76,8 @@ impl<'t> Tombs<'t> {
 /// The tombstone of `id` on a read snapshot. A ledger file written before tombstones existed
 /// has no table yet: no tombstone.
 pub(super) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Operation>, Fault> {
-    let table = match txn.open_table(TOMBSTONES) {
-        Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-        Err(e) => return Err(e.into()),
+    let Some(table) = store::readable(txn, TOMBSTONES)? else {
+        return Ok(None);
     };
     decode(table.get(id)?.as_ref().map(|v| v.value()))
 }
@@ -92,27 +88,20 @@ pub(super) fn after(
     after: Option<&str>,
     max: usize,
 ) -> Result<Vec<Operation>, Fault> {
-    let table = match txn.open_table(TOMBSTONES) {
-        Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(e.into()),
-    };
-    let start = after.map_or(Bound::Unbounded, Bound::Excluded);
-    let mut out = Vec::new();
-    for entry in table.range::<&str>((start, Bound::Unbounded))?.take(max) {
-        let (_, bytes) = entry?;
-        out.extend(decode(Some(bytes.value()))?);
-    }
-    Ok(out)
+    store::decoded_after(txn, TOMBSTONES, after, max, decode_one)
 }
 
 fn decode(bytes: Option<&[u8]>) -> Result<Option<Operation>, Fault> {
-    let Some(bytes) = bytes else { return Ok(None) };
+    bytes.map(decode_one).transpose()
+}
+
+/// A tombstone's record; one without `pruned_at` is corrupt.
+fn decode_one(bytes: &[u8]) -> Result<Operation, Fault> {
     let op = codec::decode_op(bytes)?;
     if op.pruned_at.is_none() {
         return Err(Fault::new(format!("tombstone {} has no pruned_at", op.id)));
     }
-    Ok(Some(op))
+    Ok(op)
 }
 
 #[cfg(test)]

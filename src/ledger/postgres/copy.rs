@@ -19,7 +19,7 @@ use super::super::store::Fault;
 use super::connect::{self, Conn, Tx};
 use super::{prune, schema, update};
 use crate::clock::Timestamp;
-use crate::operation::{Event, RequestChange, StoredResponse, Write};
+use crate::operation::{Event, StoredResponse};
 
 /// The `meta` key set while a copy fills the database (as for redb).
 const COPYING: &str = "copy_unfinished";
@@ -434,20 +434,8 @@ impl Loader {
 
 /// Stores one live operation copied from another ledger, through `update`'s own writes.
 async fn load_live(tx: &Tx, live: Live) -> Result<(), Fault> {
-    let Live {
-        op,
-        events,
-        response,
-        request,
-        replays,
-    } = live;
-    let id = op.id.clone();
-    let write = Write {
-        op,
-        events,
-        response,
-        request: request.map_or(RequestChange::Keep, RequestChange::Store),
-    };
+    let (write, replays) = live.into_write();
+    let id = write.op.id.clone();
     update::apply(tx, &id, None, &write).await?;
     if let Some(r) = replays {
         let count = i64::try_from(r.count).unwrap_or(i64::MAX);
