@@ -446,35 +446,41 @@ fn first_answer(answer: Fetched, ctx: &Context) -> Response<ProxyBody> {
 
 /// `on_missing_id = "pass"`: sends the buffered request unguarded and streams the answer back.
 pub async fn unguarded(app: &App, provider: &Provider, outgoing: Outgoing) -> Response<ProxyBody> {
-    let ctx = Context {
-        provider: Some(provider.name.clone()),
-        ..Context::default()
-    };
-    let mut resp = stream(app, provider, outgoing.request(), &ctx).await;
+    let mut resp = stream(app, provider, outgoing.request())
+        .await
+        .unwrap_or_else(|problem| {
+            problem.into_response(&Context {
+                provider: Some(provider.name.clone()),
+                ..Context::default()
+            })
+        });
     resp.headers_mut()
         .insert("idem-state", HeaderValue::from_static("unguarded"));
     resp
 }
 
-/// Sends a request unguarded and streams the answer back. `timeout` bounds the wait for the
+/// Sends a request unguarded and streams the answer back, or the problem to answer instead
+/// (its context, only needed then, is the caller's). `timeout` bounds the wait for the
 /// response head, not the download.
 pub async fn stream(
     app: &App,
     provider: &Provider,
     out: Request<ProxyBody>,
-    ctx: &Context,
-) -> Response<ProxyBody> {
-    let sent =
-        tokio::time::timeout(provider.timeout, app.upstreams.send(&provider.name, out)).await;
-    match sent {
-        Ok(Ok(resp)) => {
+) -> Result<Response<ProxyBody>, Problem> {
+    match app
+        .upstreams
+        .send_within(&provider.name, out, provider.timeout)
+        .await
+    {
+        Ok(resp) => {
             let (mut parts, body) = resp.into_parts();
             upstream::strip_hop_by_hop(&mut parts.headers);
-            Response::from_parts(parts, body.map_err(BoxError::from).boxed())
+            Ok(Response::from_parts(
+                parts,
+                body.map_err(BoxError::from).boxed(),
+            ))
         }
-        Ok(Err(SendError::Connect(why))) => Problem::UpstreamUnreachable(why).into_response(ctx),
-        Ok(Err(e)) => Problem::UpstreamBroken(e.to_string()).into_response(ctx),
-        Err(_) => Problem::UpstreamBroken(SendError::Timeout(provider.timeout).to_string())
-            .into_response(ctx),
+        Err(SendError::Connect(why)) => Err(Problem::UpstreamUnreachable(why)),
+        Err(e) => Err(Problem::UpstreamBroken(e.to_string())),
     }
 }

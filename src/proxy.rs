@@ -184,6 +184,14 @@ fn screen(req: &Request<Incoming>, raw: &str) -> Result<(), Problem> {
             "`{method}` is not in upper case"
         )));
     }
+    // One pass over the headers present first: each lookup by name would parse and hash it.
+    let overridden = req
+        .headers()
+        .keys()
+        .any(|name| METHOD_OVERRIDES.contains(&name.as_str()));
+    if !overridden {
+        return Ok(());
+    }
     match METHOD_OVERRIDES
         .iter()
         .find(|h| req.headers().contains_key(**h))
@@ -203,7 +211,7 @@ pub(crate) async fn passthrough(
 ) -> Response<ProxyBody> {
     let provider = target.provider;
     let (mut parts, body) = req.into_parts();
-    let uri = match upstream::target_uri(provider, &target.rel_path, parts.uri.query()) {
+    let uri = match upstream::origin_target(provider, &target.rel_path, parts.uri.query()) {
         Ok(uri) => uri,
         Err(e) => {
             return Problem::InvalidBody(format!("the request path is not valid: {e}"))
@@ -214,10 +222,13 @@ pub(crate) async fn passthrough(
     parts.uri = uri;
     parts.version = Version::HTTP_11;
     let out = Request::from_parts(parts, body.map_err(BoxError::from).boxed());
-    let ctx = Context {
-        provider: Some(provider.name.clone()),
-        route: target.route.as_ref().map(|(r, _)| r.name.clone()),
-        ..Context::default()
-    };
-    crate::dispatch::stream(app, provider, out, &ctx).await
+    crate::dispatch::stream(app, provider, out)
+        .await
+        .unwrap_or_else(|problem| {
+            problem.into_response(&Context {
+                provider: Some(provider.name.clone()),
+                route: target.route.as_ref().map(|(r, _)| r.name.clone()),
+                ..Context::default()
+            })
+        })
 }

@@ -8,7 +8,6 @@
 //! hygiene of both directions (hop-by-hop headers, control headers, `Host`). It never decides
 //! whether a request may be sent; `proxy` does, after the ledger has spoken.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::io::BufReader;
 use std::net::SocketAddr;
@@ -48,7 +47,9 @@ pub fn plain_client() -> Result<HttpClient, String> {
 /// Pooled clients, one per provider (each may trust its own extra CA).
 #[derive(Clone)]
 pub struct Upstreams {
-    clients: Arc<HashMap<String, Upstream>>,
+    /// By provider name, in the config's order: found by comparing names, which for the few
+    /// providers of a config is cheaper than hashing the name on every request.
+    clients: Arc<[(String, Upstream)]>,
 }
 
 /// How one provider is reached: a plain-`http` upstream through the lean HTTP/1.1 pool, a TLS
@@ -56,6 +57,9 @@ pub struct Upstreams {
 struct Upstream {
     client: HttpClient,
     pool: Option<Arc<pool::Pool>>,
+    /// The upstream's scheme and authority, which make an origin-form target absolute for
+    /// hyper-util's client.
+    origin: Option<Uri>,
 }
 
 /// Why an exchange with a provider did not produce a response.
@@ -74,18 +78,24 @@ pub enum SendError {
 impl Upstreams {
     /// Builds a client per provider. Fails when a `ca_file` cannot be read.
     pub fn new(providers: &[Provider]) -> Result<Upstreams, String> {
-        let mut clients = HashMap::new();
+        let mut clients = Vec::with_capacity(providers.len());
         for p in providers {
             let tls = tls_config(p.ca_file.as_deref())
                 .map_err(|e| format!("{}: ca_file: {e}", p.file.display()))?;
-            let pool = target_uri(p, "/", None)
-                .ok()
-                .and_then(|base| pool::Pool::new(&base, dial(p.connect_to), IDLE_TIMEOUT));
+            let origin = target_uri(p, "/", None).ok();
+            let pool = origin
+                .as_ref()
+                .and_then(|base| pool::Pool::new(base, dial(p.connect_to), IDLE_TIMEOUT));
             let client = client(tls, p.connect_to);
-            clients.insert(p.name.clone(), Upstream { client, pool });
+            let upstream = Upstream {
+                client,
+                pool,
+                origin,
+            };
+            clients.push((p.name.clone(), upstream));
         }
         Ok(Upstreams {
-            clients: Arc::new(clients),
+            clients: clients.into(),
         })
     }
 
@@ -96,18 +106,64 @@ impl Upstreams {
         provider: &str,
         req: Request<ProxyBody>,
     ) -> Result<Response<Body>, SendError> {
-        let Some(upstream) = self.clients.get(provider) else {
+        self.exchange(provider, req, None).await
+    }
+
+    /// Sends a request (its URI absolute, or origin-form for the provider's own upstream;
+    /// headers already cleaned) and waits at most `timeout` for the response head.
+    pub async fn send_within(
+        &self,
+        provider: &str,
+        req: Request<ProxyBody>,
+        timeout: Duration,
+    ) -> Result<Response<Body>, SendError> {
+        self.exchange(provider, req, Some(timeout)).await
+    }
+
+    async fn exchange(
+        &self,
+        provider: &str,
+        mut req: Request<ProxyBody>,
+        within: Option<Duration>,
+    ) -> Result<Response<Body>, SendError> {
+        let Some((_, upstream)) = self.clients.iter().find(|(name, _)| name == provider) else {
             return Err(SendError::Connect(format!("no client for {provider}")));
         };
         if let Some(pool) = upstream.pool.as_ref().filter(|p| p.takes(&req)) {
-            return pool.send(req).await;
+            return pool.send(req, within).await;
         }
-        match upstream.client.request(req).await {
+        if req.uri().scheme().is_none() {
+            absolute(req.uri_mut(), upstream.origin.as_ref())?;
+        }
+        // Boxed, as the pool's connecting is: hyper-util's future is large, and inline it
+        // would make every exchange's future that large, the pool's too.
+        let sending = Box::pin(upstream.client.request(req));
+        let sent = match within {
+            None => sending.await,
+            Some(within) => match tokio::time::timeout(within, sending).await {
+                Ok(sent) => sent,
+                Err(_) => return Err(SendError::Timeout(within)),
+            },
+        };
+        match sent {
             Ok(resp) => Ok(resp.map(Body::unpooled)),
             Err(e) if e.is_connect() => Err(SendError::Connect(describe(&e))),
             Err(e) => Err(SendError::Lost(describe(&e))),
         }
     }
+}
+
+/// An origin-form target made absolute at the upstream's `origin`, as `target_uri` would
+/// have built it.
+fn absolute(uri: &mut Uri, origin: Option<&Uri>) -> Result<(), SendError> {
+    let unsent = |why: String| SendError::Connect(format!("the request could not be built: {why}"));
+    let origin = origin.ok_or_else(|| unsent("the upstream URL is not valid".into()))?;
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = origin.scheme().cloned();
+    parts.authority = origin.authority().cloned();
+    parts.path_and_query = uri.path_and_query().cloned();
+    *uri = Uri::from_parts(parts).map_err(|e| unsent(e.to_string()))?;
+    Ok(())
 }
 
 /// The error and its causes on one line, for logs and problem details.
@@ -208,9 +264,14 @@ fn tls_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, String> {
     Ok(config)
 }
 
+/// The two hop-by-hop names `http` has no constant for.
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
 /// Whether `name` describes one connection and is never forwarded (RFC 9110 7.6.1).
 pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    // The standard names compare as constants; the rest by their text.
+    // All compare as constants: a standard name never equals a custom one, so neither needs
+    // its text.
     *name == header::CONNECTION
         || *name == header::TE
         || *name == header::TRAILER
@@ -218,7 +279,8 @@ pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
         || *name == header::UPGRADE
         || *name == header::PROXY_AUTHORIZATION
         || *name == header::PROXY_AUTHENTICATE
-        || matches!(name.as_str(), "keep-alive" | "proxy-connection")
+        || *name == KEEP_ALIVE
+        || *name == PROXY_CONNECTION
 }
 
 /// Whether a `Connection` token names a header that the fixed list above removes anyway.
@@ -260,6 +322,10 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 /// Removes the headers one `Connection` line names.
 fn remove_named(headers: &mut HeaderMap, connection: &HeaderValue) {
+    // Most answers' whole line: it names only what the fixed list removes anyway.
+    if connection.as_bytes().eq_ignore_ascii_case(b"keep-alive") {
+        return;
+    }
     let Ok(tokens) = connection.to_str() else {
         return;
     };
@@ -275,8 +341,14 @@ fn remove_named(headers: &mut HeaderMap, connection: &HeaderValue) {
 pub fn outbound_headers(headers: &mut HeaderMap, provider: &Provider) {
     strip_hop_by_hop(headers);
     headers.remove(header::HOST);
-    for name in &provider.control_headers {
-        headers.remove(name);
+    // One pass over the (few) headers present before any removal, which hashes each name.
+    if headers
+        .keys()
+        .any(|name| provider.control_headers.contains(name))
+    {
+        for name in &provider.control_headers {
+            headers.remove(name);
+        }
     }
 }
 
@@ -397,6 +469,42 @@ pub fn target_uri(provider: &Provider, rel_path: &str, query: Option<&str>) -> R
     }
     Uri::try_from(s).map_err(|e| e.to_string())
 }
+
+/// The origin-form target (`/base/path?query`) at the provider's upstream of a route-relative
+/// path and query: what a pass-through request sends. `Upstreams::send_within` takes it as
+/// it is to a pooled plain-`http` upstream (which is sent nothing else) and makes it absolute
+/// for hyper-util's client; it is `target_uri` without the scheme and authority that the pool
+/// would cut off again. A target too long for an absolute URI is refused as `target_uri`
+/// refuses it.
+pub fn origin_target(
+    provider: &Provider,
+    rel_path: &str,
+    query: Option<&str>,
+) -> Result<Uri, String> {
+    let base_path = &provider.upstream.base_path;
+    let query_len = query.map_or(0, |q| q.len() + 1);
+    let len = base_path.len() + rel_path.len() + query_len;
+    if len + ABSOLUTE_PREFIX > MAX_URI {
+        return target_uri(provider, rel_path, query);
+    }
+    let mut s = String::with_capacity(len + 1);
+    s.push_str(base_path);
+    s.push_str(rel_path);
+    if s.is_empty() {
+        s.push('/');
+    }
+    if let Some(q) = query {
+        s.push('?');
+        s.push_str(q);
+    }
+    Uri::try_from(s).map_err(|e| e.to_string())
+}
+
+/// The longest URI `http` parses, and a bound on the length of an upstream's
+/// `scheme://host:port` that no real one reaches: a target within both is as valid in origin
+/// form as absolute, and one beyond goes the absolute way for the same answer.
+const MAX_URI: usize = u16::MAX as usize - 1;
+const ABSOLUTE_PREFIX: usize = 300;
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,10 @@
 //! no task spawned to return a connection, no pool key built and hashed. A connection goes
 //! back to the pool when its response body has been read to the end (`Body`); a body dropped
 //! before its end closes the connection, since what is left of it would otherwise be read as
-//! the next response. It never decides whether a request may be sent.
+//! the next response. Each connection keeps one timer for the wait for its answers' heads,
+//! moved on for each request: pushing a registered deadline later is one atomic write, where
+//! a timer per request is registered with the runtime's timer wheel and removed again. It
+//! never decides whether a request may be sent.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
@@ -19,6 +22,7 @@ use http::uri::{Authority, PathAndQuery};
 use http::{HeaderValue, Method, Request, Response, Uri, Version, header};
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
+use tokio::time::Sleep;
 use tower_service::Service;
 
 use super::{Dial, SendError, describe};
@@ -41,8 +45,15 @@ pub(super) struct Pool {
 }
 
 struct Idle {
-    tx: SendRequest<ProxyBody>,
+    conn: Conn,
     since: Instant,
+}
+
+/// One upstream connection: its request sender, and the timer bounding the wait for each
+/// response head on it (polled only by an exchange that has a timeout).
+struct Conn {
+    tx: SendRequest<ProxyBody>,
+    clock: Pin<Box<Sleep>>,
 }
 
 impl Pool {
@@ -66,37 +77,72 @@ impl Pool {
         }))
     }
 
-    /// Whether this pool sends `req`: HTTP/1.x to the pool's own authority, not CONNECT.
+    /// Whether this pool sends `req`: HTTP/1.x, not CONNECT, to the pool's own authority (an
+    /// origin-form target is the provider's own upstream).
     pub(super) fn takes(&self, req: &Request<ProxyBody>) -> bool {
-        matches!(req.version(), Version::HTTP_11 | Version::HTTP_10)
+        let uri = req.uri();
+        let ours = match uri.scheme() {
+            None => uri.authority().is_none(),
+            Some(scheme) => {
+                *scheme == http::uri::Scheme::HTTP
+                    && uri.authority().is_some_and(|a| {
+                        // The same bytes (`target_uri` made both) before the comparison
+                        // ignoring case.
+                        a.as_str() == self.authority.as_str() || *a == self.authority
+                    })
+            }
+        };
+        ours && matches!(req.version(), Version::HTTP_11 | Version::HTTP_10)
             && req.method() != Method::CONNECT
-            && req.uri().scheme() == Some(&http::uri::Scheme::HTTP)
-            && req.uri().authority().is_some_and(|a| {
-                // The same bytes (`target_uri` made both) before the comparison ignoring case.
-                a.as_str() == self.authority.as_str() || *a == self.authority
-            })
     }
 
-    /// Sends `req` on an idle connection, or a new one, and waits for the response head.
+    /// Sends `req` on an idle connection, or a new one, and waits for the response head, for
+    /// at most `within` (connecting included) when it is given.
     pub(super) async fn send(
         self: &Arc<Self>,
         mut req: Request<ProxyBody>,
+        within: Option<Duration>,
     ) -> Result<Response<Body>, SendError> {
+        let deadline = within.map(|within| (tokio::time::Instant::now() + within, within));
         req.headers_mut()
             .entry(header::HOST)
             .or_insert_with(|| self.host.clone());
-        origin_form(req.uri_mut());
+        if req.uri().scheme().is_some() {
+            origin_form(req.uri_mut());
+        }
         loop {
-            let (mut tx, reused) = match self.checkout() {
-                Some(tx) => (tx, true),
-                None => (self.connect().await?, false),
+            let (mut conn, reused) = match self.checkout() {
+                Some(conn) => (conn, true),
+                // Boxed: connecting is rare and its future large; inline, every request's
+                // future would carry (and move) it.
+                None => match deadline {
+                    None => (Box::pin(self.connect()).await?, false),
+                    Some((at, within)) => {
+                        match tokio::time::timeout_at(at, Box::pin(self.connect())).await {
+                            Ok(conn) => (conn?, false),
+                            Err(_) => return Err(SendError::Timeout(within)),
+                        }
+                    }
+                },
             };
-            match tx.try_send_request(req).await {
+            let sending = conn.tx.try_send_request(req);
+            let sent = match deadline {
+                None => sending.await,
+                Some((at, within)) => {
+                    conn.clock.as_mut().reset(at);
+                    tokio::select! {
+                        biased;
+                        sent = sending => sent,
+                        () = conn.clock.as_mut() => return Err(SendError::Timeout(within)),
+                    }
+                }
+            };
+            match sent {
                 Ok(resp) => {
                     let pool = Arc::downgrade(self);
                     return Ok(resp.map(|inner| Body {
                         inner,
-                        back: Some((tx, pool)),
+                        back: Some((conn, pool)),
                     }));
                 }
                 Err(mut e) => match e.take_message() {
@@ -110,17 +156,17 @@ impl Pool {
 
     /// The most recently returned idle connection still open and ready; drops the rest it
     /// meets on the way (closed, or idle too long).
-    fn checkout(&self) -> Option<SendRequest<ProxyBody>> {
+    fn checkout(&self) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         while let Some(entry) = idle.pop() {
-            if entry.tx.is_ready() && entry.since.elapsed() < self.idle_timeout {
-                return Some(entry.tx);
+            if entry.conn.tx.is_ready() && entry.since.elapsed() < self.idle_timeout {
+                return Some(entry.conn);
             }
         }
         None
     }
 
-    async fn connect(self: &Arc<Self>) -> Result<SendRequest<ProxyBody>, SendError> {
+    async fn connect(self: &Arc<Self>) -> Result<Conn, SendError> {
         let uri = Uri::from_parts({
             let mut parts = http::uri::Parts::default();
             parts.scheme = Some(http::uri::Scheme::HTTP);
@@ -145,18 +191,20 @@ impl Pool {
             }
         });
         self.start_reaping();
-        Ok(tx)
+        // Set by the first exchange with a timeout; until then not in the timer wheel.
+        let clock = Box::pin(tokio::time::sleep(Duration::MAX));
+        Ok(Conn { tx, clock })
     }
 
     /// Takes back a connection whose exchange is over, once it is ready for the next.
-    fn give_back(pool: &Weak<Pool>, mut tx: SendRequest<ProxyBody>) {
-        if tx.is_ready() {
+    fn give_back(pool: &Weak<Pool>, mut conn: Conn) {
+        if conn.tx.is_ready() {
             if let Some(pool) = pool.upgrade() {
-                pool.keep(tx);
+                pool.keep(conn);
             }
             return;
         }
-        if tx.is_closed() {
+        if conn.tx.is_closed() {
             return;
         }
         // Not ready yet (its connection has not yet asked for the next request, or the
@@ -167,19 +215,19 @@ impl Pool {
         };
         let pool = pool.clone();
         runtime.spawn(async move {
-            if tx.ready().await.is_ok()
+            if conn.tx.ready().await.is_ok()
                 && let Some(pool) = pool.upgrade()
             {
-                pool.keep(tx);
+                pool.keep(conn);
             }
         });
     }
 
-    fn keep(&self, tx: SendRequest<ProxyBody>) {
+    fn keep(&self, conn: Conn) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < MAX_IDLE {
             idle.push(Idle {
-                tx,
+                conn,
                 since: Instant::now(),
             });
         }
@@ -199,7 +247,7 @@ impl Pool {
                 tokio::time::sleep(every).await;
                 let Some(pool) = pool.upgrade() else { return };
                 let mut idle = pool.idle.lock().unwrap_or_else(|e| e.into_inner());
-                idle.retain(|e| !e.tx.is_closed() && e.since.elapsed() < pool.idle_timeout);
+                idle.retain(|e| !e.conn.tx.is_closed() && e.since.elapsed() < pool.idle_timeout);
             }
         });
     }
@@ -226,7 +274,7 @@ fn origin_form(uri: &mut Uri) {
 /// back to the pool.
 pub struct Body {
     inner: Incoming,
-    back: Option<(SendRequest<ProxyBody>, Weak<Pool>)>,
+    back: Option<(Conn, Weak<Pool>)>,
 }
 
 impl Body {
@@ -236,8 +284,8 @@ impl Body {
     }
 
     fn ended(&mut self) {
-        if let Some((tx, pool)) = self.back.take() {
-            Pool::give_back(&pool, tx);
+        if let Some((conn, pool)) = self.back.take() {
+            Pool::give_back(&pool, conn);
         }
     }
 }
@@ -354,7 +402,7 @@ mod tests {
         let (addr, heads, conns) = server(OK, false).await;
         let pool = pool_for(addr);
         for path in ["/a?x=1", "/", "/b"] {
-            let resp = pool.send(get(addr, path)).await.unwrap();
+            let resp = pool.send(get(addr, path), None).await.unwrap();
             let body = resp.into_body().collect().await.unwrap().to_bytes();
             assert_eq!(&body[..], b"ok");
         }
@@ -376,7 +424,7 @@ mod tests {
         let (addr, _, conns) = server(EMPTY, false).await;
         let pool = pool_for(addr);
         for _ in 0..3 {
-            let resp = pool.send(get(addr, "/")).await.unwrap();
+            let resp = pool.send(get(addr, "/"), None).await.unwrap();
             assert_eq!(resp.status(), 204);
             drop(resp);
         }
@@ -388,10 +436,10 @@ mod tests {
         const LONG: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial";
         let (addr, _, conns) = server(LONG, false).await;
         let pool = pool_for(addr);
-        let resp = pool.send(get(addr, "/")).await.unwrap();
+        let resp = pool.send(get(addr, "/"), None).await.unwrap();
         drop(resp);
         assert_eq!(pool.idle_count(), 0);
-        let resp = pool.send(get(addr, "/")).await.unwrap();
+        let resp = pool.send(get(addr, "/"), None).await.unwrap();
         drop(resp);
         assert_eq!(*conns.lock().unwrap(), 2);
     }
@@ -402,7 +450,7 @@ mod tests {
         let (addr, heads, conns) = server(CLOSE, true).await;
         let pool = pool_for(addr);
         for _ in 0..3 {
-            let resp = pool.send(get(addr, "/")).await.unwrap();
+            let resp = pool.send(get(addr, "/"), None).await.unwrap();
             let body = resp.into_body().collect().await.unwrap().to_bytes();
             assert_eq!(&body[..], b"ok");
         }
@@ -411,12 +459,67 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_origin_form_target_goes_to_the_pools_upstream() {
+        let (addr, heads, _) = server(OK, false).await;
+        let pool = pool_for(addr);
+        let mut req = get(addr, "/");
+        *req.uri_mut() = "/o?y=2".parse().unwrap();
+        assert!(pool.takes(&req));
+        let resp = pool.send(req, None).await.unwrap();
+        resp.into_body().collect().await.unwrap();
+        let heads = heads.lock().unwrap();
+        assert!(
+            heads[0].starts_with("GET /o?y=2 HTTP/1.1\r\n"),
+            "{}",
+            heads[0]
+        );
+        assert!(
+            heads[0]
+                .to_ascii_lowercase()
+                .contains(&format!("host: {addr}\r\n"))
+        );
+    }
+
+    /// The connection's one timer bounds each exchange on it: the second request on the same
+    /// connection, never answered, times out after its own `within`, not the first's.
+    #[tokio::test]
+    async fn each_exchange_on_a_reused_connection_gets_its_own_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut chunk = [0u8; 4096];
+            let n = s.read(&mut chunk).await.unwrap();
+            assert!(chunk[..n].ends_with(b"\r\n\r\n"));
+            s.write_all(OK).await.unwrap();
+            // Reads the next request and never answers it.
+            while s.read(&mut chunk).await.is_ok_and(|n| n > 0) {}
+        });
+        let pool = pool_for(addr);
+        let within = Some(Duration::from_millis(300));
+        let resp = pool.send(get(addr, "/"), within).await.unwrap();
+        resp.into_body().collect().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(pool.idle_count(), 1);
+        let started = Instant::now();
+        match pool.send(get(addr, "/"), within).await {
+            Err(SendError::Timeout(d)) => assert_eq!(Some(d), within),
+            Err(other) => panic!("expected a timeout, got {other:?}"),
+            Ok(_) => panic!("expected a timeout, got an answer"),
+        }
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(290), "{took:?}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        assert_eq!(pool.idle_count(), 0, "a timed-out connection is not reused");
+    }
+
+    #[tokio::test]
     async fn a_refused_connection_is_a_connect_error() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         drop(listener);
         let pool = pool_for(addr);
-        match pool.send(get(addr, "/")).await {
+        match pool.send(get(addr, "/"), None).await {
             Err(SendError::Connect(_)) => {}
             Err(other) => panic!("expected a connect error, got {other:?}"),
             Ok(_) => panic!("expected a connect error, got an answer"),
