@@ -101,23 +101,26 @@ impl Upstreams {
 
     /// Sends a request (its URI absolute, headers already cleaned) and waits for the
     /// response head. Callers bound it with the provider's `timeout`.
-    pub async fn send(
+    pub fn send(
         &self,
         provider: &str,
         req: Request<ProxyBody>,
-    ) -> Result<Response<Body>, SendError> {
-        self.exchange(provider, req, None).await
+    ) -> impl Future<Output = Result<Response<Body>, SendError>> {
+        self.exchange(provider, req, None)
     }
 
     /// Sends a request (its URI absolute, or origin-form for the provider's own upstream;
     /// headers already cleaned) and waits at most `timeout` for the response head.
-    pub async fn send_within(
+    ///
+    /// Neither this nor `send` is an `async fn`: each would wrap the exchange's future in one
+    /// of its own, and the request (a few hundred bytes) would be copied into both.
+    pub fn send_within(
         &self,
         provider: &str,
         req: Request<ProxyBody>,
         timeout: Duration,
-    ) -> Result<Response<Body>, SendError> {
-        self.exchange(provider, req, Some(timeout)).await
+    ) -> impl Future<Output = Result<Response<Body>, SendError>> {
+        self.exchange(provider, req, Some(timeout))
     }
 
     async fn exchange(
