@@ -162,6 +162,9 @@ fn builder(header_timeout: Duration) -> auto::Builder<TokioExecutor> {
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)
+        // One buffer per write (the head and a small body copied together), not a queue of
+        // buffers for `writev`: fewer instructions per answer, the same bytes.
+        .writev(false)
         // hyper answers 431 once an unparsed head fills the read buffer; its default
         // (~400 KiB) would let a head far over the limit through. Bodies still stream.
         .max_buf_size(MAX_HEADER_BYTES as usize);

@@ -181,7 +181,9 @@ impl Pool {
             .call(uri)
             .await
             .map_err(|e| SendError::Connect(describe(&*e)))?;
+        // One buffer per write, as the agents' side (`server`) writes.
         let (tx, conn) = http1::Builder::new()
+            .writev(false)
             .handshake(io)
             .await
             .map_err(|e| SendError::Connect(describe(&e)))?;
