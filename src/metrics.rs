@@ -4,6 +4,9 @@
 //! (`idemproxy_operations`, the oldest ages) are set from the ledger's counters at scrape time,
 //! so scraping never scans the ledger. Labels are names from the policies, never request data.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::RwLock;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -51,10 +54,40 @@ struct StateLabels {
 
 type Seconds = Gauge<f64, AtomicU64>;
 
+/// The `requests` counters counted so far, by a hash of their labels' text: one request is
+/// counted without building the three label strings and hashing them with SipHash, as the
+/// family's own lookup does. Each counter is the family's own (a clone shares its count), so
+/// what is rendered is unchanged.
+type Counted = HashMap<u64, Vec<(RequestLabels, Counter)>, BuildHasherDefault<Fnv>>;
+
+/// FNV-1a, far cheaper than SipHash on a few short names. What it hashes are the policies'
+/// names, never request data, so it need not resist chosen collisions (and a collision only
+/// costs a comparison: entries are matched by their text).
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
 /// The proxy's metrics; cheap to update from any task.
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
+    counted: RwLock<Counted>,
     upstream: Family<ProviderLabels, Histogram>,
     commit: Histogram,
     commits: Counter,
@@ -151,6 +184,7 @@ impl Metrics {
         Metrics {
             registry,
             requests,
+            counted: RwLock::default(),
             upstream,
             commit,
             commits,
@@ -166,12 +200,34 @@ impl Metrics {
 
     /// Counts one agent request. `outcome`: forwarded, replayed, conflict, pending, rejected, passthrough.
     pub fn request(&self, provider: &str, route: &str, outcome: &str) {
+        let mut hasher = Fnv::default();
+        for part in [provider, route, outcome] {
+            // 0xff is in no UTF-8 text: the parts stay apart.
+            hasher.write(part.as_bytes());
+            hasher.write_u8(0xff);
+        }
+        let key = hasher.finish();
+        let same = |(l, _): &&(RequestLabels, Counter)| {
+            l.provider == provider && l.route == route && l.outcome == outcome
+        };
+        let counted = self.counted.read().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, counter)) = counted.get(&key).and_then(|v| v.iter().find(same)) {
+            counter.inc();
+            return;
+        }
+        drop(counted);
         let labels = RequestLabels {
             provider: provider.into(),
             route: route.into(),
             outcome: outcome.into(),
         };
-        self.requests.get_or_create(&labels).inc();
+        let counter = self.requests.get_or_create(&labels).clone();
+        counter.inc();
+        let mut counted = self.counted.write().unwrap_or_else(|e| e.into_inner());
+        let entries = counted.entry(key).or_default();
+        if !entries.iter().any(|entry| same(&entry)) {
+            entries.push((labels, counter));
+        }
     }
 
     pub fn upstream(&self, provider: &str, took: Duration) {
@@ -251,6 +307,25 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_label_set_keeps_its_own_count() {
+        let m = Metrics::new();
+        for _ in 0..3 {
+            m.request("ab", "c", "passthrough");
+        }
+        m.request("a", "bc", "passthrough");
+        m.request("ab", "c", "rejected");
+        let text = m.render();
+        for (labels, n) in [
+            (r#"provider="ab",route="c",outcome="passthrough""#, 3),
+            (r#"provider="a",route="bc",outcome="passthrough""#, 1),
+            (r#"provider="ab",route="c",outcome="rejected""#, 1),
+        ] {
+            let line = format!("idemproxy_requests_total{{{labels}}} {n}\n");
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+    }
 
     #[test]
     fn renders_the_named_metrics() {
