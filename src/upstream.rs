@@ -361,8 +361,16 @@ pub fn outbound_headers(headers: &mut HeaderMap, provider: &Provider) {
 /// appended, and a guarded request asks for `identity`, since its answer is stored and
 /// replayed to agents that may not have asked for the encoding this one did.
 pub fn forwarding_headers(headers: &mut HeaderMap, via: &Via, version: Version, guarded: bool) {
-    headers.remove(header::EXPECT);
-    via.append(headers, version);
+    // One pass over the (few) headers present, instead of a lookup by name for each.
+    let (mut expect, mut has_via) = (false, false);
+    for name in headers.keys() {
+        expect |= *name == header::EXPECT;
+        has_via |= *name == header::VIA;
+    }
+    if expect {
+        headers.remove(header::EXPECT);
+    }
+    via.append(headers, version, has_via);
     if guarded {
         headers.insert(
             header::ACCEPT_ENCODING,
@@ -410,14 +418,15 @@ impl Via {
             .any(|received_by| received_by.eq_ignore_ascii_case(&self.pseudonym))
     }
 
-    /// Appends `PROTOCOL idemproxy-XXXXXXXX` to the request's `Via`, as one header line.
-    fn append(&self, headers: &mut HeaderMap, version: Version) {
+    /// Appends `PROTOCOL idemproxy-XXXXXXXX` to the request's `Via` (`present`: whether it
+    /// has one), as one header line.
+    fn append(&self, headers: &mut HeaderMap, version: Version, present: bool) {
         let own = match version {
             Version::HTTP_11 => Some(&self.http1),
             Version::HTTP_2 => Some(&self.http2),
             _ => None,
         };
-        if let Some(own) = own.filter(|_| !headers.contains_key(header::VIA)) {
+        if let Some(own) = own.filter(|_| !present) {
             headers.insert(header::VIA, own.clone());
             return;
         }
@@ -596,7 +605,7 @@ mod tests {
             HeaderValue::from_static("1.1 p.example.net (Apache)"),
         );
         assert!(!via.seen_in(&h));
-        via.append(&mut h, Version::HTTP_2);
+        via.append(&mut h, Version::HTTP_2, true);
         let value = h.get(header::VIA).unwrap().to_str().unwrap().to_string();
         assert!(value.starts_with("1.0 fred, 1.1 p.example.net (Apache), 2 idemproxy-"));
         assert_eq!(h.get_all(header::VIA).iter().count(), 1);
@@ -614,7 +623,7 @@ mod tests {
             (Version::HTTP_2, "2"),
         ] {
             let mut h = HeaderMap::new();
-            via.append(&mut h, version);
+            via.append(&mut h, version, false);
             let value = h.get(header::VIA).unwrap().to_str().unwrap().to_string();
             assert_eq!(value, format!("{protocol} {}", via.pseudonym));
             assert!(via.seen_in(&h));
