@@ -655,6 +655,7 @@ async fn list_stays_fast_with_many_operations() {
                 };
                 tables.apply(&write.op.id.clone(), None, &write).unwrap();
             }
+            tables.close().unwrap();
         }
         txn.commit().unwrap();
     }
