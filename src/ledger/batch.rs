@@ -114,6 +114,7 @@ fn stage_in(
             Err(e) => return Err((Some(index), e)),
         }
     }
+    tables.close().map_err(|e| (None, LedgerError::from(e)))?;
     Ok(batch)
 }
 

@@ -231,7 +231,9 @@ impl Recovery {
 fn sweep(db: &Database, claims: &[DeadClaim]) -> Result<Vec<Operation>, Fault> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
-    let orphaned = stage_sweep(&mut Tables::open(&txn)?, claims, Timestamp::now())?;
+    let mut tables = Tables::open(&txn)?;
+    let orphaned = stage_sweep(&mut tables, claims, Timestamp::now())?;
+    tables.close()?;
     txn.commit()?;
     Ok(orphaned)
 }

@@ -372,7 +372,9 @@ fn recover(
         return Ok(None);
     }
     let epoch = store::bump_epoch(&txn)?;
-    let orphaned = Tables::open(&txn)?.orphan_in_flight(now)?;
+    let mut tables = Tables::open(&txn)?;
+    let orphaned = tables.orphan_in_flight(now)?;
+    tables.close()?;
     txn.commit()?;
     Ok(Some((epoch, orphaned)))
 }

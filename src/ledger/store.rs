@@ -255,6 +255,10 @@ pub(super) struct Tables<'t> {
     requests: Table<'t, &'static str, &'static [u8]>,
     index: Table<'t, (&'static str, i64, &'static str), ()>,
     counters: Table<'t, &'static str, u64>,
+    /// What the staged writes add to each prefix's counter, written by `close`: every
+    /// operation of a batch moves the same few counters, so each is written once per batch
+    /// instead of twice per index entry.
+    deltas: Vec<(String, i64)>,
     tombs: Tombs<'t>,
     replays: ReplayTable<'t>,
 }
@@ -268,9 +272,29 @@ impl<'t> Tables<'t> {
             requests: txn.open_table(REQUESTS)?,
             index: txn.open_table(INDEX)?,
             counters: txn.open_table(COUNTERS)?,
+            deltas: Vec::new(),
             tombs: Tombs::open(txn)?,
             replays: replays::open(txn)?,
         })
+    }
+
+    /// Writes the counters the staged writes moved. Called once all of a transaction's
+    /// writes are staged and before it commits: tables dropped without it leave the counters
+    /// as they were, which is right only when the transaction is aborted.
+    pub(super) fn close(mut self) -> Result<(), Fault> {
+        for (prefix, delta) in std::mem::take(&mut self.deltas) {
+            if delta == 0 {
+                continue;
+            }
+            let current = self.counters.get(prefix.as_str())?.map_or(0, |v| v.value());
+            let next = current.saturating_add_signed(delta);
+            if next == 0 {
+                self.counters.remove(prefix.as_str())?;
+            } else {
+                self.counters.insert(prefix.as_str(), next)?;
+            }
+        }
+        Ok(())
     }
 
     /// The live operation `id`, else the one rebuilt from its tombstone (`pruned_at` set).
@@ -330,7 +354,9 @@ impl<'t> Tables<'t> {
         if op_changed {
             self.put_op(old, &write.op)?;
         }
-        self.append_events(id, &write.events)?;
+        // A new operation has no history yet (an operation's events go with it when pruned).
+        let first_seq = if old.is_none() { Some(0) } else { None };
+        self.append_events_from(id, first_seq, &write.events)?;
         if let Some(response) = &write.response {
             let bytes = codec::encode_response(response);
             self.responses.insert(id, bytes.as_slice())?;
@@ -361,28 +387,25 @@ impl<'t> Tables<'t> {
             }
             self.index
                 .insert((prefix.as_str(), new.created_at.0, new.id.as_str()), ())?;
-            self.bump(prefix, 1)?;
+            self.bump(prefix, 1);
         }
         Ok(())
     }
 
     fn unindex(&mut self, prefix: &str, created: i64, id: &str) -> Result<(), Fault> {
         if self.index.remove((prefix, created, id))?.is_some() {
-            self.bump(prefix, -1)?;
+            self.bump(prefix, -1);
         }
         Ok(())
     }
 
-    /// Adds `delta` to a prefix's counter; a counter that reaches zero is removed.
-    fn bump(&mut self, prefix: &str, delta: i64) -> Result<(), Fault> {
-        let current = self.counters.get(prefix)?.map_or(0, |v| v.value());
-        let next = current.saturating_add_signed(delta);
-        if next == 0 {
-            self.counters.remove(prefix)?;
-        } else {
-            self.counters.insert(prefix, next)?;
+    /// Adds `delta` to a prefix's counter when the tables close; a counter that reaches zero
+    /// is removed then.
+    fn bump(&mut self, prefix: &str, delta: i64) {
+        match self.deltas.iter_mut().find(|(p, _)| p == prefix) {
+            Some((_, sum)) => *sum += delta,
+            None => self.deltas.push((prefix.to_owned(), delta)),
         }
-        Ok(())
     }
 
     /// The replay counts (see `replays`).
@@ -391,16 +414,28 @@ impl<'t> Tables<'t> {
     }
 
     pub(super) fn append_events(&mut self, id: &str, events: &[Event]) -> Result<(), Fault> {
+        self.append_events_from(id, None, events)
+    }
+
+    /// Appends `events` to `id`'s history from `first_seq`, or (`None`) after its last event.
+    fn append_events_from(
+        &mut self,
+        id: &str,
+        first_seq: Option<u32>,
+        events: &[Event],
+    ) -> Result<(), Fault> {
         if events.is_empty() {
             return Ok(());
         }
-        let last = self
-            .events
-            .range((id, 0)..=(id, u32::MAX))?
-            .next_back()
-            .transpose()?
-            .map(|(k, _)| k.value().1);
-        let mut seq = last.map_or(0, |s| s.saturating_add(1));
+        let mut seq = match first_seq {
+            Some(seq) => seq,
+            None => self
+                .events
+                .range((id, 0)..=(id, u32::MAX))?
+                .next_back()
+                .transpose()?
+                .map_or(0, |(k, _)| k.value().1.saturating_add(1)),
+        };
         for event in events {
             let bytes = codec::encode_event(event)?;
             self.events.insert((id, seq), bytes.as_slice())?;

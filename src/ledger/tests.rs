@@ -655,6 +655,7 @@ async fn list_stays_fast_with_many_operations() {
                 };
                 tables.apply(&write.op.id.clone(), None, &write).unwrap();
             }
+            tables.close().unwrap();
         }
         txn.commit().unwrap();
     }
@@ -966,4 +967,47 @@ async fn the_replay_snapshot_is_the_operation_without_its_field_hashes() {
     );
     assert_eq!(resp, Some(response(b"{\"ok\":true}")));
     assert_eq!(ledger.replayable("p/r/none").await.unwrap(), None);
+}
+
+/// The counters behind `stats` are summed over a batch and written when it commits: many
+/// operations moving the same counters in one commit, and one created and finished inside it,
+/// leave exactly the counts one commit per job would.
+#[tokio::test]
+async fn counters_add_up_over_a_shared_batch() {
+    let dir = TempDir::new().unwrap();
+    let (ledger, sizes) = open_counting(&dir).await;
+    let ids: Vec<String> = (0..40).map(|i| format!("p/r/n{i}")).collect();
+    let (gate_task, gate) = hold_writer(&ledger).await;
+    fn writes(write: Write) -> impl FnOnce(Option<Operation>) -> (Option<Write>, ()) {
+        move |_| (Some(write), ())
+    }
+    let mut queued_jobs = Vec::new();
+    for (id, created) in ids.iter().zip(T0..) {
+        let write = Write::of(op(id, State::InFlight, created), vec![]);
+        queued_jobs.push(queued(ledger.update(id, writes(write))));
+    }
+    // Created above and finished in the same commit: in_flight +1 then -1.
+    let mut done = op("p/r/n0", State::Succeeded, T0);
+    done.updated_at = Timestamp(T0 + 100);
+    queued_jobs.push(queued(
+        ledger.update("p/r/n0", writes(Write::of(done, vec![]))),
+    ));
+    drop(gate);
+    gate_task.await.unwrap();
+    for job in queued_jobs {
+        job.await.unwrap();
+    }
+    assert_eq!(*sizes.lock().unwrap(), [1, 41], "the gate, then one commit");
+    let stats = ledger.stats().await.unwrap();
+    assert_eq!(stats.by_state["in_flight"], 40, "the gate and n1..n39");
+    assert_eq!(stats.by_state["succeeded"], 1);
+    let all = ledger.list(&Filter::default(), 100, None).await.unwrap();
+    assert_eq!(all.ops.len(), 41);
+    // Reopened, the counts are what was committed.
+    drop(ledger);
+    let ledger = open(&dir).await;
+    let stats = ledger.stats().await.unwrap();
+    assert_eq!(stats.by_state["succeeded"], 1);
+    assert_eq!(stats.by_state["unknown"], 40, "in flight at the restart");
+    assert!(!stats.by_state.contains_key("in_flight") || stats.by_state["in_flight"] == 0);
 }

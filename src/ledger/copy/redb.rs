@@ -205,7 +205,7 @@ impl Loader {
             store::mark_copying(txn, true)?;
             store::inherit(txn, check.as_deref(), epoch)?;
             // Every table exists from the first commit on, as after a first open.
-            Tables::open(txn).map(drop)
+            Tables::open(txn)?.close()
         })
         .await
     }
@@ -219,7 +219,7 @@ impl Loader {
                     Entry::Tombstone(tomb) => tables.load_tombstone(&tomb)?,
                 }
             }
-            Ok(())
+            tables.close()
         })
         .await
     }
