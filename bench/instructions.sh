@@ -82,9 +82,10 @@ LUA
 measure() { # name url [script]
   local name=$1 url=$2 script=${3:-} n total
   wrk -t1 -c8 -d2s ${script:+-s "$script"} "$url" >/dev/null
-  callgrind_control -z >/dev/null 2>&1
+  # By PID: without it, callgrind_control zeroes and dumps every callgrind process on the machine.
+  callgrind_control -z "$pid" >/dev/null 2>&1
   n=$(wrk -t1 -c8 -d8s ${script:+-s "$script"} "$url" | awk '/requests in/ {print $1}')
-  callgrind_control -d >/dev/null 2>&1
+  callgrind_control -d "$pid" >/dev/null 2>&1
   sleep 1
   total=$(callgrind_annotate "$(ls "$work"/cg.out.* | head -1)" 2>/dev/null |
     awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
