@@ -320,7 +320,7 @@ pub async fn resend_request(
 }
 
 /// Step 1: the body, buffered up to `max_request_body` within `body_timeout`, its bytes
-/// reserved in `max_buffered`; a JSON body must not repeat a key within an object.
+/// reserved in `max_buffered`.
 async fn read_body(
     app: &App,
     req: Request<Incoming>,
@@ -348,13 +348,11 @@ async fn read_body(
                     Problem::InvalidBody("the request body could not be read to its end".into())
                 }
             })?;
-    if let Some(key) = body::repeated_key(parts.headers.get(header::CONTENT_TYPE), &bytes) {
-        return Err(Problem::InvalidBody(body::repeated_key_detail(&key)));
-    }
     Ok((parts, bytes, reserved))
 }
 
-/// Step 2: fingerprint, operation ID, key, and the request as it will be sent.
+/// Step 2: the body parsed (a JSON body must not repeat a key within an object), fingerprint,
+/// operation ID, key, and the request as it will be sent.
 fn identify(
     provider: &Provider,
     route: &Route,
@@ -364,7 +362,9 @@ fn identify(
     bytes: Bytes,
     secret: &Secret,
 ) -> Result<Identity, Problem> {
-    let body = body::parse(parts.headers.get(header::CONTENT_TYPE), bytes.clone());
+    // A JSON body must not repeat a key within an object.
+    let body = body::parse_checked(parts.headers.get(header::CONTENT_TYPE), bytes.clone())
+        .map_err(|key| Problem::InvalidBody(body::repeated_key_detail(&key)))?;
     // The fingerprint's hex alone: a replay needs nothing more (`Named::complete` adds the rest).
     let hex = fingerprint::hex_only(&fingerprint_inputs(
         provider, route, target, &parts, &body, secret,
