@@ -121,8 +121,8 @@ async fn run(
     // Nothing is written for these, so nothing is lost if the agent leaves: no detached task.
     match claim::answer_from_snapshot(app, provider, route, &probe).await {
         Some(Step::Replay(stored)) => {
-            let ctx = ctx.with_state(State::Succeeded);
-            return Ok((replay(stored, &ctx), "replayed"));
+            ctx.state = Some(State::Succeeded);
+            return Ok((replay(stored, ctx), "replayed"));
         }
         Some(Step::Refuse(problem, state)) => {
             ctx.state = Some(state);

@@ -216,7 +216,8 @@ const HEADER_UNSAFE: &AsciiSet = &CONTROLS.add(b' ').add(b'%');
 /// Percent-encodes an operation ID for a header value: bytes outside visible ASCII
 /// (0x21..=0x7E) and `%` become %XX.
 pub fn header_value(operation_id: &str) -> HeaderValue {
-    let encoded = utf8_percent_encode(operation_id, HEADER_UNSAFE).to_string();
+    // Borrowed when nothing needs escaping (the usual ID), so no copy is made before the value's.
+    let encoded: std::borrow::Cow<str> = utf8_percent_encode(operation_id, HEADER_UNSAFE).into();
     // Only visible ASCII is left, which is always a valid header value.
     HeaderValue::from_str(&encoded).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
