@@ -220,6 +220,33 @@ pub fn principal(headers: &HeaderMap, names: &[HeaderName], secret: &Secret) -> 
     secret.mac_hex(PRINCIPAL_DOMAIN, &data)
 }
 
+/// The principal of a request that carries none of a provider's `principal_headers`, for
+/// each provider: the same for every such request, so its mac is taken once, at start.
+pub struct Anonymous(std::collections::HashMap<String, String>);
+
+impl Anonymous {
+    pub fn of(providers: &[crate::policy::Provider], secret: &Secret) -> Anonymous {
+        let none = HeaderMap::new();
+        let of = |p: &crate::policy::Provider| principal(&none, &p.principal_headers, secret);
+        Anonymous(providers.iter().map(|p| (p.name.clone(), of(p))).collect())
+    }
+
+    /// `principal(headers, names, secret)` for `provider`'s `names`, from the one taken at
+    /// start when `headers` carries none of them.
+    pub fn principal(
+        &self,
+        provider: &str,
+        headers: &HeaderMap,
+        names: &[HeaderName],
+        secret: &Secret,
+    ) -> String {
+        match self.0.get(provider) {
+            Some(nobody) if !names.iter().any(|n| headers.contains_key(n)) => nobody.clone(),
+            _ => principal(headers, names, secret),
+        }
+    }
+}
+
 /// Field paths whose hashes differ, or that exist on one side only; sorted; never values.
 ///
 /// Only the most specific paths are named: when `metadata[step]` differs, `metadata` is not
@@ -956,6 +983,27 @@ mod tests {
         let mut b = Req::new(Body::Empty);
         b.query = Some("a=%FE".into());
         assert_eq!(diff(&a, &b), ["query"]);
+    }
+
+    #[test]
+    fn the_anonymous_principal_is_the_principal_of_a_request_without_its_headers() {
+        let secret = Secret::from_bytes([7; 32]);
+        let mut provider = crate::policy::Provider::example("stripe", "/stripe", "");
+        provider.principal_headers = vec![
+            http::header::AUTHORIZATION,
+            HeaderName::from_static("stripe-account"),
+        ];
+        let names = &provider.principal_headers;
+        let anonymous = Anonymous::of(std::slice::from_ref(&provider), &secret);
+        let mut headers = HeaderMap::new();
+        headers.insert("x-other", HeaderValue::from_static("1"));
+        let of = |headers: &HeaderMap| anonymous.principal("stripe", headers, names, &secret);
+        assert_eq!(of(&headers), principal(&headers, names, &secret));
+        headers.insert("stripe-account", HeaderValue::from_static("acct_1"));
+        assert_eq!(of(&headers), principal(&headers, names, &secret));
+        assert_ne!(of(&headers), of(&HeaderMap::new()), "a header carried counts");
+        let unknown = anonymous.principal("other", &headers, names, &secret);
+        assert_eq!(unknown, principal(&headers, names, &secret));
     }
 
     /// Fingerprints recorded by earlier versions must keep matching: the hex and the field

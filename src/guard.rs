@@ -100,7 +100,7 @@ async fn run(
     let provider = target.provider;
     // The body's bytes stay reserved in the buffered-bytes budget until the request is done.
     let (parts, bytes, _reserved) = read_body(app, req).await?;
-    let named = match identify(provider, route, target, captures, parts, bytes, &app.secret)? {
+    let named = match identify(app, provider, route, target, captures, parts, bytes)? {
         Identity::Op(named) => *named,
         Identity::Pass(outgoing) => {
             return Ok((
@@ -354,14 +354,15 @@ async fn read_body(
 /// Step 2: the body parsed (a JSON body must not repeat a key within an object), fingerprint,
 /// operation ID, key, and the request as it will be sent.
 fn identify(
+    app: &App,
     provider: &Provider,
     route: &Route,
     target: &Target<'_>,
     captures: &Captures,
     parts: Parts,
     bytes: Bytes,
-    secret: &Secret,
 ) -> Result<Identity, Problem> {
+    let secret = &app.secret;
     // A JSON body must not repeat a key within an object.
     let body = body::parse_checked(parts.headers.get(header::CONTENT_TYPE), bytes.clone())
         .map_err(|key| Problem::InvalidBody(body::repeated_key_detail(&key)))?;
@@ -395,7 +396,8 @@ fn identify(
             len: provider.name.len() + route.name.len() + rendered.len() + 2,
         }
     })?;
-    let principal = fingerprint::principal(&parts.headers, &provider.principal_headers, secret);
+    let names = &provider.principal_headers;
+    let principal = app.anonymous.principal(&provider.name, &parts.headers, names, secret);
     Ok(Identity::Op(Box::new(Named {
         id,
         hex,
