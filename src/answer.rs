@@ -40,10 +40,12 @@ pub fn op_headers(resp: &mut Response<ProxyBody>, ctx: &Context, replayed: bool)
     if let Some(state) = ctx.state {
         headers.insert(STATE, HeaderValue::from_static(state.as_str()));
     }
-    let provider_said = headers
-        .get(&REPLAYED)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
-    let value = if replayed || provider_said {
+    let provider_said = || {
+        headers
+            .get(&REPLAYED)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
+    };
+    let value = if replayed || provider_said() {
         "true"
     } else {
         "false"

@@ -28,9 +28,14 @@ pub struct TooLong {
 
 /// `{provider}/{route}/{rendered}`; Err if over 512 bytes.
 pub fn operation_id(provider: &str, route: &str, rendered: &str) -> Result<String, TooLong> {
-    let id = format!("{provider}/{route}/{rendered}");
-    if id.len() > MAX_OPERATION_ID {
-        return Err(TooLong { len: id.len() });
+    let len = provider.len() + route.len() + rendered.len() + 2;
+    if len > MAX_OPERATION_ID {
+        return Err(TooLong { len });
+    }
+    // Joined by hand: `format!` costs several times as much, and this runs for every request.
+    let mut id = String::with_capacity(len);
+    for part in [provider, "/", route, "/", rendered] {
+        id.push_str(part);
     }
     Ok(id)
 }
