@@ -481,9 +481,24 @@ impl Walk<'_> {
     }
 
     fn object(&mut self, map: &serde_json::Map<String, Value>, path: &str, depth: usize) {
-        let mut entries: Vec<_> = map.iter().collect();
-        entries.sort_by(|a, b| a.0.cmp(b.0));
         self.text.push(b'{');
+        // Keys sorted, without a sorted copy when they came sorted (as many clients send them).
+        if map.keys().is_sorted() {
+            self.members(map.iter(), path, depth);
+        } else {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            self.members(entries.into_iter(), path, depth);
+        }
+        self.text.push(b'}');
+    }
+
+    fn members<'v>(
+        &mut self,
+        entries: impl Iterator<Item = (&'v String, &'v Value)>,
+        path: &str,
+        depth: usize,
+    ) {
         let mut first = true;
         for (key, child) in entries {
             let child_path = match (self.paths, depth) {
@@ -501,7 +516,6 @@ impl Walk<'_> {
             self.text.push(b':');
             self.child(child, child_path, depth);
         }
-        self.text.push(b'}');
     }
 
     fn array(&mut self, items: &[Value], path: &str, depth: usize) {

@@ -248,8 +248,9 @@ pub(super) fn decode_response(bytes: &[u8]) -> Result<StoredResponse, Fault> {
     }
     let status = u16::from_be_bytes(input.array().ok_or_else(corrupt)?);
     let count = u32::from_be_bytes(input.array().ok_or_else(corrupt)?);
-    // Room for the headers a stored count names, within reason (it is read from the file).
-    let mut headers = HeaderMap::with_capacity(count.min(64) as usize);
+    // Room for the headers a stored count names, within reason (it is read from the file),
+    // and for the three `Idem-*` headers a replay adds, so the map is not grown for those.
+    let mut headers = HeaderMap::with_capacity(count.min(64) as usize + 3);
     for _ in 0..count {
         let name = input.chunk().ok_or_else(corrupt)?;
         let value = input.chunk().ok_or_else(corrupt)?;
