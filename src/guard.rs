@@ -74,15 +74,13 @@ pub async fn handle(
     captures: &Captures,
     req: Request<Incoming>,
 ) -> Answer {
-    let provider = target.provider;
-    let mut ctx = Context {
-        provider: Some(provider.name.clone()),
-        route: Some(route.name.clone()),
-        ..Context::default()
-    };
+    // The provider and the route are named in refusals only: `run` fills in the rest.
+    let mut ctx = Context::default();
     match run(app, target, route, captures, req, &mut ctx).await {
         Ok(answer) => answer,
         Err(problem) => {
+            ctx.provider = Some(target.provider.name.clone());
+            ctx.route = Some(route.name.clone());
             let outcome = outcome_of(&problem);
             (refusal(problem, &ctx), outcome)
         }
