@@ -367,7 +367,11 @@ mod tests {
         assert_eq!(repeated(r#"{"a":1,"b":{"a":1},"c":[{"a":2}]}"#), None);
         assert_eq!(repeated(r#"{"n":12345678901234567890123}"#), None);
         assert_eq!(repeated("{not json"), None);
-        assert_eq!(repeated(r#"{"a":1,"a":2,"#).as_deref(), Some("a"), "before the error");
+        assert_eq!(
+            repeated(r#"{"a":1,"a":2,"#).as_deref(),
+            Some("a"),
+            "before the error"
+        );
         assert_eq!(repeated(r#"{"a":1,,"a":2}"#), None, "after the error");
         assert_eq!(
             repeated(r#"{"😀":{"$serde_json::private::Number":1e400},"😀":0}"#).as_deref(),
@@ -487,15 +491,22 @@ mod tests {
         ];
         let value = leaf.prop_recursive(4, 32, 4, move |inner| {
             prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
                 prop::collection::vec((key.clone(), inner), 0..4).prop_map(|members| {
-                    let members: Vec<String> =
-                        members.into_iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                    let members: Vec<String> = members
+                        .into_iter()
+                        .map(|(k, v)| format!("{k}:{v}"))
+                        .collect();
                     format!("{{{}}}", members.join(","))
                 }),
             ]
         });
-        (value, prop_oneof![Just(""), Just(" "), Just(","), Just("}"), Just("x")], 0..3usize)
+        (
+            value,
+            prop_oneof![Just(""), Just(" "), Just(","), Just("}"), Just("x")],
+            0..3usize,
+        )
             .prop_map(|(text, tail, cut)| match cut {
                 0 => format!(" {text}\n"),
                 1 => format!("{text}{tail}"),

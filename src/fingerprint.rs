@@ -166,10 +166,19 @@ fn canonical(inputs: &Inputs, hashes: Hashes) -> Canonical {
     const VERSION: &[u8] = b"idemproxy-fingerprint/1";
     let method = inputs.method.as_str().as_bytes();
     // Sized up front: each part framed with its eight-byte length.
-    let parts = [VERSION, method, inputs.path.as_bytes(), &query.canonical, &body.canonical];
+    let parts = [
+        VERSION,
+        method,
+        inputs.path.as_bytes(),
+        &query.canonical,
+        &body.canonical,
+    ];
     let len = parts.iter().map(|p| 8 + p.len()).sum::<usize>()
         + 16
-        + headers.iter().map(|(n, v)| 16 + n.len() + v.len()).sum::<usize>();
+        + headers
+            .iter()
+            .map(|(n, v)| 16 + n.len() + v.len())
+            .sum::<usize>();
     let mut bytes = Vec::with_capacity(len);
     frame(&mut bytes, VERSION);
     frame(&mut bytes, method);
@@ -1017,7 +1026,11 @@ mod tests {
         assert_eq!(of(&headers), principal(&headers, names, &secret));
         headers.insert("stripe-account", HeaderValue::from_static("acct_1"));
         assert_eq!(of(&headers), principal(&headers, names, &secret));
-        assert_ne!(of(&headers), of(&HeaderMap::new()), "a header carried counts");
+        assert_ne!(
+            of(&headers),
+            of(&HeaderMap::new()),
+            "a header carried counts"
+        );
         let unknown = anonymous.principal("other", &headers, names, &secret);
         assert_eq!(unknown, principal(&headers, names, &secret));
     }
@@ -1030,7 +1043,9 @@ mod tests {
             "amount": 100, "currency": "usd", "z": [1.50, -0, 1e2, "12345678901234567890123"],
             "meta": {"é": "a\"b\\c\n\u{1}", "😀": [true, null, {}, []], "b": {"y": 2, "x": 1}},
         });
-        let text = body.to_string().replace("\"12345678901234567890123\"", "12345678901234567890123");
+        let text = body
+            .to_string()
+            .replace("\"12345678901234567890123\"", "12345678901234567890123");
         let parsed: Value = serde_json::from_str(&text).expect("test JSON");
         let plain = Req::json(parsed.clone());
         let mut ignoring = Req::json(parsed).ignoring(&["meta[b][x]", "z[1]"]);
@@ -1038,12 +1053,21 @@ mod tests {
         ignoring.query = Some("expand[]=x&limit=3".into());
         let form = Req::form(&[("charge", "ch_1"), ("metadata[step]", "2")]);
         let pinned = [
-            (plain, "b47c3e8e0540160a43264304c2023142cfa10be69fbd7173245a9000d0f7b814",
-             "452ac498f48012759b9f0c4bc37038b449369a7ae031110326744fbf963e4b2f"),
-            (ignoring, "e88d9a8f2d43be95f60e001d2baf09376270b44c7164f7d0ea62e6cbd22cb3e4",
-             "65d5e2609fe285b780b8f067dd59a97c7299f2274d1d5883532cf2ae645027f5"),
-            (form, "7bbb972acb25409c9c8c82a06b842a9b2ea0fd081367158f9cc7d845c4029e30",
-             "af7d31cb40675d74daa66d87653b5392da5cae02644c0c28fa8e2c73f59b7315"),
+            (
+                plain,
+                "b47c3e8e0540160a43264304c2023142cfa10be69fbd7173245a9000d0f7b814",
+                "452ac498f48012759b9f0c4bc37038b449369a7ae031110326744fbf963e4b2f",
+            ),
+            (
+                ignoring,
+                "e88d9a8f2d43be95f60e001d2baf09376270b44c7164f7d0ea62e6cbd22cb3e4",
+                "65d5e2609fe285b780b8f067dd59a97c7299f2274d1d5883532cf2ae645027f5",
+            ),
+            (
+                form,
+                "7bbb972acb25409c9c8c82a06b842a9b2ea0fd081367158f9cc7d845c4029e30",
+                "af7d31cb40675d74daa66d87653b5392da5cae02644c0c28fa8e2c73f59b7315",
+            ),
         ];
         for (req, hex, fields) in pinned {
             let fp = req.fp();

@@ -395,7 +395,9 @@ fn identify(
         }
     })?;
     let names = &provider.principal_headers;
-    let principal = app.anonymous.principal(&provider.name, &parts.headers, names, secret);
+    let principal = app
+        .anonymous
+        .principal(&provider.name, &parts.headers, names, secret);
     Ok(Identity::Op(Box::new(Named {
         id,
         hex,

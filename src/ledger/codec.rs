@@ -255,8 +255,8 @@ pub(super) fn decode_response(bytes: &[u8]) -> Result<StoredResponse, Fault> {
         let name = input.chunk().ok_or_else(corrupt)?;
         let value = input.chunk().ok_or_else(corrupt)?;
         let name = HeaderName::from_bytes(name).map_err(|_| corrupt())?;
-        let value = HeaderValue::from_maybe_shared(shared.slice_ref(value))
-            .map_err(|_| corrupt())?;
+        let value =
+            HeaderValue::from_maybe_shared(shared.slice_ref(value)).map_err(|_| corrupt())?;
         headers.append(name, value);
     }
     Ok(StoredResponse {
