@@ -4,7 +4,7 @@
 //! It sits below the request path (`guard`, `dispatch`) and the admin API, which all answer
 //! in these shapes; it never reads the ledger and never decides anything.
 
-use http::{HeaderValue, Response};
+use http::{HeaderName, HeaderValue, Response};
 
 use crate::identity;
 use crate::operation::StoredResponse;
@@ -27,21 +27,28 @@ pub fn refusal(problem: Problem, ctx: &Context) -> Response<ProxyBody> {
     resp
 }
 
+// Named once rather than parsed from text at each answer.
+const OPERATION_ID: HeaderName = HeaderName::from_static("idem-operation-id");
+const STATE: HeaderName = HeaderName::from_static("idem-state");
+const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
 /// `Idem-Operation-Id`, `Idem-State`, `Idempotent-Replayed` (docs/reference.md section 6.1).
 pub fn op_headers(resp: &mut Response<ProxyBody>, ctx: &Context, replayed: bool) {
     let Some(id) = &ctx.operation_id else { return };
     let headers = resp.headers_mut();
-    headers.insert("idem-operation-id", identity::header_value(id));
+    headers.insert(OPERATION_ID, identity::header_value(id));
     if let Some(state) = ctx.state {
-        headers.insert("idem-state", HeaderValue::from_static(state.as_str()));
+        headers.insert(STATE, HeaderValue::from_static(state.as_str()));
     }
-    let provider_said = headers
-        .get("idempotent-replayed")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
-    let value = if replayed || provider_said {
+    let provider_said = || {
+        headers
+            .get(&REPLAYED)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
+    };
+    let value = if replayed || provider_said() {
         "true"
     } else {
         "false"
     };
-    headers.insert("idempotent-replayed", HeaderValue::from_static(value));
+    headers.insert(REPLAYED, HeaderValue::from_static(value));
 }

@@ -40,6 +40,8 @@ pub struct App {
     pub credentials: crate::settle::Credentials,
     /// This proxy's `Via` entry, derived from the secret.
     pub via: Via,
+    /// Each provider's principal of a request that carries none of its `principal_headers`.
+    pub anonymous: crate::fingerprint::Anonymous,
     /// The request-body bytes all guarded requests together may buffer (`max_buffered`).
     pub budget: Arc<crate::budget::Budget>,
     /// Replays counted in memory until the next coalesced write (`replays`).
@@ -96,7 +98,9 @@ impl App {
             }
         }
         let budget = crate::budget::Budget::new(config.limits.inbound.max_buffered);
+        let anonymous = crate::fingerprint::Anonymous::of(&config.providers, &secret);
         let app = App {
+            anonymous,
             budget,
             config,
             upstreams,

@@ -13,6 +13,8 @@
 use bytes::Bytes;
 use http::HeaderValue;
 use percent_encoding::percent_decode;
+use serde_json::Value;
+use serde_json::map::Entry;
 
 /// A request body, parsed once.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,7 +22,7 @@ pub enum Body {
     /// No bytes at all, whatever the content type says.
     Empty,
     /// `application/json` or any `+json` type, parsed.
-    Json(serde_json::Value),
+    Json(Value),
     /// `application/x-www-form-urlencoded`, decoded, in the order the fields were sent.
     Form(Vec<(String, String)>),
     /// Any other content type, or none: compared as bytes.
@@ -45,7 +47,7 @@ impl Body {
 
 /// Parses `bytes` according to `content_type`.
 ///
-/// A JSON object naming a key twice is `Malformed` (see [`repeated_key`]).
+/// A JSON object naming a key twice is `Malformed` (see [`parse_checked`]).
 ///
 /// Empty bytes are always `Empty`. `application/json` and every `+json` type (parameters
 /// such as `charset` ignored, case-insensitive) are JSON; `application/x-www-form-urlencoded`
@@ -53,11 +55,24 @@ impl Body {
 /// body that does not parse, or a form that does not decode to UTF-8, is `Malformed`;
 /// anything else is `Bytes`. Never panics.
 pub fn parse(content_type: Option<&HeaderValue>, bytes: Bytes) -> Body {
-    if bytes.is_empty() {
-        return Body::Empty;
+    match parse_checked(content_type, bytes.clone()) {
+        Ok(body) => body,
+        Err(_) => Body::Malformed {
+            kind: "json",
+            bytes,
+        },
     }
-    match content_type.and_then(media_kind) {
-        Some(Kind::Json) => match json_once(&bytes) {
+}
+
+/// `parse`, or the first key some object of a declared-JSON body names twice (compared after
+/// escapes are decoded, so `"b"` and `"\u0062"` are the same key), from one pass over the
+/// bytes: the key, or the syntax error, that comes first in the text decides.
+pub fn parse_checked(content_type: Option<&HeaderValue>, bytes: Bytes) -> Result<Body, String> {
+    if bytes.is_empty() {
+        return Ok(Body::Empty);
+    }
+    Ok(match content_type.and_then(media_kind) {
+        Some(Kind::Json) => match json_once(&bytes)? {
             Some(value) => Body::Json(value),
             None => Body::Malformed {
                 kind: "json",
@@ -72,25 +87,7 @@ pub fn parse(content_type: Option<&HeaderValue>, bytes: Bytes) -> Body {
             },
         },
         None => Body::Bytes(bytes),
-    }
-}
-
-/// The JSON value of `bytes` when it parses and no object in it repeats a key.
-fn json_once(bytes: &[u8]) -> Option<serde_json::Value> {
-    match repeats(bytes) {
-        Ok(None) => serde_json::from_slice(bytes).ok(),
-        Ok(Some(_)) | Err(_) => None,
-    }
-}
-
-/// The first key some object of a declared-JSON body names twice (compared after escapes
-/// are decoded, so `"b"` and `"\u0062"` are the same key); `None` for a body that is not
-/// declared JSON, does not parse, or repeats no key.
-pub fn repeated_key(content_type: Option<&HeaderValue>, bytes: &[u8]) -> Option<String> {
-    match content_type.and_then(media_kind) {
-        Some(Kind::Json) if !bytes.is_empty() => repeats(bytes).ok().flatten(),
-        _ => None,
-    }
+    })
 }
 
 /// The words of a 400 `invalid-body` for a body that repeats `key`.
@@ -102,75 +99,124 @@ pub fn repeated_key_detail(key: &str) -> String {
     )
 }
 
-/// Walks a JSON text without keeping it: Ok(Some(key)) at the first repeated key.
-fn repeats(bytes: &[u8]) -> Result<Option<String>, serde_json::Error> {
+/// The JSON value of `bytes` (`None` when it does not parse), or `Err` with the first key an
+/// object repeats: the value `serde_json::from_slice` makes of a text that repeats no key.
+fn json_once(bytes: &[u8]) -> Result<Option<Value>, String> {
     use serde::de::DeserializeSeed;
-    let found = std::cell::RefCell::new(None);
+    let found = std::cell::RefCell::new(Found::default());
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    match Unique(&found).deserialize(&mut de).and_then(|()| de.end()) {
-        Ok(()) => Ok(None),
-        Err(e) => match found.into_inner() {
-            Some(key) => Ok(Some(key)),
-            None => Err(e),
-        },
+    let parsed = Once(&found).deserialize(&mut de).and_then(|value| {
+        de.end()?;
+        Ok(value)
+    });
+    let found = found.into_inner();
+    match (parsed, found.repeated) {
+        (_, Some(key)) => Err(key),
+        (Ok(value), None) if !found.no_value => Ok(Some(value)),
+        _ => Ok(None),
     }
 }
 
-/// A JSON value whose objects must not repeat a key; the first repeated one is put in the
-/// cell (and the walk stops with an error).
+/// How serde_json hands over a number under `arbitrary_precision`: a one-key map from this
+/// key to the number's text. Its `Value` also reads an object whose first key this is as
+/// that number (one member whose value is a string that parses as one), and fails on any
+/// other object with that first key.
+const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+
+/// What the walk found besides the value.
+#[derive(Default)]
+struct Found {
+    /// The first key an object repeats (the walk stops there).
+    repeated: Option<String>,
+    /// An object serde_json's `Value` takes for a number but cannot read as one: the text
+    /// has no `Value`, but the walk goes on, since a repeated key after it still counts.
+    no_value: bool,
+}
+
+/// A JSON value built as serde_json's `Value` builds it, whose objects must not repeat a
+/// key; the first repeated one is noted (and the walk stops with an error).
 #[derive(Clone, Copy)]
-struct Unique<'a>(&'a std::cell::RefCell<Option<String>>);
+struct Once<'a>(&'a std::cell::RefCell<Found>);
 
-impl<'de> serde::de::DeserializeSeed<'de> for Unique<'_> {
-    type Value = ();
+impl Once<'_> {
+    fn repeated<E: serde::de::Error>(self, key: String) -> E {
+        self.0.borrow_mut().repeated = Some(key);
+        E::custom("repeated key")
+    }
 
-    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+    /// The number an object of `NUMBER_TOKEN` stands for, as serde_json's `Value` reads it.
+    fn number(self, object: serde_json::Map<String, Value>) -> Value {
+        let mut members = object.into_iter();
+        if let (Some((_, Value::String(text))), None) = (members.next(), members.next())
+            && let Ok(number) = text.parse()
+        {
+            return Value::Number(number);
+        }
+        self.0.borrow_mut().no_value = true;
+        Value::Null
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Once<'_> {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<Value, D::Error> {
         de.deserialize_any(self)
     }
 }
 
-impl<'de> serde::de::Visitor<'de> for Unique<'_> {
-    type Value = ();
+impl<'de> serde::de::Visitor<'de> for Once<'_> {
+    type Value = Value;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a JSON value")
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
     }
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::Number(n.into()))
     }
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(Value::Number(n.into()))
     }
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
+    fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number))
     }
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_owned()))
     }
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
     }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element_seed(self)?.is_some() {}
-        Ok(())
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
     }
 
-    /// Also sees a number under `arbitrary_precision` (a one-key map holding its text).
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut seen = std::collections::HashSet::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if !seen.insert(key.clone()) {
-                *self.0.borrow_mut() = Some(key);
-                return Err(serde::de::Error::custom("repeated key"));
-            }
-            map.next_value_seed(self)?;
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(self)? {
+            items.push(item);
         }
-        Ok(())
+        Ok(Value::Array(items))
+    }
+
+    /// Also sees a number under `arbitrary_precision` (see [`NUMBER_TOKEN`]).
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            match object.entry(key) {
+                Entry::Occupied(named) => return Err(self.repeated(named.key().clone())),
+                Entry::Vacant(slot) => {
+                    slot.insert(map.next_value_seed(self)?);
+                }
+            }
+        }
+        match object.keys().next() {
+            Some(first) if first == NUMBER_TOKEN => Ok(self.number(object)),
+            _ => Ok(Value::Object(object)),
+        }
     }
 }
 
@@ -181,12 +227,18 @@ enum Kind {
 
 /// The kind a `Content-Type` declares, from its essence (`type/subtype`, no parameters).
 fn media_kind(value: &HeaderValue) -> Option<Kind> {
+    // Compared without case rather than lowercased: this runs for every guarded request.
     let text = value.to_str().ok()?;
-    let essence = text.split(';').next()?.trim().to_ascii_lowercase();
+    let essence = text.split(';').next()?.trim();
     let (kind, subtype) = essence.split_once('/')?;
-    if essence == "application/json" || (!kind.is_empty() && subtype.ends_with("+json")) {
+    let json_suffix = subtype
+        .len()
+        .checked_sub(5)
+        .and_then(|at| subtype.as_bytes().get(at..))
+        .is_some_and(|tail| tail.eq_ignore_ascii_case(b"+json"));
+    if essence.eq_ignore_ascii_case("application/json") || (!kind.is_empty() && json_suffix) {
         Some(Kind::Json)
-    } else if essence == "application/x-www-form-urlencoded" {
+    } else if essence.eq_ignore_ascii_case("application/x-www-form-urlencoded") {
         Some(Kind::Form)
     } else {
         None
@@ -221,8 +273,10 @@ fn decode_component(raw: &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    use super::*;
 
     fn ct(s: &str) -> HeaderValue {
         HeaderValue::from_str(s).expect("test header")
@@ -300,19 +354,33 @@ mod tests {
         assert_eq!(value.to_string(), kept);
     }
 
+    /// The key `parse_checked` refuses a declared-JSON `text` for.
+    fn repeated(text: &str) -> Option<String> {
+        parse_checked(Some(&ct("application/json")), Bytes::from(text.to_string())).err()
+    }
+
     #[test]
     fn repeated_keys_are_found_at_any_depth_and_make_json_malformed() {
-        let ct = ct("application/json");
-        let found = |text: &str| repeated_key(Some(&ct), text.as_bytes());
-        assert_eq!(found(r#"{"a":1,"a":2}"#).as_deref(), Some("a"));
-        assert_eq!(found(r#"[{"m":{"k":1,"k":1}}]"#).as_deref(), Some("k"));
-        assert_eq!(found(r#"{"b":1,"\u0062":2}"#).as_deref(), Some("b"));
-        assert_eq!(found(r#"{"a":1,"b":{"a":1},"c":[{"a":2}]}"#), None);
-        assert_eq!(found(r#"{"n":12345678901234567890123}"#), None);
-        assert_eq!(found("{not json"), None);
+        assert_eq!(repeated(r#"{"a":1,"a":2}"#).as_deref(), Some("a"));
+        assert_eq!(repeated(r#"[{"m":{"k":1,"k":1}}]"#).as_deref(), Some("k"));
+        assert_eq!(repeated(r#"{"b":1,"\u0062":2}"#).as_deref(), Some("b"));
+        assert_eq!(repeated(r#"{"a":1,"b":{"a":1},"c":[{"a":2}]}"#), None);
+        assert_eq!(repeated(r#"{"n":12345678901234567890123}"#), None);
+        assert_eq!(repeated("{not json"), None);
         assert_eq!(
-            repeated_key(None, br#"{"a":1,"a":2}"#),
-            None,
+            repeated(r#"{"a":1,"a":2,"#).as_deref(),
+            Some("a"),
+            "before the error"
+        );
+        assert_eq!(repeated(r#"{"a":1,,"a":2}"#), None, "after the error");
+        assert_eq!(
+            repeated(r#"{"😀":{"$serde_json::private::Number":1e400},"😀":0}"#).as_deref(),
+            Some("😀"),
+            "after an object serde_json's Value takes for a number it cannot read"
+        );
+        assert_eq!(
+            parse_checked(None, Bytes::from_static(br#"{"a":1,"a":2}"#)),
+            Ok(Body::Bytes(Bytes::from_static(br#"{"a":1,"a":2}"#))),
             "not declared JSON"
         );
         assert!(matches!(
@@ -320,6 +388,155 @@ mod tests {
             Body::Malformed { kind: "json", .. }
         ));
         assert!(repeated_key_detail("a").contains(r#"key "a" more than once"#));
+    }
+
+    /// The two passes `parse_checked` replaced: the first repeated key (or none) from a walk
+    /// that keeps nothing, then the value from `serde_json::from_slice`.
+    mod two_passes {
+        use std::cell::RefCell;
+        use std::collections::HashSet;
+
+        use serde::de::{DeserializeSeed, Error, MapAccess, SeqAccess, Visitor};
+
+        pub fn parse(bytes: &[u8]) -> Result<Option<serde_json::Value>, String> {
+            let found = RefCell::new(None);
+            let mut de = serde_json::Deserializer::from_slice(bytes);
+            let walked = Unique(&found).deserialize(&mut de).and_then(|()| de.end());
+            match (walked, found.into_inner()) {
+                (_, Some(key)) => Err(key),
+                (Ok(()), None) => Ok(serde_json::from_slice(bytes).ok()),
+                (Err(_), None) => Ok(None),
+            }
+        }
+
+        #[derive(Clone, Copy)]
+        struct Unique<'a>(&'a RefCell<Option<String>>);
+
+        impl<'de> DeserializeSeed<'de> for Unique<'_> {
+            type Value = ();
+            fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+                de.deserialize_any(self)
+            }
+        }
+
+        impl<'de> Visitor<'de> for Unique<'_> {
+            type Value = ();
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_str<E>(self, _: &str) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_unit<E>(self) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+                while seq.next_element_seed(self)?.is_some() {}
+                Ok(())
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+                let mut seen = HashSet::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if !seen.insert(key.clone()) {
+                        *self.0.borrow_mut() = Some(key);
+                        return Err(A::Error::custom("repeated key"));
+                    }
+                    map.next_value_seed(self)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// JSON-ish text: values of every kind, numbers in every spelling, escapes, unicode,
+    /// keys drawn from a few (so objects repeat them), serde_json's number key, and damage.
+    fn json_text() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            Just(r#""a""#.to_string()),
+            Just(r#""b""#.to_string()),
+            Just(r#""\u0061""#.to_string()),
+            Just(r#""é""#.to_string()),
+            Just(r#""\ud83d\ude00""#.to_string()),
+            Just(r#""😀""#.to_string()),
+            Just(r#""$serde_json::private::Number""#.to_string()),
+            "\"[a-c]{0,2}\"",
+        ];
+        let number = prop_oneof![
+            "-?(0|[1-9][0-9]{0,25})(\\.[0-9]{1,5})?([eE][+-]?[0-9]{1,3})?",
+            Just("-0".to_string()),
+            Just("01".to_string()),
+            Just("1.".to_string()),
+            Just("1e400".to_string()),
+        ];
+        let leaf = prop_oneof![
+            number,
+            Just("true".to_string()),
+            Just("false".to_string()),
+            Just("null".to_string()),
+            r#""([a-zé😀 ]|\\[nt"\\/]|\\u00[0-9a-f]{2}|\\ud83d|\\ude00)*""#,
+            Just(r#""12""#.to_string()),
+            Just(r#""1e2""#.to_string()),
+        ];
+        let value = leaf.prop_recursive(4, 32, 4, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec((key.clone(), inner), 0..4).prop_map(|members| {
+                    let members: Vec<String> = members
+                        .into_iter()
+                        .map(|(k, v)| format!("{k}:{v}"))
+                        .collect();
+                    format!("{{{}}}", members.join(","))
+                }),
+            ]
+        });
+        (
+            value,
+            prop_oneof![Just(""), Just(" "), Just(","), Just("}"), Just("x")],
+            0..3usize,
+        )
+            .prop_map(|(text, tail, cut)| match cut {
+                0 => format!(" {text}\n"),
+                1 => format!("{text}{tail}"),
+                _ => {
+                    let mut end = text.len() / 2;
+                    while !text.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    text[..end].to_string()
+                }
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        #[test]
+        fn one_pass_finds_what_the_two_passes_found(text in json_text()) {
+            let one = parse_checked(Some(&ct("application/json")), Bytes::from(text.clone()));
+            let two = two_passes::parse(text.as_bytes());
+            let one = one.map(|body| match body {
+                Body::Json(value) => Some(value),
+                _ => None,
+            });
+            prop_assert_eq!(&one, &two, "{}", text);
+            // The same value, down to how serde_json spells each number.
+            if let (Ok(Some(a)), Ok(Some(b))) = (&one, &two) {
+                prop_assert_eq!(a.to_string(), b.to_string());
+            }
+        }
     }
 
     #[test]

@@ -163,9 +163,25 @@ fn canonical(inputs: &Inputs, hashes: Hashes) -> Canonical {
     let body = body_section(inputs.body, &excluded, hashes);
     let headers = header_fields(inputs.headers, inputs.fingerprint_headers);
 
-    let mut bytes = Vec::new();
-    frame(&mut bytes, b"idemproxy-fingerprint/1");
-    frame(&mut bytes, inputs.method.as_str().as_bytes());
+    const VERSION: &[u8] = b"idemproxy-fingerprint/1";
+    let method = inputs.method.as_str().as_bytes();
+    // Sized up front: each part framed with its eight-byte length.
+    let parts = [
+        VERSION,
+        method,
+        inputs.path.as_bytes(),
+        &query.canonical,
+        &body.canonical,
+    ];
+    let len = parts.iter().map(|p| 8 + p.len()).sum::<usize>()
+        + 16
+        + headers
+            .iter()
+            .map(|(n, v)| 16 + n.len() + v.len())
+            .sum::<usize>();
+    let mut bytes = Vec::with_capacity(len);
+    frame(&mut bytes, VERSION);
+    frame(&mut bytes, method);
     frame(&mut bytes, inputs.path.as_bytes());
     frame(&mut bytes, &query.canonical);
     frame(&mut bytes, &body.canonical);
@@ -211,6 +227,35 @@ pub fn principal(headers: &HeaderMap, names: &[HeaderName], secret: &Secret) -> 
         frame(&mut data, &values);
     }
     secret.mac_hex(PRINCIPAL_DOMAIN, &data)
+}
+
+/// The principal of a request that carries none of a provider's `principal_headers`, for
+/// each provider: the same for every such request, so its mac is taken once, at start.
+pub struct Anonymous(Vec<(String, String)>);
+
+impl Anonymous {
+    pub fn of(providers: &[crate::policy::Provider], secret: &Secret) -> Anonymous {
+        let none = HeaderMap::new();
+        let of = |p: &crate::policy::Provider| principal(&none, &p.principal_headers, secret);
+        Anonymous(providers.iter().map(|p| (p.name.clone(), of(p))).collect())
+    }
+
+    /// `principal(headers, names, secret)` for `provider`'s `names`, from the one taken at
+    /// start when `headers` carries none of them.
+    pub fn principal(
+        &self,
+        provider: &str,
+        headers: &HeaderMap,
+        names: &[HeaderName],
+        secret: &Secret,
+    ) -> String {
+        // A list, not a map: there are few providers, and no hash of the name is taken.
+        let nobody = self.0.iter().find(|(name, _)| name == provider);
+        match nobody {
+            Some((_, nobody)) if !names.iter().any(|n| headers.contains_key(n)) => nobody.clone(),
+            _ => principal(headers, names, secret),
+        }
+    }
 }
 
 /// Field paths whose hashes differ, or that exist on one side only; sorted; never values.
@@ -276,6 +321,11 @@ impl<'a> Excluded<'a> {
     fn body_field(&self, path: &str) -> bool {
         let hit = |entry: &str| path == entry || is_under(path, entry);
         self.ignore.iter().any(|e| hit(e)) || self.key.as_deref().is_some_and(hit)
+    }
+
+    /// Whether nothing is left out, so no body field's path needs writing to check it.
+    fn is_empty(&self) -> bool {
+        self.ignore.is_empty() && self.key.is_none()
     }
 
     fn query_field(&self, name: &str) -> bool {
@@ -370,7 +420,8 @@ fn grouped_section(
     prefix: &str,
     hashes: Hashes,
 ) -> Section {
-    let mut canonical = tag.to_vec();
+    let mut canonical = Vec::with_capacity(tag.len() + 16);
+    canonical.extend_from_slice(tag);
     frame(&mut canonical, &(groups.len() as u64).to_be_bytes());
     let mut top = Vec::with_capacity(groups.len());
     for (name, values) in groups {
@@ -393,17 +444,19 @@ fn json_section(value: &Value, excluded: &Excluded, hashes: Hashes) -> Section {
     let mut walk = Walk {
         excluded,
         hashes,
-        text: String::new(),
+        paths: hashes == Hashes::Kept || !excluded.is_empty(),
+        text: Vec::with_capacity(64),
         top: vec![],
         nested: vec![],
         overflow: false,
     };
     walk.value(value, "", 0);
     if !(value.is_object() || value.is_array()) {
-        walk.top = hashed(hashes, "body", walk.text.as_bytes());
+        walk.top = hashed(hashes, "body", &walk.text);
     }
-    let mut canonical = b"json".to_vec();
-    frame(&mut canonical, walk.text.as_bytes());
+    let mut canonical = Vec::with_capacity(12 + walk.text.len());
+    canonical.extend_from_slice(b"json");
+    frame(&mut canonical, &walk.text);
     let nested = if walk.overflow { vec![] } else { walk.nested };
     Section {
         canonical,
@@ -417,7 +470,11 @@ fn json_section(value: &Value, excluded: &Excluded, hashes: Hashes) -> Section {
 struct Walk<'a> {
     excluded: &'a Excluded<'a>,
     hashes: Hashes,
-    text: String,
+    /// Whether field paths are written: for their hashes, or to check them against
+    /// `excluded` (a replay of a route that leaves nothing out needs neither).
+    paths: bool,
+    /// Canonical JSON, as serde_json writes each key and scalar.
+    text: Vec<u8>,
     top: Vec<(String, String)>,
     nested: Vec<(String, String)>,
     overflow: bool,
@@ -428,50 +485,67 @@ impl Walk<'_> {
         match value {
             Value::Object(map) => self.object(map, path, depth),
             Value::Array(items) => self.array(items, path, depth),
-            scalar => self.text.push_str(&scalar.to_string()),
+            scalar => write_json(&mut self.text, scalar),
         }
     }
 
     fn object(&mut self, map: &serde_json::Map<String, Value>, path: &str, depth: usize) {
-        let mut entries: Vec<_> = map.iter().collect();
-        entries.sort_by(|a, b| a.0.cmp(b.0));
-        self.text.push('{');
+        self.text.push(b'{');
+        // Keys sorted, without a sorted copy when they came sorted (as many clients send them).
+        if map.keys().is_sorted() {
+            self.members(map.iter(), path, depth);
+        } else {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            self.members(entries.into_iter(), path, depth);
+        }
+        self.text.push(b'}');
+    }
+
+    fn members<'v>(
+        &mut self,
+        entries: impl Iterator<Item = (&'v String, &'v Value)>,
+        path: &str,
+        depth: usize,
+    ) {
         let mut first = true;
         for (key, child) in entries {
-            let child_path = if depth == 0 {
-                key.clone()
-            } else {
-                format!("{path}[{key}]")
+            let child_path = match (self.paths, depth) {
+                (false, _) => String::new(),
+                (true, 0) => key.clone(),
+                (true, _) => format!("{path}[{key}]"),
             };
-            if self.excluded.body_field(&child_path) {
+            if self.paths && self.excluded.body_field(&child_path) {
                 continue;
             }
             if !std::mem::take(&mut first) {
-                self.text.push(',');
+                self.text.push(b',');
             }
-            self.text.push_str(&Value::from(key.as_str()).to_string());
-            self.text.push(':');
+            write_json(&mut self.text, key.as_str());
+            self.text.push(b':');
             self.child(child, child_path, depth);
         }
-        self.text.push('}');
     }
 
     fn array(&mut self, items: &[Value], path: &str, depth: usize) {
-        self.text.push('[');
+        self.text.push(b'[');
         for (i, child) in items.iter().enumerate() {
             if i > 0 {
-                self.text.push(',');
+                self.text.push(b',');
             }
-            let child_path = format!("{path}[{i}]");
-            if self.excluded.body_field(&child_path) {
+            let child_path = match self.paths {
+                true => format!("{path}[{i}]"),
+                false => String::new(),
+            };
+            if self.paths && self.excluded.body_field(&child_path) {
                 // A mark that is no JSON value keeps the later items' positions, so
                 // `[a, ignored, c]` never reads like `[a, c]`.
-                self.text.push('_');
+                self.text.push(b'_');
                 continue;
             }
             self.child(child, child_path, depth);
         }
-        self.text.push(']');
+        self.text.push(b']');
     }
 
     /// Writes one child of a container at `depth` and records its hash where one is kept.
@@ -486,7 +560,7 @@ impl Walk<'_> {
             Value::Array(a) => a.is_empty(),
             _ => true,
         };
-        let hash = digest(&self.text.as_bytes()[start..]);
+        let hash = digest(&self.text[start..]);
         if depth == 0 {
             self.top.push((path, hash));
         } else if is_leaf && !self.overflow {
@@ -494,6 +568,12 @@ impl Walk<'_> {
             self.overflow = self.nested.len() > MAX_FIELDS;
         }
     }
+}
+
+/// Appends `value` as serde_json writes it (`Value::to_string`, without the `String`).
+fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    // Writing a key or a scalar `Value` into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(out, value);
 }
 
 /// `header:name` -> framed values, for the configured headers in configured order.
@@ -930,6 +1010,72 @@ mod tests {
         assert_eq!(diff(&a, &b), ["query"]);
     }
 
+    #[test]
+    fn the_anonymous_principal_is_the_principal_of_a_request_without_its_headers() {
+        let secret = Secret::from_bytes([7; 32]);
+        let mut provider = crate::policy::Provider::example("stripe", "/stripe", "");
+        provider.principal_headers = vec![
+            http::header::AUTHORIZATION,
+            HeaderName::from_static("stripe-account"),
+        ];
+        let names = &provider.principal_headers;
+        let anonymous = Anonymous::of(std::slice::from_ref(&provider), &secret);
+        let mut headers = HeaderMap::new();
+        headers.insert("x-other", HeaderValue::from_static("1"));
+        let of = |headers: &HeaderMap| anonymous.principal("stripe", headers, names, &secret);
+        assert_eq!(of(&headers), principal(&headers, names, &secret));
+        headers.insert("stripe-account", HeaderValue::from_static("acct_1"));
+        assert_eq!(of(&headers), principal(&headers, names, &secret));
+        assert_ne!(
+            of(&headers),
+            of(&HeaderMap::new()),
+            "a header carried counts"
+        );
+        let unknown = anonymous.principal("other", &headers, names, &secret);
+        assert_eq!(unknown, principal(&headers, names, &secret));
+    }
+
+    /// Fingerprints recorded by earlier versions must keep matching: the hex and the field
+    /// hashes (as one digest) of requests as the version before the one-pass body had them.
+    #[test]
+    fn fingerprints_stay_what_they_were() {
+        let body = json!({
+            "amount": 100, "currency": "usd", "z": [1.50, -0, 1e2, "12345678901234567890123"],
+            "meta": {"é": "a\"b\\c\n\u{1}", "😀": [true, null, {}, []], "b": {"y": 2, "x": 1}},
+        });
+        let text = body
+            .to_string()
+            .replace("\"12345678901234567890123\"", "12345678901234567890123");
+        let parsed: Value = serde_json::from_str(&text).expect("test JSON");
+        let plain = Req::json(parsed.clone());
+        let mut ignoring = Req::json(parsed).ignoring(&["meta[b][x]", "z[1]"]);
+        ignoring.key_field = Some("/currency".into());
+        ignoring.query = Some("expand[]=x&limit=3".into());
+        let form = Req::form(&[("charge", "ch_1"), ("metadata[step]", "2")]);
+        let pinned = [
+            (
+                plain,
+                "b47c3e8e0540160a43264304c2023142cfa10be69fbd7173245a9000d0f7b814",
+                "452ac498f48012759b9f0c4bc37038b449369a7ae031110326744fbf963e4b2f",
+            ),
+            (
+                ignoring,
+                "e88d9a8f2d43be95f60e001d2baf09376270b44c7164f7d0ea62e6cbd22cb3e4",
+                "65d5e2609fe285b780b8f067dd59a97c7299f2274d1d5883532cf2ae645027f5",
+            ),
+            (
+                form,
+                "7bbb972acb25409c9c8c82a06b842a9b2ea0fd081367158f9cc7d845c4029e30",
+                "af7d31cb40675d74daa66d87653b5392da5cae02644c0c28fa8e2c73f59b7315",
+            ),
+        ];
+        for (req, hex, fields) in pinned {
+            let fp = req.fp();
+            assert_eq!(fp.hex, hex);
+            assert_eq!(digest(format!("{:?}", fp.fields).as_bytes()), fields);
+        }
+    }
+
     mod properties {
         use super::*;
         use proptest::prelude::*;
@@ -1067,6 +1213,36 @@ mod tests {
                 let (a, b) = (Req::json(value), Req::json(other));
                 prop_assert_ne!(a.fp().hex, b.fp().hex);
                 prop_assert_eq!(diff(&a, &b), vec![path]);
+            }
+
+            /// The canonical JSON is serde_json's spelling of every key and scalar, keys
+            /// sorted, whether or not field paths are written on the way.
+            #[test]
+            fn the_canonical_json_is_serde_jsons_spelling_with_keys_sorted(value in arb_json()) {
+                fn spelled(value: &Value) -> String {
+                    match value {
+                        Value::Object(map) => {
+                            let mut entries: Vec<_> = map.iter().collect();
+                            entries.sort_by(|a, b| a.0.cmp(b.0));
+                            let members: Vec<String> = entries
+                                .into_iter()
+                                .map(|(k, v)| format!("{}:{}", Value::from(k.as_str()), spelled(v)))
+                                .collect();
+                            format!("{{{}}}", members.join(","))
+                        }
+                        Value::Array(items) => {
+                            let items: Vec<String> = items.iter().map(spelled).collect();
+                            format!("[{}]", items.join(","))
+                        }
+                        scalar => scalar.to_string(),
+                    }
+                }
+                let mut want = b"json".to_vec();
+                frame(&mut want, spelled(&value).as_bytes());
+                let nothing = Excluded::new(&[], None);
+                for hashes in [Hashes::Kept, Hashes::Skipped] {
+                    prop_assert_eq!(&json_section(&value, &nothing, hashes).canonical, &want);
+                }
             }
 
             #[test]

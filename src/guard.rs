@@ -74,15 +74,13 @@ pub async fn handle(
     captures: &Captures,
     req: Request<Incoming>,
 ) -> Answer {
-    let provider = target.provider;
-    let mut ctx = Context {
-        provider: Some(provider.name.clone()),
-        route: Some(route.name.clone()),
-        ..Context::default()
-    };
+    // The provider and the route are named in refusals only: `run` fills in the rest.
+    let mut ctx = Context::default();
     match run(app, target, route, captures, req, &mut ctx).await {
         Ok(answer) => answer,
         Err(problem) => {
+            ctx.provider = Some(target.provider.name.clone());
+            ctx.route = Some(route.name.clone());
             let outcome = outcome_of(&problem);
             (refusal(problem, &ctx), outcome)
         }
@@ -100,7 +98,7 @@ async fn run(
     let provider = target.provider;
     // The body's bytes stay reserved in the buffered-bytes budget until the request is done.
     let (parts, bytes, _reserved) = read_body(app, req).await?;
-    let named = match identify(provider, route, target, captures, parts, bytes, &app.secret)? {
+    let named = match identify(app, provider, route, target, captures, parts, bytes)? {
         Identity::Op(named) => *named,
         Identity::Pass(outgoing) => {
             return Ok((
@@ -121,8 +119,8 @@ async fn run(
     // Nothing is written for these, so nothing is lost if the agent leaves: no detached task.
     match claim::answer_from_snapshot(app, provider, route, &probe).await {
         Some(Step::Replay(stored)) => {
-            let ctx = ctx.with_state(State::Succeeded);
-            return Ok((replay(stored, &ctx), "replayed"));
+            ctx.state = Some(State::Succeeded);
+            return Ok((replay(stored, ctx), "replayed"));
         }
         Some(Step::Refuse(problem, state)) => {
             ctx.state = Some(state);
@@ -320,7 +318,7 @@ pub async fn resend_request(
 }
 
 /// Step 1: the body, buffered up to `max_request_body` within `body_timeout`, its bytes
-/// reserved in `max_buffered`; a JSON body must not repeat a key within an object.
+/// reserved in `max_buffered`.
 async fn read_body(
     app: &App,
     req: Request<Incoming>,
@@ -348,23 +346,24 @@ async fn read_body(
                     Problem::InvalidBody("the request body could not be read to its end".into())
                 }
             })?;
-    if let Some(key) = body::repeated_key(parts.headers.get(header::CONTENT_TYPE), &bytes) {
-        return Err(Problem::InvalidBody(body::repeated_key_detail(&key)));
-    }
     Ok((parts, bytes, reserved))
 }
 
-/// Step 2: fingerprint, operation ID, key, and the request as it will be sent.
+/// Step 2: the body parsed (a JSON body must not repeat a key within an object), fingerprint,
+/// operation ID, key, and the request as it will be sent.
 fn identify(
+    app: &App,
     provider: &Provider,
     route: &Route,
     target: &Target<'_>,
     captures: &Captures,
     parts: Parts,
     bytes: Bytes,
-    secret: &Secret,
 ) -> Result<Identity, Problem> {
-    let body = body::parse(parts.headers.get(header::CONTENT_TYPE), bytes.clone());
+    let secret = &app.secret;
+    // A JSON body must not repeat a key within an object.
+    let body = body::parse_checked(parts.headers.get(header::CONTENT_TYPE), bytes.clone())
+        .map_err(|key| Problem::InvalidBody(body::repeated_key_detail(&key)))?;
     // The fingerprint's hex alone: a replay needs nothing more (`Named::complete` adds the rest).
     let hex = fingerprint::hex_only(&fingerprint_inputs(
         provider, route, target, &parts, &body, secret,
@@ -395,7 +394,10 @@ fn identify(
             len: provider.name.len() + route.name.len() + rendered.len() + 2,
         }
     })?;
-    let principal = fingerprint::principal(&parts.headers, &provider.principal_headers, secret);
+    let names = &provider.principal_headers;
+    let principal = app
+        .anonymous
+        .principal(&provider.name, &parts.headers, names, secret);
     Ok(Identity::Op(Box::new(Named {
         id,
         hex,

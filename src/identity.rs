@@ -28,9 +28,14 @@ pub struct TooLong {
 
 /// `{provider}/{route}/{rendered}`; Err if over 512 bytes.
 pub fn operation_id(provider: &str, route: &str, rendered: &str) -> Result<String, TooLong> {
-    let id = format!("{provider}/{route}/{rendered}");
-    if id.len() > MAX_OPERATION_ID {
-        return Err(TooLong { len: id.len() });
+    let len = provider.len() + route.len() + rendered.len() + 2;
+    if len > MAX_OPERATION_ID {
+        return Err(TooLong { len });
+    }
+    // Joined by hand: `format!` costs several times as much, and this runs for every request.
+    let mut id = String::with_capacity(len);
+    for part in [provider, "/", route, "/", rendered] {
+        id.push_str(part);
     }
     Ok(id)
 }
@@ -216,7 +221,8 @@ const HEADER_UNSAFE: &AsciiSet = &CONTROLS.add(b' ').add(b'%');
 /// Percent-encodes an operation ID for a header value: bytes outside visible ASCII
 /// (0x21..=0x7E) and `%` become %XX.
 pub fn header_value(operation_id: &str) -> HeaderValue {
-    let encoded = utf8_percent_encode(operation_id, HEADER_UNSAFE).to_string();
+    // Borrowed when nothing needs escaping (the usual ID), so no copy is made before the value's.
+    let encoded: std::borrow::Cow<str> = utf8_percent_encode(operation_id, HEADER_UNSAFE).into();
     // Only visible ASCII is left, which is always a valid header value.
     HeaderValue::from_str(&encoded).unwrap_or_else(|_| HeaderValue::from_static(""))
 }

@@ -240,24 +240,29 @@ pub(super) fn encode_response(response: &StoredResponse) -> Vec<u8> {
 
 pub(super) fn decode_response(bytes: &[u8]) -> Result<StoredResponse, Fault> {
     let corrupt = || Fault::new("corrupt stored response".to_owned());
-    let mut input = Reader(bytes);
+    // One copy of the stored bytes, which the header values and the body then share.
+    let shared = Bytes::copy_from_slice(bytes);
+    let mut input = Reader(&shared);
     if input.take(1).ok_or_else(corrupt)? != [RESPONSE_V1] {
         return Err(corrupt());
     }
     let status = u16::from_be_bytes(input.array().ok_or_else(corrupt)?);
     let count = u32::from_be_bytes(input.array().ok_or_else(corrupt)?);
-    let mut headers = HeaderMap::new();
+    // Room for the headers a stored count names, within reason (it is read from the file),
+    // and for the three `Idem-*` headers a replay adds, so the map is not grown for those.
+    let mut headers = HeaderMap::with_capacity(count.min(64) as usize + 3);
     for _ in 0..count {
         let name = input.chunk().ok_or_else(corrupt)?;
         let value = input.chunk().ok_or_else(corrupt)?;
         let name = HeaderName::from_bytes(name).map_err(|_| corrupt())?;
-        let value = HeaderValue::from_bytes(value).map_err(|_| corrupt())?;
+        let value =
+            HeaderValue::from_maybe_shared(shared.slice_ref(value)).map_err(|_| corrupt())?;
         headers.append(name, value);
     }
     Ok(StoredResponse {
         status,
         headers,
-        body: Bytes::copy_from_slice(input.0),
+        body: shared.slice_ref(input.0),
     })
 }
 

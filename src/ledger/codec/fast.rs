@@ -22,39 +22,41 @@ pub(super) enum Fields {
 /// `encode_op` writes it (with no `fields` when they are `Skipped`); `None` for anything else
 /// (decode it the general way).
 pub(super) fn op_record(bytes: &[u8], read: Fields) -> Option<OpRecord> {
-    let mut s = Scan(bytes);
-    s.lit(b"{\"v\":")?;
+    // One check of the whole record rather than one per string: serde would refuse a record
+    // that is not UTF-8, and every slice taken below ends at an ASCII byte.
+    let mut s = Scan(std::str::from_utf8(bytes).ok()?);
+    s.lit("{\"v\":")?;
     let v = u8::try_from(s.uint()?).ok()?;
-    let id = s.field(b"id")?.string()?;
-    let provider = s.field(b"provider")?.string()?;
-    let route = s.field(b"route")?.string()?;
-    let effect = s.field(b"effect")?.string()?;
-    let state = s.field(b"state")?.string()?;
-    let fingerprint = s.field(b"fingerprint")?.string()?;
-    let fields = s.field(b"fields")?.map(read)?;
-    let idempotency_key = s.field(b"idempotency_key")?.string()?;
-    let key_at = match s.maybe_field(b"key_at") {
+    let id = s.field("id")?.string()?;
+    let provider = s.field("provider")?.string()?;
+    let route = s.field("route")?.string()?;
+    let effect = s.field("effect")?.string()?;
+    let state = s.field("state")?.string()?;
+    let fingerprint = s.field("fingerprint")?.string()?;
+    let fields = s.field("fields")?.map(read)?;
+    let idempotency_key = s.field("idempotency_key")?.string()?;
+    let key_at = match s.maybe_field("key_at") {
         true => Some(s.string()?),
         false => None,
     };
-    let attempts = u32::try_from(s.field(b"attempts")?.uint()?).ok()?;
-    let created_at = s.field(b"created_at")?.int()?;
-    let updated_at = s.field(b"updated_at")?.int()?;
-    let first_dispatched_at = s.field(b"first_dispatched_at")?.or_null(Scan::int)?;
-    let last_dispatched_at = s.field(b"last_dispatched_at")?.or_null(Scan::int)?;
-    let maybe_effect_at = s.field(b"maybe_effect_at")?.or_null(Scan::int)?;
-    let provider_request_id = s.field(b"provider_request_id")?.or_null(Scan::string)?;
-    let response = s.field(b"response")?.or_null(Scan::meta)?;
-    let error = s.field(b"error")?.or_null(Scan::string)?;
-    let fence = s.field(b"fence")?.uint()?;
-    let approval = s.field(b"approval")?.string()?;
-    let pruned_at = match s.maybe_field(b"pruned_at") {
+    let attempts = u32::try_from(s.field("attempts")?.uint()?).ok()?;
+    let created_at = s.field("created_at")?.int()?;
+    let updated_at = s.field("updated_at")?.int()?;
+    let first_dispatched_at = s.field("first_dispatched_at")?.or_null(Scan::int)?;
+    let last_dispatched_at = s.field("last_dispatched_at")?.or_null(Scan::int)?;
+    let maybe_effect_at = s.field("maybe_effect_at")?.or_null(Scan::int)?;
+    let provider_request_id = s.field("provider_request_id")?.or_null(Scan::string)?;
+    let response = s.field("response")?.or_null(Scan::meta)?;
+    let error = s.field("error")?.or_null(Scan::string)?;
+    let fence = s.field("fence")?.uint()?;
+    let approval = s.field("approval")?.string()?;
+    let pruned_at = match s.maybe_field("pruned_at") {
         true => Some(s.int()?),
         false => None,
     };
-    let principal = s.field(b"principal")?.or_null(Scan::string)?;
-    let keyed = s.field(b"keyed")?.boolean()?;
-    s.lit(b"}")?;
+    let principal = s.field("principal")?.or_null(Scan::string)?;
+    let keyed = s.field("keyed")?.boolean()?;
+    s.lit("}")?;
     if !s.0.is_empty() {
         return None;
     }
@@ -86,25 +88,25 @@ pub(super) fn op_record(bytes: &[u8], read: Fields) -> Option<OpRecord> {
     })
 }
 
-/// The bytes not yet read.
-struct Scan<'a>(&'a [u8]);
+/// The text not yet read.
+struct Scan<'a>(&'a str);
 
 impl<'a> Scan<'a> {
-    fn lit(&mut self, expected: &[u8]) -> Option<()> {
+    fn lit(&mut self, expected: &str) -> Option<()> {
         self.0 = self.0.strip_prefix(expected)?;
         Some(())
     }
 
     /// `,"NAME":`, the separator and key of the next member.
-    fn field(&mut self, name: &[u8]) -> Option<&mut Self> {
-        self.lit(b",\"")?;
+    fn field(&mut self, name: &str) -> Option<&mut Self> {
+        self.lit(",\"")?;
         self.lit(name)?;
-        self.lit(b"\":")?;
+        self.lit("\":")?;
         Some(self)
     }
 
     /// Reads `,"NAME":` if it comes next (a member `encode_op` leaves out when empty).
-    fn maybe_field(&mut self, name: &[u8]) -> bool {
+    fn maybe_field(&mut self, name: &str) -> bool {
         let before = self.0;
         if self.field(name).is_some() {
             return true;
@@ -114,7 +116,7 @@ impl<'a> Scan<'a> {
     }
 
     fn or_null<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
-        if self.0.starts_with(b"null") {
+        if self.0.starts_with("null") {
             self.0 = &self.0[4..];
             return Some(None);
         }
@@ -127,28 +129,28 @@ impl<'a> Scan<'a> {
     }
 
     fn text(&mut self) -> Option<&'a str> {
-        self.lit(b"\"")?;
-        let end = plain_len(self.0);
-        if self.0.get(end) != Some(&b'"') {
+        self.lit("\"")?;
+        let end = plain_len(self.0.as_bytes());
+        if self.0.as_bytes().get(end) != Some(&b'"') {
             return None;
         }
-        let text = std::str::from_utf8(&self.0[..end]).ok()?;
+        let text = &self.0[..end];
         self.0 = &self.0[end + 1..];
         Some(text)
     }
 
     /// A JSON integer without sign, as JSON spells it (no leading zero), within u64.
     fn uint(&mut self) -> Option<u64> {
-        let digits = self.0.iter().take_while(|b| b.is_ascii_digit()).count();
+        let digits = self.0.bytes().take_while(|b| b.is_ascii_digit()).count();
         let (number, rest) = self.0.split_at(digits);
-        if digits == 0 || (digits > 1 && number[0] == b'0') {
+        if digits == 0 || (digits > 1 && number.starts_with('0')) {
             return None;
         }
-        if matches!(rest.first(), Some(b'.' | b'e' | b'E')) {
+        if rest.starts_with(['.', 'e', 'E']) {
             return None;
         }
         let mut n: u64 = 0;
-        for d in number {
+        for d in number.bytes() {
             n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
         }
         self.0 = rest;
@@ -156,7 +158,7 @@ impl<'a> Scan<'a> {
     }
 
     fn int(&mut self) -> Option<i64> {
-        if self.0.first() == Some(&b'-') {
+        if self.0.starts_with('-') {
             self.0 = &self.0[1..];
             // serde_json reads `-0` as a float, which no integer field takes.
             let n = self.uint().filter(|n| *n != 0)?;
@@ -166,40 +168,40 @@ impl<'a> Scan<'a> {
     }
 
     fn boolean(&mut self) -> Option<bool> {
-        if self.lit(b"true").is_some() {
+        if self.lit("true").is_some() {
             return Some(true);
         }
-        self.lit(b"false").map(|()| false)
+        self.lit("false").map(|()| false)
     }
 
     /// A JSON object of strings, as a `BTreeMap<String, String>` is written (checked but not
     /// kept when `Skipped`).
     fn map(&mut self, read: Fields) -> Option<BTreeMap<String, String>> {
-        self.lit(b"{")?;
+        self.lit("{")?;
         let mut map = BTreeMap::new();
-        if self.lit(b"}").is_some() {
+        if self.lit("}").is_some() {
             return Some(map);
         }
         loop {
             let key = self.text()?;
-            self.lit(b":")?;
+            self.lit(":")?;
             let value = self.text()?;
             if read == Fields::Read {
                 map.insert(key.to_owned(), value.to_owned());
             }
-            if self.lit(b"}").is_some() {
+            if self.lit("}").is_some() {
                 return Some(map);
             }
-            self.lit(b",")?;
+            self.lit(",")?;
         }
     }
 
     fn meta(&mut self) -> Option<MetaRecord> {
-        self.lit(b"{\"status\":")?;
+        self.lit("{\"status\":")?;
         let status = u16::try_from(self.uint()?).ok()?;
-        let body_bytes = self.field(b"body_bytes")?.uint()?;
-        let body_sha256 = self.field(b"body_sha256")?.string()?;
-        self.lit(b"}")?;
+        let body_bytes = self.field("body_bytes")?.uint()?;
+        let body_sha256 = self.field("body_sha256")?.string()?;
+        self.lit("}")?;
         Some(MetaRecord {
             status,
             body_bytes,
