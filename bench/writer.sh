@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Where a fresh operation's CPU goes: the ledger writer thread against the tokio workers.
+#
+#   bench/writer.sh [CONNS]      default 64   (IDEMPROXY_BIN=PATH measures that binary, unbuilt)
+#
+# Starts the nginx upstream and idemproxy as bench/run.sh does, warms it with fresh operations
+# for 2 s, then runs wrk (-t1, a new operation ID per request) for 6 s and prints, per
+# operation: the CPU time of the writer thread and of the runtime's workers (user + system,
+# from /proc), the bytes the process wrote to disk, and from /metrics the jobs per commit and
+# the time per commit. CPU per operation moves far less with the machine's load than req/s.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+conns=${1:-64}
+duration=6s; conns_list=$conns; workers=$(nproc); bench_dir=target/bench
+bin=${IDEMPROXY_BIN:-./target/release/idemproxy}
+if [ -z "${IDEMPROXY_BIN:-}" ]; then cargo build --release --quiet --bin idemproxy; fi
+mkdir -p "$bench_dir"
+source bench/lib.sh
+
+start_proxy writer
+url="http://127.0.0.1:$proxy_port/bench/v1/refunds"
+admin=$(sed -n 's/^admin_listen = "\(.*\)"/\1/p' "$work/writer/proxy.toml")
+wrk -t1 -c"$conns" -d2s -s "$work/fresh.lua" "$url" -- warm >/dev/null
+
+# CPU ticks of the threads named $1 (the writer is "idemproxy-ledge", truncated by the kernel).
+thread_ticks() {
+  local t sum=0
+  for t in /proc/"$proxy_pid"/task/*; do
+    [ "$(cat "$t/comm")" = "$1" ] && sum=$((sum + $(awk '{print $14 + $15}' "$t/stat")))
+  done
+  echo "$sum"
+}
+metric() { curl -s "http://$admin/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
+written() { awk '/^write_bytes/ {print $2}' "/proc/$proxy_pid/io"; }
+snapshot() {
+  echo "$(thread_ticks idemproxy-ledge) $(thread_ticks tokio-rt-worker) $(written)" \
+    "$(metric idemproxy_ledger_commits_total) $(metric idemproxy_ledger_batch_size_sum)" \
+    "$(metric idemproxy_ledger_commit_seconds_sum)"
+}
+before=$(snapshot)
+n=$(wrk -t1 -c"$conns" -d"$duration" -s "$work/fresh.lua" "$url" -- run | awk '/requests in/ {print $1}')
+after=$(snapshot)
+hz=$(getconf CLK_TCK)
+echo "idemproxy writer: $(nproc) cores, $conns connections, wrk -t1 -d$duration, $(date -u +%FT%TZ)"
+echo "$before $after" | awk -v n="$n" -v hz="$hz" -v secs="${duration%s}" '{
+  us = 1e6 / hz
+  printf "%d fresh operations (%.0f/s)\n", n, n / 6
+  printf "writer  %6.1f µs CPU per operation\n", ($7 - $1) * us / n
+  printf "workers %6.1f µs CPU per operation\n", ($8 - $2) * us / n
+  printf "disk    %6.0f bytes written per operation\n", ($9 - $3) / n
+  printf "commits %6.1f jobs each, %.2f ms each\n", ($11 - $5) / ($10 - $4), ($12 - $6) * 1000 / ($10 - $4)
+}'
