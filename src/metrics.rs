@@ -9,6 +9,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::RwLock;
 use std::time::Duration;
 
+use fnv::FnvHasher;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -58,30 +59,10 @@ type Seconds = Gauge<f64, AtomicU64>;
 /// counted without building the three label strings and hashing them with SipHash, as the
 /// family's own lookup does. Each counter is the family's own (a clone shares its count), so
 /// what is rendered is unchanged.
-type Counted = HashMap<u64, Vec<(RequestLabels, Counter)>, BuildHasherDefault<Fnv>>;
-
-/// FNV-1a, far cheaper than SipHash on a few short names. What it hashes are the policies'
-/// names, never request data, so it need not resist chosen collisions (and a collision only
-/// costs a comparison: entries are matched by their text).
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Fnv {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-}
+/// FNV-1a (the `fnv` crate), far cheaper than SipHash on a few short names: what it hashes
+/// are the policies' names, never request data, so it need not resist chosen collisions (a
+/// collision only costs a comparison: entries are matched by their text).
+type Counted = HashMap<u64, Vec<(RequestLabels, Counter)>, BuildHasherDefault<FnvHasher>>;
 
 /// The proxy's metrics; cheap to update from any task.
 pub struct Metrics {
@@ -200,7 +181,7 @@ impl Metrics {
 
     /// Counts one agent request. `outcome`: forwarded, replayed, conflict, pending, rejected, passthrough.
     pub fn request(&self, provider: &str, route: &str, outcome: &str) {
-        let mut hasher = Fnv::default();
+        let mut hasher = FnvHasher::default();
         for part in [provider, route, outcome] {
             // 0xff is in no UTF-8 text: the parts stay apart.
             hasher.write(part.as_bytes());
