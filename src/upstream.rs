@@ -286,19 +286,6 @@ pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
         || *name == PROXY_CONNECTION
 }
 
-/// Whether a `Connection` token names a header that the fixed list above removes anyway.
-fn removed_anyway(token: &str) -> bool {
-    [
-        "keep-alive",
-        "upgrade",
-        "te",
-        "trailer",
-        "transfer-encoding",
-    ]
-    .iter()
-    .any(|t| t.eq_ignore_ascii_case(token))
-}
-
 /// Removes hop-by-hop headers, including every header `Connection` names.
 ///
 /// This runs twice on every forwarded exchange (and most answers carry `Connection:
@@ -333,7 +320,7 @@ fn remove_named(headers: &mut HeaderMap, connection: &HeaderValue) {
         return;
     };
     for name in tokens.split(',').map(str::trim) {
-        if !name.is_empty() && !removed_anyway(name) {
+        if !name.is_empty() {
             headers.remove(name);
         }
     }
@@ -473,13 +460,18 @@ pub fn target_uri(provider: &Provider, rel_path: &str, query: Option<&str>) -> R
     if up.explicit_port {
         let _ = write!(s, ":{}", up.port);
     }
-    s.push_str(&up.base_path);
+    push_path(&mut s, &up.base_path, rel_path, query);
+    Uri::try_from(s).map_err(|e| e.to_string())
+}
+
+/// Appends the upstream's base path, the route-relative path and the query to a target.
+fn push_path(s: &mut String, base_path: &str, rel_path: &str, query: Option<&str>) {
+    s.push_str(base_path);
     s.push_str(rel_path);
     if let Some(q) = query {
         s.push('?');
         s.push_str(q);
     }
-    Uri::try_from(s).map_err(|e| e.to_string())
 }
 
 /// The origin-form target (`/base/path?query`) at the provider's upstream of a route-relative
@@ -500,15 +492,13 @@ pub fn origin_target(
         return target_uri(provider, rel_path, query);
     }
     let mut s = String::with_capacity(len + 1);
-    s.push_str(base_path);
-    s.push_str(rel_path);
-    if s.is_empty() {
-        s.push('/');
-    }
-    if let Some(q) = query {
-        s.push('?');
-        s.push_str(q);
-    }
+    // An origin-form target starts with `/` even when both paths are empty.
+    let rel_path = if base_path.is_empty() && rel_path.is_empty() {
+        "/"
+    } else {
+        rel_path
+    };
+    push_path(&mut s, base_path, rel_path, query);
     Uri::try_from(s).map_err(|e| e.to_string())
 }
 
