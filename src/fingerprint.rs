@@ -240,17 +240,17 @@ impl Anonymous {
         Anonymous(providers.iter().map(|p| (p.name.clone(), of(p))).collect())
     }
 
-    /// `principal(headers, names, secret)` for `provider`'s `names`, from the one taken at
-    /// start when `headers` carries none of them.
+    /// `principal(headers, &provider.principal_headers, secret)`, from the one taken at start
+    /// when `headers` carries none of them.
     pub fn principal(
         &self,
-        provider: &str,
+        provider: &crate::policy::Provider,
         headers: &HeaderMap,
-        names: &[HeaderName],
         secret: &Secret,
     ) -> String {
+        let names = &provider.principal_headers;
         // A list, not a map: there are few providers, and no hash of the name is taken.
-        let nobody = self.0.iter().find(|(name, _)| name == provider);
+        let nobody = self.0.iter().find(|(name, _)| *name == provider.name);
         match nobody {
             Some((_, nobody)) if !names.iter().any(|n| headers.contains_key(n)) => nobody.clone(),
             _ => principal(headers, names, secret),
@@ -1022,7 +1022,7 @@ mod tests {
         let anonymous = Anonymous::of(std::slice::from_ref(&provider), &secret);
         let mut headers = HeaderMap::new();
         headers.insert("x-other", HeaderValue::from_static("1"));
-        let of = |headers: &HeaderMap| anonymous.principal("stripe", headers, names, &secret);
+        let of = |headers: &HeaderMap| anonymous.principal(&provider, headers, &secret);
         assert_eq!(of(&headers), principal(&headers, names, &secret));
         headers.insert("stripe-account", HeaderValue::from_static("acct_1"));
         assert_eq!(of(&headers), principal(&headers, names, &secret));
@@ -1031,7 +1031,9 @@ mod tests {
             of(&HeaderMap::new()),
             "a header carried counts"
         );
-        let unknown = anonymous.principal("other", &headers, names, &secret);
+        let mut other = provider.clone();
+        other.name = "other".into();
+        let unknown = anonymous.principal(&other, &headers, &secret);
         assert_eq!(unknown, principal(&headers, names, &secret));
     }
 

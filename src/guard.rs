@@ -389,15 +389,9 @@ fn identify(
         }
         Ok(Err(missing)) => return Err(Problem::MissingOperationId { missing }),
     };
-    let id = identity::operation_id(&provider.name, &route.name, &rendered).map_err(|_| {
-        Problem::InvalidOperationId {
-            len: provider.name.len() + route.name.len() + rendered.len() + 2,
-        }
-    })?;
-    let names = &provider.principal_headers;
-    let principal = app
-        .anonymous
-        .principal(&provider.name, &parts.headers, names, secret);
+    let id = identity::operation_id(&provider.name, &route.name, &rendered)
+        .map_err(|e| Problem::InvalidOperationId { len: e.len })?;
+    let principal = app.anonymous.principal(provider, &parts.headers, secret);
     Ok(Identity::Op(Box::new(Named {
         id,
         hex,
