@@ -310,7 +310,9 @@ impl<'t> Tables<'t> {
     pub(super) fn load_live(&mut self, live: Live) -> Result<(), Fault> {
         let (write, replays) = live.into_write();
         let id = write.op.id.clone();
-        self.apply(&id, None, &write)?;
+        // A ledger being filled holds no live copy of `id`; a tombstone of it refuses the load.
+        let tomb = self.tombs.get(&id)?;
+        self.apply(&id, tomb.as_ref(), &write)?;
         if let Some(r) = replays {
             let row = (r.count, r.first_at.0, r.last_at.0);
             self.replays.insert(id.as_str(), row)?;
@@ -339,7 +341,8 @@ impl<'t> Tables<'t> {
         read_op(&self.ops, id)
     }
 
-    /// Applies one `Write` to the operation stored under `id` (`old` is what is stored now).
+    /// Applies one `Write` to the operation stored under `id`; `old` is what `id` holds now,
+    /// as `get_op_or_tombstone` reads it (a tombstone's operation has `pruned_at` set).
     /// Returns whether it changed the operation or its response (else it only added history,
     /// and the operation record is not rewritten).
     pub(super) fn apply(
@@ -348,8 +351,10 @@ impl<'t> Tables<'t> {
         old: Option<&Operation>,
         write: &Write,
     ) -> Result<bool, Fault> {
-        // No write may turn a tombstone back into a live operation (docs/reference.md section 5.8).
-        change::admissible(id, write, self.tombs.contains(id)?)?;
+        // No write may turn a tombstone back into a live operation (docs/reference.md section
+        // 5.8); `old` already says whether `id` has one, so it is not looked up again.
+        let tombstoned = old.is_some_and(|o| o.pruned_at.is_some());
+        change::admissible(id, write, tombstoned)?;
         let op_changed = old != Some(&write.op);
         if op_changed {
             self.put_op(old, &write.op)?;

@@ -39,10 +39,6 @@ impl<'t> Tombs<'t> {
         decode(self.table.get(id)?.as_ref().map(|v| v.value()))
     }
 
-    pub(super) fn contains(&self, id: &str) -> Result<bool, Fault> {
-        Ok(self.table.get(id)?.is_some())
-    }
-
     /// Records the tombstone of `op`, pruned at `at`, replacing any older one of its ID.
     pub(super) fn put(&mut self, op: &Operation, at: Timestamp) -> Result<(), Fault> {
         let tomb = tombstone_of(op, at);
