@@ -62,29 +62,15 @@ name = "refund"
 match = "POST /v1/refunds"
 operation_id = ["{header:x-operation-id}"]
 TOML
-cat > "$work/same.lua" <<'LUA'
-request = function()
-  return wrk.format("POST", "/bench/v1/refunds",
-    {["x-operation-id"] = "replayed-op", ["content-type"] = "application/json"},
-    '{"amount":100,"currency":"usd"}')
-end
-LUA
-cat > "$work/fresh.lua" <<'LUA'
-local n = 0
-request = function()
-  n = n + 1
-  return wrk.format("POST", "/bench/v1/refunds",
-    {["x-operation-id"] = "op-" .. n, ["content-type"] = "application/json"},
-    '{"amount":100,"currency":"usd"}')
-end
-LUA
+cp bench/fresh.lua bench/same.lua "$work/"
 
 measure() { # name url [script]
   local name=$1 url=$2 script=${3:-} n total
-  wrk -t1 -c8 -d2s ${script:+-s "$script"} "$url" >/dev/null
+  # Its own ID prefix per run: the measured run's fresh operations are not the warm-up's.
+  wrk -t1 -c8 -d2s ${script:+-s "$script"} "$url" ${script:+-- warm} >/dev/null
   # By PID: without it, callgrind_control zeroes and dumps every callgrind process on the machine.
   callgrind_control -z "$pid" >/dev/null 2>&1
-  n=$(wrk -t1 -c8 -d8s ${script:+-s "$script"} "$url" | awk '/requests in/ {print $1}')
+  n=$(wrk -t1 -c8 -d8s ${script:+-s "$script"} "$url" ${script:+-- run} | awk '/requests in/ {print $1}')
   callgrind_control -d "$pid" >/dev/null 2>&1
   sleep 1
   total=$(callgrind_annotate "$(ls "$work"/cg.out.* | head -1)" 2>/dev/null |

@@ -1,7 +1,7 @@
 # What bench/run.sh and bench/pg.sh share, sourced by both after they set duration, conns_list,
 # workers and bench_dir: the tools, a work dir removed at exit (with the nginx and idemproxy
 # processes started here; a caller may define cleanup_more), the nginx upstream and reverse proxy,
-# the wrk scripts, start_proxy/stop_proxy, `run` (one wrk per URL, with the CPU time of the
+# the wrk scripts (copied from bench/*.lua), start_proxy/stop_proxy, `run` (one wrk per URL, with the CPU time of the
 # processes in $measured) and print_table.
 command -v wrk >/dev/null || { echo "bench: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
 if ! command -v nginx >/dev/null; then
@@ -52,23 +52,8 @@ nginx_conf upstream "$up_port" \
 nginx_conf proxy "$ngx_port" \
   'proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection "";'
 
-cat > "$work/fresh.lua" <<'LUA'
-local prefix, n = "x", 0
-init = function(args) prefix = args[1] end
-request = function()
-  n = n + 1
-  return wrk.format("POST", "/bench/v1/refunds",
-    {["x-operation-id"] = prefix .. "-" .. n, ["content-type"] = "application/json"},
-    '{"amount":100,"currency":"usd"}')
-end
-LUA
-cat > "$work/same.lua" <<'LUA'
-request = function()
-  return wrk.format("POST", "/bench/v1/refunds",
-    {["x-operation-id"] = "replayed-op", ["content-type"] = "application/json"},
-    '{"amount":100,"currency":"usd"}')
-end
-LUA
+# The wrk scripts (bench/fresh.lua: a new operation per request; bench/same.lua: replays).
+cp bench/fresh.lua bench/same.lua "$work/"
 
 # Set by the caller before start_proxy: ledger_url (a postgres:// URL instead of ledger.redb) and
 # proxy_extra (more proxy.toml, e.g. a [replicas] table).
