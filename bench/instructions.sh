@@ -50,18 +50,7 @@ listen = "127.0.0.1:$px"
 admin_listen = "127.0.0.1:$adm"
 ledger = "ledger.redb"
 TOML
-cat > "$work/policies/bench.toml" <<TOML
-[provider]
-name = "bench"
-upstream = "http://127.0.0.1:$up"
-mount = "/bench"
-dedupe = "key"
-
-[[route]]
-name = "refund"
-match = "POST /v1/refunds"
-operation_id = ["{header:x-operation-id}"]
-TOML
+sed "s|@UPSTREAM@|http://127.0.0.1:$up|" bench/policy.toml > "$work/policies/bench.toml"
 cp bench/fresh.lua bench/same.lua "$work/"
 
 measure() { # name url [script]

@@ -69,18 +69,7 @@ admin_listen = "127.0.0.1:$(free_port)"
 ledger = "${ledger_url:-ledger.redb}"
 $proxy_extra
 TOML
-  cat > "$dir/policies/bench.toml" <<TOML
-[provider]
-name = "bench"
-upstream = "http://127.0.0.1:$up_port"
-mount = "/bench"
-dedupe = "key"
-
-[[route]]
-name = "refund"
-match = "POST /v1/refunds"
-operation_id = ["{header:x-operation-id}"]
-TOML
+  sed "s|@UPSTREAM@|http://127.0.0.1:$up_port|" bench/policy.toml > "$dir/policies/bench.toml"
   sync
   local t0; t0=$(date +%s%N)
   "${bin:-./target/release/idemproxy}" serve -c "$dir/proxy.toml" > "$dir/ready" 2> "$dir/proxy.log" &
