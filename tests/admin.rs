@@ -388,6 +388,37 @@ async fn resolving_succeeded_makes_replays_answer_the_given_response() {
     assert_eq!(again.json()["state"], "succeeded");
 }
 
+/// A succeeded resolution without `body` would store an empty answer that every later replay
+/// returns (an SDK then fails to parse it); the API refuses it as the CLI does, and an answer
+/// that really had no body says so with `"body": ""`.
+#[tokio::test]
+async fn resolving_succeeded_needs_the_body_said_even_when_empty() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = start(&provider, "").await;
+    let id = unknown_op(&proxy, &provider, "op-1").await;
+    let path = format!("/ops/{}/resolve", seg(&id));
+    for body in [
+        json!({"outcome": "succeeded"}),
+        json!({"outcome": "succeeded", "status": 201, "headers": {}}),
+        json!({"outcome": "succeeded", "body": null}),
+    ] {
+        let refused = post(&proxy, &path, body.clone()).await;
+        problem(&refused, StatusCode::BAD_REQUEST, "bad-request");
+        let detail = refused.json()["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(detail.contains("`body`"), "{body}: {detail}");
+        assert_eq!(show(&proxy, &id).await["state"], "unknown", "{body}");
+    }
+    let empty = json!({"outcome": "succeeded", "status": 204, "body": ""});
+    let resolved = post(&proxy, &path, empty).await;
+    assert_eq!(resolved.status, StatusCode::OK, "{}", resolved.text());
+    let replay = agent(&proxy, "things", "op-1").await;
+    assert_eq!(replay.status, StatusCode::NO_CONTENT);
+    assert_eq!(provider.request_count(), 1, "nothing more was sent");
+}
+
 #[tokio::test]
 async fn resolving_failed_lets_the_next_replay_dispatch_again() {
     let provider = FakeProvider::start(Behavior::echo()).await;

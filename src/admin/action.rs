@@ -122,7 +122,16 @@ fn stored_response(
             "`status` must be from 200 to 599, not {status}."
         )));
     }
-    let body = Bytes::from(body.unwrap_or_default());
+    // Every later replay answers this body: left out, it would be an empty answer the agent's
+    // SDK fails to parse. An answer that had no body says so with "".
+    let Some(body) = body else {
+        return Err(AdminError::BadRequest(
+            "A succeeded resolution needs `body`: the provider's answer as its API returned it, \
+             which every later replay returns (\"\" for an answer without a body)."
+                .into(),
+        ));
+    };
+    let body = Bytes::from(body);
     if body.len() as u64 > max_body {
         return Err(AdminError::TooLarge(max_body));
     }

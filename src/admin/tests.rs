@@ -163,6 +163,8 @@ fn resolution_bodies_are_validated() {
         br#"{"outcome":"succeeded","status":99}"#,
         br#"{"outcome":"succeeded","headers":{"bad name":"v"}}"#,
         br#"{"outcome":"succeeded","extra":1}"#,
+        br#"{"outcome":"succeeded"}"#,
+        br#"{"outcome":"succeeded","status":204,"body":null}"#,
         b"{not json",
         b"",
     ] {
@@ -183,7 +185,8 @@ fn resolution_bodies_are_validated() {
 
 #[test]
 fn stored_headers_lose_cookies_hop_by_hop_length_and_redacted() {
-    let body = br#"{"outcome":"succeeded","headers":{"set-cookie":"a=b","connection":"close",
+    let body =
+        br#"{"outcome":"succeeded","body":"","headers":{"set-cookie":"a=b","connection":"close",
         "content-length":"99","x-secret":"s","idempotent-replayed":"false","x-keep":"1"}}"#;
     let redact = [HeaderName::from_static("x-secret")];
     let Ok(Resolution::Succeeded { response, .. }) = parse_resolution(body, &redact, 1024) else {
