@@ -234,6 +234,17 @@ pub enum Checked {
     Ready { schema: i64 },
     /// Reachable, but no ledger yet: the first start creates it.
     Empty,
+    /// A ledger an `idemproxy ledger copy` began filling and never finished: it holds only
+    /// part of its source, and `serve` refuses to open it ([`Checked::UNFINISHED`] says why).
+    Unfinished,
+    /// A ledger file that cannot be looked at without changing it: a running process holds
+    /// it, or a killed one left it for the next start to repair.
+    NotRead,
+}
+
+impl Checked {
+    /// Why an unfinished copy is refused, and what to do.
+    pub const UNFINISHED: &str = copy::UNFINISHED;
 }
 
 impl Ledger {
@@ -271,13 +282,22 @@ impl Ledger {
         }
     }
 
-    /// Looks at a PostgreSQL ledger without changing it (for `idemproxy check`): whether it
-    /// can be reached, its schema is one this binary knows, and it was first used with
-    /// `secret_check`. A file ledger is not opened (a running proxy holds it): `None`.
-    pub async fn check(at: &LedgerAt, secret_check: &str) -> Option<Result<Checked, LedgerError>> {
+    /// Looks at a ledger without changing it (for `idemproxy check`). A PostgreSQL ledger:
+    /// whether it can be reached, its schema is one this binary knows, it was first used with
+    /// `secret_check`, and no copy into it was left unfinished. A file: whether a copy into
+    /// it was left unfinished, read from a read-only open (`NotRead` while a process holds
+    /// it, `Empty` when there is no file yet; its secret is not looked at).
+    pub async fn check(at: &LedgerAt, secret_check: &str) -> Result<Checked, LedgerError> {
         match at {
-            LedgerAt::File(_) => None,
-            LedgerAt::Postgres(url) => Some(postgres::check(url, secret_check).await),
+            LedgerAt::File(path) => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || redb::check(&path))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(LedgerError::Unavailable(format!("the check failed: {e}")))
+                    })
+            }
+            LedgerAt::Postgres(url) => postgres::check(url, secret_check).await,
         }
     }
 

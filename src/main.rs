@@ -129,36 +129,52 @@ fn check(path: PathBuf) -> ExitCode {
     }
 }
 
-/// A PostgreSQL ledger must be reachable, of a schema this binary knows, and kept with this
-/// installation's secret; a file ledger is not opened (a running proxy holds it).
+/// The ledger must be one `serve` would open: a PostgreSQL ledger reachable, of a schema this
+/// binary knows and kept with this installation's secret; either kind not left half filled by
+/// an unfinished `ledger copy`. A file ledger is only read (a running proxy holds it: then it
+/// is not looked at).
 fn check_ledger(config: &idemproxy::config::Config) -> Result<(), String> {
     use idemproxy::config::LedgerAt;
     use idemproxy::ledger::{Checked, Ledger, LedgerError};
     use idemproxy::secret::Secret;
-    let LedgerAt::Postgres(url) = &config.ledger else {
-        return Ok(());
+    let shown = match &config.ledger {
+        LedgerAt::File(path) => path.display().to_string(),
+        LedgerAt::Postgres(url) => url.to_string(),
     };
-    let secret = Secret::load(&config.ledger).map_err(|e| e.to_string())?;
+    // A file ledger's secret is not compared: only a PostgreSQL one needs it here.
+    let check_value = match &config.ledger {
+        LedgerAt::File(_) => String::new(),
+        LedgerAt::Postgres(_) => Secret::load(&config.ledger)
+            .map_err(|e| e.to_string())?
+            .check_value(),
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    let checked = runtime.block_on(Ledger::check(&config.ledger, &secret.check_value()));
+    let checked = runtime.block_on(Ledger::check(&config.ledger, &check_value));
+    let file = config.file.display();
     match checked {
-        None | Some(Ok(Checked::Ready { .. })) => Ok(()),
-        Some(Ok(Checked::Empty)) => {
-            println!("ledger {url}: reachable; holds no ledger yet (the first start creates it)");
+        Ok(Checked::Ready { .. } | Checked::NotRead) => Ok(()),
+        Ok(Checked::Empty) => {
+            if let LedgerAt::Postgres(_) = &config.ledger {
+                println!(
+                    "ledger {shown}: reachable; holds no ledger yet (the first start creates it)"
+                );
+            }
             Ok(())
         }
-        Some(Err(LedgerError::OtherSecret { .. })) => {
+        Ok(Checked::Unfinished) => Err(format!("{file}: ledger: {shown}: {}", Checked::UNFINISHED)),
+        Err(LedgerError::OtherSecret { .. }) => {
             Err(Secret::other_secret(&config.ledger).to_string())
         }
-        Some(Err(LedgerError::Open { reason, .. })) => Err(format!(
-            "{}: ledger: {url} cannot be reached: {reason} (check the URL, the network and \
-             that PostgreSQL is running)",
-            config.file.display()
-        )),
-        Some(Err(e)) => Err(format!("{}: ledger: {e}", config.file.display())),
+        Err(LedgerError::Open { reason, .. }) if matches!(config.ledger, LedgerAt::Postgres(_)) => {
+            Err(format!(
+                "{file}: ledger: {shown} cannot be reached: {reason} (check the URL, the network \
+                 and that PostgreSQL is running)"
+            ))
+        }
+        Err(e) => Err(format!("{file}: ledger: {e}")),
     }
 }
 

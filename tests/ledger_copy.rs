@@ -500,3 +500,93 @@ async fn a_ledger_copied_to_postgresql_and_back_answers_as_its_source() {
         "every answer came from a ledger"
     );
 }
+
+/// Marks `ledger` (a file) as a copy that never finished, as a copy killed between its first
+/// and its last page leaves it (the mark is the copy's first write and its last removes it).
+fn mark_unfinished(ledger: &Path) {
+    const META: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+    let db = redb::Database::open(ledger).expect("open the copied ledger");
+    let txn = db.begin_write().unwrap();
+    txn.open_table(META)
+        .unwrap()
+        .insert("copy_unfinished", 1)
+        .unwrap();
+    txn.commit().unwrap();
+}
+
+/// `check` says what `serve` would refuse: a ledger a copy left half filled, file or
+/// PostgreSQL (named without its password), and passes the same ledgers whole.
+#[tokio::test]
+async fn check_refuses_a_ledger_a_copy_left_unfinished_as_serve_does() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let mut proxy = builder(&provider, QUICK_KEYS, &refund_route(""))
+        .env("IDEMPROXY_SECRET", SECRET)
+        .start()
+        .await;
+    assert_eq!(
+        refund(&proxy, "wf-ok", "amount=2").await.status,
+        StatusCode::OK
+    );
+    proxy.terminate().await;
+    let dir = proxy.dir();
+    let (ok, _, stderr) = dir
+        .run_cli(&["check", "-c", dir.config_path().to_str().unwrap()])
+        .await;
+    assert!(ok.success(), "{stderr}");
+
+    let db = Db::new().await;
+    let file = dir.path().join("ledger.redb");
+    let (copied, _, stderr) = copy_between(dir, file.to_str().unwrap(), &db.url).await;
+    assert!(copied, "{stderr}");
+    let on_pg = proxy_on(&provider, &db.url);
+    let pg_config = on_pg.config_path();
+    let (ok, _, stderr) = on_pg
+        .run_cli(&["check", "-c", pg_config.to_str().unwrap()])
+        .await;
+    assert!(ok.success(), "{stderr}");
+    let client = {
+        let url = format!("postgres://postgres@127.0.0.1:5432/{}", db.name);
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+    };
+    client
+        .batch_execute("INSERT INTO meta (key, value) VALUES ('copy_unfinished', '1')")
+        .await
+        .unwrap();
+    let (ok, _, stderr) = on_pg
+        .run_cli(&["check", "-c", pg_config.to_str().unwrap()])
+        .await;
+    assert_eq!(ok.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&db.shown()) && stderr.contains("did not finish"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(PASSWORD), "{stderr}");
+    let (served, _, serve_err) = on_pg
+        .run_cli(&["serve", "-c", pg_config.to_str().unwrap()])
+        .await;
+    assert!(
+        !served.success() && serve_err.contains("did not finish"),
+        "{serve_err}"
+    );
+
+    mark_unfinished(&file);
+    let (ok, _, stderr) = dir
+        .run_cli(&["check", "-c", dir.config_path().to_str().unwrap()])
+        .await;
+    assert_eq!(ok.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("ledger.redb") && stderr.contains("did not finish"),
+        "{stderr}"
+    );
+    let (served, _, serve_err) = dir
+        .run_cli(&["serve", "-c", dir.config_path().to_str().unwrap()])
+        .await;
+    assert!(
+        !served.success() && serve_err.contains("did not finish"),
+        "{serve_err}"
+    );
+}

@@ -341,6 +341,35 @@ fn open_blocking(
     Ok((db, epoch, orphaned))
 }
 
+/// `Ledger::check` on a file: opened read-only (never created, repaired or locked against a
+/// proxy), only to read the unfinished-copy mark.
+pub(super) fn check(path: &Path) -> Result<super::Checked, LedgerError> {
+    use super::Checked;
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Checked::Empty),
+        Err(e) => return Err(open_error(path, e)),
+        // An empty file is what the first start makes a ledger of.
+        Ok(meta) if meta.len() == 0 => return Ok(Checked::Empty),
+        Ok(_) => {}
+    }
+    let db = match Database::builder()
+        .set_cache_size(CACHE_BYTES)
+        .open_read_only(path)
+    {
+        Ok(db) => db,
+        Err(redb::DatabaseError::DatabaseAlreadyOpen | redb::DatabaseError::RepairAborted) => {
+            return Ok(Checked::NotRead);
+        }
+        Err(e) => return Err(open_error(path, e)),
+    };
+    let txn = db.begin_read().map_err(|e| open_error(path, e))?;
+    match store::copy_unfinished_in(&txn) {
+        Ok(true) => Ok(Checked::Unfinished),
+        Ok(false) => Ok(Checked::Ready { schema: 0 }),
+        Err(fault) => Err(open_error(path, fault)),
+    }
+}
+
 /// redb's page cache, bounded: it would otherwise grow to 1 GiB with a large ledger, and the
 /// hot data of a guarded request (one operation, its index entries) is small.
 const CACHE_BYTES: usize = 32 << 20;

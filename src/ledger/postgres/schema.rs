@@ -173,7 +173,10 @@ pub(super) async fn check(
     };
     let conn = Conn::get(pool).await.map_err(unreachable)?;
     let rows = match conn
-        .raw_query("SELECT key, value FROM meta WHERE key IN ('schema_version', 'secret_check')")
+        .raw_query(
+            "SELECT key, value FROM meta \
+             WHERE key IN ('schema_version', 'secret_check', 'copy_unfinished')",
+        )
         .await
     {
         Ok(rows) => rows,
@@ -196,6 +199,9 @@ pub(super) async fn check(
             found: schema,
             known: VERSION,
         });
+    }
+    if value("copy_unfinished").is_some() {
+        return Ok(Checked::Unfinished);
     }
     match value("secret_check") {
         Some(kept) if kept != secret_check => Err(LedgerError::OtherSecret {
