@@ -408,6 +408,18 @@ impl Ledger {
         }
     }
 
+    /// Ends this process's hold on the ledger, at a graceful stop once its requests are done
+    /// (or the grace ran out). A PostgreSQL replica's lease lapses now instead of a lease
+    /// later: the other replicas orphan what it left in flight at once, and `ledger copy`
+    /// may run. A file ledger has nothing to end (its lock goes with the process). Reads
+    /// still work afterwards; a PostgreSQL replica's new claims are refused.
+    pub async fn release(&self) {
+        match &self.0 {
+            Backend::Redb(_) => {}
+            Backend::Postgres(pg) => pg.release().await,
+        }
+    }
+
     /// The live operation stored under `id`, if any (never a tombstone: see `tombstone`).
     pub async fn get(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
         match &self.0 {

@@ -126,6 +126,8 @@ impl Server {
             replays_abort.abort();
             tracing::warn!("shutdown grace elapsed with requests still running");
         }
+        // Nothing of this process claims any more: a shared ledger need not wait a lease.
+        app.ledger.release().await;
     }
 }
 

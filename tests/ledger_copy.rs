@@ -590,3 +590,44 @@ async fn check_refuses_a_ledger_a_copy_left_unfinished_as_serve_does() {
         "{serve_err}"
     );
 }
+
+/// A replica stopped gracefully ends its lease on the way out, so a copy may run at once; one
+/// that was killed still holds the ledger until its lease lapses (10 s here), and the copy is
+/// refused meanwhile.
+#[tokio::test]
+async fn a_replica_stopped_gracefully_lets_a_copy_run_at_once() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let db = Db::new().await;
+    let dir = proxy_on(&provider, &db.url);
+    let toml = std::fs::read_to_string(dir.config_path()).unwrap();
+    std::fs::write(
+        dir.config_path(),
+        toml.replace("lease = \"1s\"", "lease = \"10s\""),
+    )
+    .unwrap();
+    let mut proxy = dir.start().await;
+    assert_eq!(
+        refund(&proxy, "wf-ok", "amount=2").await.status,
+        StatusCode::OK
+    );
+    proxy.terminate().await;
+    let at_once = proxy.dir().path().join("at-once.redb");
+    let (ok, stdout, stderr) = copy_between(proxy.dir(), &db.url, at_once.to_str().unwrap()).await;
+    assert!(ok, "refused after a graceful stop: {stderr}");
+    assert!(stdout.starts_with("copied 1 operations"), "{stdout}");
+
+    proxy.restart().await;
+    assert_eq!(
+        refund(&proxy, "wf-ok", "amount=2").await.status,
+        StatusCode::OK,
+        "a replay"
+    );
+    proxy.kill().await;
+    let killed = proxy.dir().path().join("after-kill.redb");
+    let (ok, _, stderr) = copy_between(proxy.dir(), &db.url, killed.to_str().unwrap()).await;
+    assert!(!ok, "a killed replica's lease is still live");
+    assert!(
+        stderr.contains("by a replica whose lease is live"),
+        "{stderr}"
+    );
+}

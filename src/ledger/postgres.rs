@@ -45,6 +45,8 @@ use crate::operation::{Event, Operation, State, StoredResponse, Write};
 
 /// The longest any one call may take before the ledger answers `Unavailable`.
 const OP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest a graceful stop waits to end its lease.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The PostgreSQL ledger: a cheap `Clone` handle. The lease's tasks stop when the last clone
 /// is dropped.
@@ -292,6 +294,23 @@ impl Postgres {
     pub fn abandon(&self, id: &str, fence: u64) {
         let core = Arc::clone(self.core());
         tokio::spawn(lease::abandon(core, id.to_owned(), fence));
+    }
+
+    /// `Ledger::release` on this database: the heartbeat and the sweep stop first, so
+    /// nothing renews the lease after it ends.
+    pub async fn release(&self) {
+        let core = self.core();
+        core.stop.cancel();
+        // Bounded tighter than a call: an unreachable database must not hold up the exit.
+        match tokio::time::timeout(RELEASE_TIMEOUT, lease::release(core)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(fault)) => {
+                tracing::warn!(error = %fault, "the ledger lease could not be ended; it lapses by itself");
+            }
+            Err(_) => {
+                tracing::warn!("the ledger lease could not be ended in time; it lapses by itself")
+            }
+        }
     }
 
     /// Runs one read on a pooled connection, bounded in time.
