@@ -11,16 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v perf >/dev/null || { echo "profile: perf is missing (apt-get install linux-perf)" >&2; exit 1; }
-conns=${1:-64}
-duration=6s; conns_list=$conns; workers=$(nproc); bench_dir=target/bench
-bin=${IDEMPROXY_BIN:-./target/release/idemproxy}
-if [ -z "${IDEMPROXY_BIN:-}" ]; then cargo build --release --quiet --bin idemproxy; fi
-mkdir -p "$bench_dir"
-source bench/lib.sh
-
-start_proxy profile
-url="http://127.0.0.1:$proxy_port/bench/v1/refunds"
-wrk -t1 -c"$conns" -d2s -s "$work/fresh.lua" "$url" -- warm >/dev/null
+name=profile
+source bench/fresh-setup.sh "$@"
 perf record -q -F 1999 -p "$proxy_pid" -o "$work/perf.data" >/dev/null 2>&1 & perf_pid=$!
 sleep 0.3
 n=$(wrk -t1 -c"$conns" -d"$duration" -s "$work/fresh.lua" "$url" -- run | awk '/requests in/ {print $1}')

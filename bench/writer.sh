@@ -10,17 +10,9 @@
 # the time per commit. CPU per operation moves far less with the machine's load than req/s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-conns=${1:-64}
-duration=6s; conns_list=$conns; workers=$(nproc); bench_dir=target/bench
-bin=${IDEMPROXY_BIN:-./target/release/idemproxy}
-if [ -z "${IDEMPROXY_BIN:-}" ]; then cargo build --release --quiet --bin idemproxy; fi
-mkdir -p "$bench_dir"
-source bench/lib.sh
-
-start_proxy writer
-url="http://127.0.0.1:$proxy_port/bench/v1/refunds"
+name=writer
+source bench/fresh-setup.sh "$@"
 admin=$(sed -n 's/^admin_listen = "\(.*\)"/\1/p' "$work/writer/proxy.toml")
-wrk -t1 -c"$conns" -d2s -s "$work/fresh.lua" "$url" -- warm >/dev/null
 
 # CPU ticks of the threads named $1 (the writer is "idemproxy-ledge", truncated by the kernel).
 thread_ticks() {
