@@ -206,17 +206,27 @@ enum Next {
 /// would leave the operation `in_flight` with nothing sent, refusing every replay as
 /// `in-flight` and, after a restart, holding it as `unknown`. So the claim and the attempt
 /// it allows (or the reconciliation it asks for) run together, to their end.
-async fn detached(app: &Arc<App>, names: Names, op: Identified) -> Result<Next, Problem> {
+///
+/// Spawned when called, not when first polled: the task's future (claim and attempt, about
+/// 12 KB) is built on this function's stack and moved into the task, so the handler's own
+/// future, allocated and copied for every guarded request, only holds the receiver.
+fn detached(
+    app: &Arc<App>,
+    names: Names,
+    op: Identified,
+) -> impl Future<Output = Result<Next, Problem>> + use<> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let task_app = app.clone();
     app.background.spawn(async move {
         let _ = tx.send(claim_and_send(&task_app, &names, op).await);
     });
-    rx.await.unwrap_or_else(|_| {
-        Err(Problem::LedgerUnavailable(
-            "the claim ended without an answer".into(),
-        ))
-    })
+    async move {
+        rx.await.unwrap_or_else(|_| {
+            Err(Problem::LedgerUnavailable(
+                "the claim ended without an answer".into(),
+            ))
+        })
+    }
 }
 
 async fn claim_and_send(app: &Arc<App>, names: &Names, op: Identified) -> Result<Next, Problem> {

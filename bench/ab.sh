@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Two builds of idemproxy side by side: each round starts build A, then build B, on a fresh
+# ledger and measures one scenario with wrk (-t1, CONNS connections, 5 s, after a 1 s warm-up),
+# so the machine's drift from minute to minute falls on both alike. Prints req/s and the
+# proxy's CPU time per request of every run, then B's median over A's for both.
+#
+#   bench/ab.sh BIN_A BIN_B [SCENARIO] [ROUNDS] [CONNS]
+#       SCENARIO: replay (default), fresh or pass; ROUNDS default 3; CONNS default 64
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 2 ] || { sed -n '2,8p' "$0" >&2; exit 2; }
+bin_a=$1; bin_b=$2; scenario=${3:-replay}; rounds=${4:-3}; conns=${5:-64}
+duration=5s; conns_list=$conns; workers=$(nproc); bench_dir=target/bench
+mkdir -p "$bench_dir"
+source bench/lib.sh
+
+declare -A cpu_of reqs_of
+for round in $(seq "$rounds"); do
+  for side in A B; do
+    if [ "$side" = A ]; then bin=$bin_a; else bin=$bin_b; fi
+    start_proxy "$side$round"
+    measured=$proxy_pid
+    base="http://127.0.0.1:$proxy_port/bench"
+    case $scenario in
+      replay) url="$base/v1/refunds"; script="$work/same.lua"; arg="" ;;
+      fresh) url="$base/v1/refunds"; script="$work/fresh.lua"; arg="$side$round" ;;
+      pass) url="$base/v1/ping"; script=""; arg="" ;;
+      *) echo "ab: unknown scenario $scenario" >&2; exit 2 ;;
+    esac
+    wrk -t1 -c"$conns" -d1s ${script:+-s "$script"} "$url" ${arg:+-- "warm$arg"} >/dev/null
+    run "$side" "$conns" "$url" "$script" "$arg"
+    read -r _ _ rps _ _ errs cpu <<<"${rows[-1]}"
+    printf '%s round %d: %7d req/s  %6.1f µs CPU/req  %d errors\n' "$side" "$round" "$rps" "$cpu" "$errs"
+    reqs_of[$side]+="$rps "; cpu_of[$side]+="$cpu "
+    stop_proxy
+  done
+done
+median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+awk -v ra="$(median <<<"${reqs_of[A]}")" -v rb="$(median <<<"${reqs_of[B]}")" \
+    -v ca="$(median <<<"${cpu_of[A]}")" -v cb="$(median <<<"${cpu_of[B]}")" -v s="$scenario" -v c="$conns" \
+  'BEGIN {printf "%s at %d connections, B over A (medians): req/s %.3f, CPU per request %.3f\n", s, c, rb/ra, cb/ca}'
