@@ -230,7 +230,8 @@ impl Fences {
 /// What `Ledger::check` found at a ledger's location.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Checked {
-    /// A ledger with this schema version, kept with the same secret (or none yet).
+    /// A ledger with this schema version, kept with the same secret (or none yet). A file
+    /// answers `schema: 0` (its layout has no version number) and its secret is not compared.
     Ready { schema: i64 },
     /// Reachable, but no ledger yet: the first start creates it.
     Empty,
@@ -410,8 +411,8 @@ impl Ledger {
 
     /// Ends this process's hold on the ledger, at a graceful stop once its requests are done
     /// (or the grace ran out). A PostgreSQL replica's lease lapses now instead of a lease
-    /// later: the other replicas orphan what it left in flight at once, and `ledger copy`
-    /// may run. A file ledger has nothing to end (its lock goes with the process). Reads
+    /// later: what it left in flight is the others' to orphan (at their next sweep, or when a
+    /// request for it arrives), and `ledger copy` may run. A file ledger has nothing to end (its lock goes with the process). Reads
     /// still work afterwards; a PostgreSQL replica's new claims are refused.
     pub async fn release(&self) {
         match &self.0 {

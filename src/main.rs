@@ -137,16 +137,15 @@ fn check_ledger(config: &idemproxy::config::Config) -> Result<(), String> {
     use idemproxy::config::LedgerAt;
     use idemproxy::ledger::{Checked, Ledger, LedgerError};
     use idemproxy::secret::Secret;
-    let shown = match &config.ledger {
-        LedgerAt::File(path) => path.display().to_string(),
-        LedgerAt::Postgres(url) => url.to_string(),
-    };
+    // `Display` shows a URL's password as `***`.
+    let shown = &config.ledger;
+    let postgres = matches!(shown, LedgerAt::Postgres(_));
     // A file ledger's secret is not compared: only a PostgreSQL one needs it here.
-    let check_value = match &config.ledger {
-        LedgerAt::File(_) => String::new(),
-        LedgerAt::Postgres(_) => Secret::load(&config.ledger)
+    let check_value = match postgres {
+        true => Secret::load(shown)
             .map_err(|e| e.to_string())?
             .check_value(),
+        false => String::new(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -157,7 +156,7 @@ fn check_ledger(config: &idemproxy::config::Config) -> Result<(), String> {
     match checked {
         Ok(Checked::Ready { .. } | Checked::NotRead) => Ok(()),
         Ok(Checked::Empty) => {
-            if let LedgerAt::Postgres(_) = &config.ledger {
+            if postgres {
                 println!(
                     "ledger {shown}: reachable; holds no ledger yet (the first start creates it)"
                 );
@@ -168,12 +167,10 @@ fn check_ledger(config: &idemproxy::config::Config) -> Result<(), String> {
         Err(LedgerError::OtherSecret { .. }) => {
             Err(Secret::other_secret(&config.ledger).to_string())
         }
-        Err(LedgerError::Open { reason, .. }) if matches!(config.ledger, LedgerAt::Postgres(_)) => {
-            Err(format!(
-                "{file}: ledger: {shown} cannot be reached: {reason} (check the URL, the network \
+        Err(LedgerError::Open { reason, .. }) if postgres => Err(format!(
+            "{file}: ledger: {shown} cannot be reached: {reason} (check the URL, the network \
                  and that PostgreSQL is running)"
-            ))
-        }
+        )),
         Err(e) => Err(format!("{file}: ledger: {e}")),
     }
 }

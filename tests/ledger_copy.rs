@@ -366,8 +366,13 @@ struct Db {
 const PASSWORD: &str = "hunter2-never-shown";
 
 async fn admin_client() -> tokio_postgres::Client {
-    let url = "postgres://postgres@127.0.0.1:5432/test";
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+    client_of("test").await
+}
+
+/// A connection to the local database `name` (trust authentication: no password).
+async fn client_of(name: &str) -> tokio_postgres::Client {
+    let url = format!("postgres://postgres@127.0.0.1:5432/{name}");
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
         .unwrap_or_else(|e| panic!("these tests need PostgreSQL at {url}: {e}"));
     tokio::spawn(connection);
@@ -514,6 +519,29 @@ fn mark_unfinished(ledger: &Path) {
     txn.commit().unwrap();
 }
 
+/// `idemproxy VERB -c proxy.toml` for `dir`: its exit status and what it printed on stderr.
+async fn run_verb(dir: &ConfigDir, verb: &str) -> (std::process::ExitStatus, String) {
+    let config = dir.config_path();
+    let (status, _, stderr) = dir.run_cli(&[verb, "-c", config.to_str().unwrap()]).await;
+    (status, stderr)
+}
+
+/// `check` exits 2 naming `ledger` as an unfinished copy, and `serve` refuses to start on it.
+async fn refused_as_unfinished(dir: &ConfigDir, ledger: &str) {
+    let (status, stderr) = run_verb(dir, "check").await;
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(ledger) && stderr.contains("did not finish"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(PASSWORD), "{stderr}");
+    let (served, stderr) = run_verb(dir, "serve").await;
+    assert!(
+        !served.success() && stderr.contains("did not finish"),
+        "{stderr}"
+    );
+}
+
 /// `check` says what `serve` would refuse: a ledger a copy left half filled, file or
 /// PostgreSQL (named without its password), and passes the same ledgers whole.
 #[tokio::test]
@@ -529,66 +557,25 @@ async fn check_refuses_a_ledger_a_copy_left_unfinished_as_serve_does() {
     );
     proxy.terminate().await;
     let dir = proxy.dir();
-    let (ok, _, stderr) = dir
-        .run_cli(&["check", "-c", dir.config_path().to_str().unwrap()])
-        .await;
-    assert!(ok.success(), "{stderr}");
+    let (status, stderr) = run_verb(dir, "check").await;
+    assert!(status.success(), "{stderr}");
 
     let db = Db::new().await;
     let file = dir.path().join("ledger.redb");
     let (copied, _, stderr) = copy_between(dir, file.to_str().unwrap(), &db.url).await;
     assert!(copied, "{stderr}");
     let on_pg = proxy_on(&provider, &db.url);
-    let pg_config = on_pg.config_path();
-    let (ok, _, stderr) = on_pg
-        .run_cli(&["check", "-c", pg_config.to_str().unwrap()])
-        .await;
-    assert!(ok.success(), "{stderr}");
-    let client = {
-        let url = format!("postgres://postgres@127.0.0.1:5432/{}", db.name);
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
-        client
-    };
-    client
+    let (status, stderr) = run_verb(&on_pg, "check").await;
+    assert!(status.success(), "{stderr}");
+    client_of(&db.name)
+        .await
         .batch_execute("INSERT INTO meta (key, value) VALUES ('copy_unfinished', '1')")
         .await
         .unwrap();
-    let (ok, _, stderr) = on_pg
-        .run_cli(&["check", "-c", pg_config.to_str().unwrap()])
-        .await;
-    assert_eq!(ok.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains(&db.shown()) && stderr.contains("did not finish"),
-        "{stderr}"
-    );
-    assert!(!stderr.contains(PASSWORD), "{stderr}");
-    let (served, _, serve_err) = on_pg
-        .run_cli(&["serve", "-c", pg_config.to_str().unwrap()])
-        .await;
-    assert!(
-        !served.success() && serve_err.contains("did not finish"),
-        "{serve_err}"
-    );
+    refused_as_unfinished(&on_pg, &db.shown()).await;
 
     mark_unfinished(&file);
-    let (ok, _, stderr) = dir
-        .run_cli(&["check", "-c", dir.config_path().to_str().unwrap()])
-        .await;
-    assert_eq!(ok.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("ledger.redb") && stderr.contains("did not finish"),
-        "{stderr}"
-    );
-    let (served, _, serve_err) = dir
-        .run_cli(&["serve", "-c", dir.config_path().to_str().unwrap()])
-        .await;
-    assert!(
-        !served.success() && serve_err.contains("did not finish"),
-        "{serve_err}"
-    );
+    refused_as_unfinished(dir, "ledger.redb").await;
 }
 
 /// A replica stopped gracefully ends its lease on the way out, so a copy may run at once; one
