@@ -2,10 +2,12 @@
 # Two builds of idemproxy side by side: each round starts build A, then build B, on a fresh
 # ledger and measures one scenario with wrk (-t1, CONNS connections, 5 s, after a 1 s warm-up),
 # so the machine's drift from minute to minute falls on both alike. Prints req/s and the
-# proxy's CPU time per request of every run, then B's median over A's for both.
+# proxy's CPU time per request and peak RSS of every run, then B's median over A's for req/s and CPU.
 #
 #   bench/ab.sh BIN_A BIN_B [SCENARIO] [ROUNDS] [CONNS]
 #       SCENARIO: replay (default), fresh or pass; ROUNDS default 3; CONNS default 64
+#   AB_LEDGER=PATH starts each run on a copy of that ledger (e.g. target/bench/ledger-1000000.redb
+#   from bench/run.sh) instead of an empty one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { sed -n '2,8p' "$0" >&2; exit 2; }
@@ -18,7 +20,7 @@ declare -A cpu_of reqs_of
 for round in $(seq "$rounds"); do
   for side in A B; do
     if [ "$side" = A ]; then bin=$bin_a; else bin=$bin_b; fi
-    start_proxy "$side$round"
+    start_proxy "$side$round" ${AB_LEDGER:+"$AB_LEDGER"}
     measured=$proxy_pid
     base="http://127.0.0.1:$proxy_port/bench"
     case $scenario in
@@ -30,9 +32,10 @@ for round in $(seq "$rounds"); do
     wrk -t1 -c"$conns" -d1s ${script:+-s "$script"} "$url" ${arg:+-- "warm$arg"} >/dev/null
     run "$side" "$conns" "$url" "$script" "$arg"
     read -r _ _ rps _ _ errs cpu <<<"${rows[-1]}"
-    printf '%s round %d: %7d req/s  %6.1f µs CPU/req  %d errors\n' "$side" "$round" "$rps" "$cpu" "$errs"
+    printf '%s round %d: %7d req/s  %6.1f µs CPU/req  %d errors  peak RSS %s\n' "$side" "$round" "$rps" "$cpu" "$errs" "$(peak_rss)"
     reqs_of[$side]+="$rps "; cpu_of[$side]+="$cpu "
     stop_proxy
+    rm -f "$work/$side$round/ledger.redb"
   done
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }

@@ -13,10 +13,12 @@
 #   fresh        wrk -> idemproxy (a new operation ID per request, from a wrk Lua script)
 #   replay       wrk -> idemproxy (one succeeded operation again and again; no upstream trip)
 #   replay-big   the same against a ledger pre-filled with N operations (with their events)
+#   fresh-big    fresh operations against that ledger, after its replays
 # Prints req/s, p50, p99, errors (non-2xx or socket errors), the ratio to nginx-proxy at the
 # same connection count, and the CPU time the server under test spent per request (its
-# processes' user + system time over the run; "upstream" is the upstream nginx itself); then each idemproxy's start-up time (launch to ready line) and peak RSS
-# (VmHWM) after its runs. The N-operation ledger is made once by `examples/prefill.rs` and
+# processes' user + system time over the run; "upstream" is the upstream nginx itself); then
+# each idemproxy's start-up time (launch to ready line) and peak RSS (VmHWM) after its runs (the
+# big ledger's twice: after its replays, then after its fresh operations). The N-operation ledger is made once by `examples/prefill.rs` and
 # cached as target/bench/ledger-N.redb; each run works on a copy, removed at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,11 +57,13 @@ empty_rss=$(peak_rss); stop_proxy
 if [ "$fill" != 0 ]; then # N = 0 skips the big ledger
   start_proxy big "$big"; big_ready=$ready_ms; measured=$proxy_pid
   for c in $conns_list; do run replay-big "$c" "http://127.0.0.1:$proxy_port/bench/v1/refunds" "$work/same.lua"; done
-  big_rss=$(peak_rss); stop_proxy
+  big_rss=$(peak_rss)
+  for c in $conns_list; do run fresh-big "$c" "http://127.0.0.1:$proxy_port/bench/v1/refunds" "$work/fresh.lua" "b$c"; done
+  big_write_rss=$(peak_rss); stop_proxy
 fi
 
 echo "idemproxy bench: $(nproc) cores, $(uname -r), wrk -t1 -d$duration, $(date -u +%FT%TZ)"
 print_table nginx-proxy
 echo "idemproxy, empty ledger:          ready in $empty_ready ms, peak RSS $empty_rss"
 [ "$fill" = 0 ] ||
-  echo "idemproxy, $fill-operation ledger: ready in $big_ready ms, peak RSS $big_rss ($(du -h "$big" | cut -f1) file)"
+  echo "idemproxy, $fill-operation ledger: ready in $big_ready ms, peak RSS $big_rss after its replays, $big_write_rss after its fresh operations ($(du -h "$big" | cut -f1) file)"

@@ -207,6 +207,7 @@ impl ConfigDir {
             .env_remove("IDEMPROXY_LOG")
             .env_remove("IDEMPROXY_SECRET")
             .env_remove("IDEMPROXY_SECRET_FILE")
+            .env_remove("MIMALLOC_ALLOW_THP")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null());
         command
