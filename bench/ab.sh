@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Two builds of idemproxy side by side: each round starts build A, then build B, on a fresh
 # ledger and measures one scenario with wrk (-t1, CONNS connections, 5 s, after a 1 s warm-up),
-# so the machine's drift from minute to minute falls on both alike. Prints req/s and the
-# proxy's CPU time per request and peak RSS of every run, then B's median over A's for req/s and CPU.
+# so the machine's drift from minute to minute falls on both alike. Prints req/s, the proxy's
+# CPU time per request and its peak RSS for every run, then B's medians over A's (req/s, CPU).
 #
 #   bench/ab.sh BIN_A BIN_B [SCENARIO] [ROUNDS] [CONNS]
 #       SCENARIO: replay (default), fresh or pass; ROUNDS default 3; CONNS default 64
@@ -10,7 +10,7 @@
 #   from bench/run.sh) instead of an empty one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 2 ] || { sed -n '2,8p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
 bin_a=$1; bin_b=$2; scenario=${3:-replay}; rounds=${4:-3}; conns=${5:-64}
 duration=5s; conns_list=$conns; workers=$(nproc); bench_dir=target/bench
 mkdir -p "$bench_dir"

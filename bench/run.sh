@@ -18,8 +18,9 @@
 # same connection count, and the CPU time the server under test spent per request (its
 # processes' user + system time over the run; "upstream" is the upstream nginx itself); then
 # each idemproxy's start-up time (launch to ready line) and peak RSS (VmHWM) after its runs (the
-# big ledger's twice: after its replays, then after its fresh operations). The N-operation ledger is made once by `examples/prefill.rs` and
-# cached as target/bench/ledger-N.redb; each run works on a copy, removed at exit.
+# big ledger's twice: after its replays, then after its fresh operations). The N-operation
+# ledger is made once by `examples/prefill.rs` and cached as target/bench/ledger-N.redb; each
+# run works on a copy, removed at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-5s}

@@ -412,8 +412,9 @@ impl Ledger {
     /// Ends this process's hold on the ledger, at a graceful stop once its requests are done
     /// (or the grace ran out). A PostgreSQL replica's lease lapses now instead of a lease
     /// later: what it left in flight is the others' to orphan (at their next sweep, or when a
-    /// request for it arrives), and `ledger copy` may run. A file ledger has nothing to end (its lock goes with the process). Reads
-    /// still work afterwards; a PostgreSQL replica's new claims are refused.
+    /// request for it arrives), and `ledger copy` may run. A file ledger has nothing to end
+    /// (its lock goes with the process). Reads still work afterwards; a PostgreSQL replica's
+    /// new claims are refused.
     pub async fn release(&self) {
         match &self.0 {
             Backend::Redb(_) => {}

@@ -1,6 +1,6 @@
 //! `serve` runs with transparent huge pages off, so a burst of writes does not leave the
 //! allocator's 2 MiB pages resident (peak RSS under 256 concurrent fresh operations on a
-//! 1,000,000-operation ledger: about 60 MiB instead of 75); `MIMALLOC_ALLOW_THP` set hands
+//! 1,000,000-operation ledger: 61-64 MiB instead of 76.6); `MIMALLOC_ALLOW_THP` set hands
 //! the choice back to the allocator. Linux only: the kernel shows the flag in
 //! `/proc/PID/status` as `THP_enabled`.
 #![cfg(target_os = "linux")]

@@ -108,7 +108,8 @@ pub(super) async fn renew(core: &Core) -> Result<(), Fault> {
 
 /// Ends this replica's lease now (a graceful stop): from the database's next instant it is
 /// lapsed, so what it left in flight is the others' to orphan (their next sweep, or the next
-/// request for it) and `ledger copy` may run, instead of a whole lease later. Fencing holds as for any lapsed lease.
+/// request for it) and `ledger copy` may run, instead of a whole lease later. Fencing holds
+/// as for any lapsed lease.
 pub(super) async fn release(core: &Core) -> Result<(), Fault> {
     let conn = core.conn().await?;
     conn.query(
