@@ -56,11 +56,14 @@ mod feed;
 mod postgres;
 mod recovery;
 mod redb;
+mod redo;
 mod replays;
 mod store;
+mod syncer;
 #[cfg(test)]
 mod tests;
 mod tombstone;
+mod wal;
 mod writer;
 
 use std::collections::BTreeMap;

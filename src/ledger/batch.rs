@@ -1,6 +1,14 @@
 //! One batch of the writer (group commit): the jobs queued together, staged in order in one
 //! write transaction and ended by one commit, durable if any of them changed a state.
 //!
+//! A batch is made durable through the write-ahead log (`wal`): its redo records are appended
+//! as one frame and synced before the transaction commits (without an fsync of its own), so
+//! no reader sees a change the log does not hold and no job is answered before its frame is
+//! on disk. A batch that only appended history is appended unsynced, like the commit without
+//! an fsync it had before the log. A failed append or commit leaves the log and the database
+//! possibly apart: the batch reports it, and the writer reopens the ledger (which replays the
+//! log) before writing again.
+//!
 //! A job that fails or panics while staging is rolled back with the transaction and set aside
 //! with its error; the batch then runs again without it, so the others still commit (redb's
 //! savepoints cannot help: it takes one only before a transaction has written anything). A
@@ -15,7 +23,10 @@ use std::time::{Duration, Instant};
 use redb::{Database, Durability, WriteTransaction};
 
 use super::LedgerError;
+use super::recovery::Shared;
+use super::redo::Redo;
 use super::store::{Fault, Tables};
+use super::wal::Wal;
 use super::writer::{Job, Staged};
 
 /// What the writer reports of each commit.
@@ -26,7 +37,8 @@ pub struct Commit {
     /// How many jobs (updates, prune batches, sweeps) it ended: their writes became durable
     /// together, and the reads among them saw what the jobs before them staged.
     pub jobs: usize,
-    /// Whether it was a durable commit (`false`: history only, no fsync).
+    /// Whether it was a durable commit (`false`: history only, no fsync; a durable one is
+    /// made durable by its synced log frame).
     pub durable: bool,
 }
 
@@ -49,43 +61,85 @@ pub(super) fn gather(first: Box<dyn Job>, queue: &Receiver<Box<dyn Job>>) -> Vec
     batch
 }
 
+/// Why a batch could not be staged: the job that failed (`None`: the transaction itself).
+type Failed = (Option<usize>, LedgerError);
+
 /// A job and how it ended.
 pub(super) type Settled = (Box<dyn Job>, Result<(), LedgerError>);
 
+/// How a batch ended.
+pub(super) struct Ended {
+    /// Every job with its outcome, unanswered.
+    pub(super) settled: Vec<Settled>,
+    /// The log frame of its commit and whether it must be synced before any job is answered
+    /// (`None`: nothing was committed).
+    pub(super) frame: Option<(u64, bool)>,
+    /// The operations its commit wrote (held from replays until the frame is synced).
+    pub(super) held: Vec<String>,
+    /// Why the log or the commit failed, if it did: the database may then lack what the log
+    /// holds (or the other way round), and must be reopened before it writes again.
+    pub(super) broke: Option<String>,
+}
+
 /// Stages `jobs` in one transaction and ends it as the heaviest staging says; a job that fails
-/// to stage is set aside with its error and the rest run again without it. Returns every job
-/// with its outcome, unanswered.
+/// to stage is set aside with its error and the rest run again without it.
 pub(super) fn run_batch(
     db: &Database,
+    wal: &mut Wal,
+    shared: &Shared,
     mut jobs: Vec<Box<dyn Job>>,
     on_commit: Option<&OnCommit>,
-) -> Vec<Settled> {
+) -> Ended {
     let mut settled = Vec::with_capacity(jobs.len());
     loop {
         match stage_all(db, &mut jobs) {
-            Ok((txn, staged)) => {
-                let outcome = end(txn, staged, jobs.len(), on_commit);
+            Ok((txn, staged, redo)) => {
+                let held: Vec<String> = jobs.iter().filter_map(|j| j.wrote()).collect();
+                let ending = Ending {
+                    staged,
+                    redo: &redo,
+                    held: &held,
+                    jobs: jobs.len(),
+                };
+                let outcome = end(txn, ending, wal, shared, on_commit);
+                let (frame, broke) = match &outcome {
+                    Ok(frame) => (*frame, None),
+                    Err(e) => (None, Some(e.to_string())),
+                };
+                let outcome = outcome.map(|_| ());
                 settled.extend(jobs.into_iter().map(|job| (job, shared_outcome(&outcome))));
-                return settled;
+                return Ended {
+                    settled,
+                    frame,
+                    held,
+                    broke,
+                };
             }
             Err((Some(failed), e)) => settled.push((jobs.remove(failed), Err(e))),
             Err((None, e)) => {
                 settled.extend(jobs.into_iter().map(|job| (job, Err(shared_error(&e)))));
-                return settled;
+                return Ended {
+                    settled,
+                    frame: None,
+                    held: Vec::new(),
+                    broke: None,
+                };
             }
         }
     }
 }
 
-/// Stages every job in a new transaction, in order. On a failure the transaction is rolled
-/// back and the error names the failing job (`None`: the transaction could not begin).
+/// Stages every job in a new transaction, in order, recording its changes. On a failure the
+/// transaction is rolled back and the error names the failing job (`None`: the transaction
+/// could not begin).
 fn stage_all(
     db: &Database,
     jobs: &mut [Box<dyn Job>],
-) -> Result<(WriteTransaction, Staged), (Option<usize>, LedgerError)> {
+) -> Result<(WriteTransaction, Staged, Vec<u8>), Failed> {
     let txn = begin(db).map_err(|e| (None, LedgerError::from(e)))?;
-    match stage_in(&txn, jobs) {
-        Ok(batch) => Ok((txn, batch)),
+    let redo = Redo::on();
+    match stage_in(&txn, jobs, &redo) {
+        Ok(batch) => Ok((txn, batch, redo.take())),
         Err(failed) => {
             // What the failed job left half-written goes with the transaction.
             let _ = txn.abort();
@@ -99,8 +153,9 @@ fn stage_all(
 fn stage_in(
     txn: &WriteTransaction,
     jobs: &mut [Box<dyn Job>],
-) -> Result<Staged, (Option<usize>, LedgerError)> {
-    let mut tables = Tables::open(txn).map_err(|e| (None, LedgerError::from(e)))?;
+    redo: &Redo,
+) -> Result<Staged, Failed> {
+    let mut tables = Tables::open(txn, redo).map_err(|e| (None, LedgerError::from(e)))?;
     let mut batch = Staged::Nothing;
     for (index, job) in jobs.iter_mut().enumerate() {
         let staged = match catch_unwind(AssertUnwindSafe(|| job.stage(&mut tables))) {
@@ -118,27 +173,50 @@ fn stage_in(
     Ok(batch)
 }
 
-/// Ends a staged transaction: a durable commit if any job changed a state, a commit without
-/// an fsync if they only appended history, else an abort.
-fn end(
-    mut txn: WriteTransaction,
+/// What a staged batch ends with.
+struct Ending<'a> {
     staged: Staged,
+    redo: &'a [u8],
+    held: &'a [String],
     jobs: usize,
+}
+
+/// Ends a staged transaction: its records appended to the log as one frame, the operations it
+/// wrote held from replays, then a commit without an fsync (the syncer syncs the frame before
+/// any job is answered); an abort if nothing was written. Returns the frame and whether it
+/// must be synced.
+fn end(
+    txn: WriteTransaction,
+    ending: Ending<'_>,
+    wal: &mut Wal,
+    shared: &Shared,
     on_commit: Option<&OnCommit>,
-) -> Result<(), LedgerError> {
-    match staged {
-        Staged::State => commit(txn, jobs, true, on_commit).map_err(LedgerError::from),
-        Staged::History => txn
-            .set_durability(Durability::None)
-            .map_err(|e| Fault::new(e.to_string()))
-            .and_then(|()| commit(txn, jobs, false, on_commit))
-            .map_err(LedgerError::from),
+) -> Result<Option<(u64, bool)>, LedgerError> {
+    let durable = match ending.staged {
+        Staged::State => true,
+        Staged::History => false,
         Staged::Nothing => {
             // Nothing was written: an abort cannot lose anything, so its error is moot.
             let _ = txn.abort();
-            Ok(())
+            return Ok(None);
         }
+    };
+    let started = Instant::now();
+    let lsn = match wal.append(ending.redo) {
+        Ok(lsn) => lsn,
+        Err(e) => {
+            let _ = txn.abort();
+            return Err(LedgerError::Unavailable(format!(
+                "the ledger's write-ahead log could not be written: {e}"
+            )));
+        }
+    };
+    shared.hold(ending.held, lsn);
+    if let Err(e) = commit(txn, started, ending.jobs, durable, on_commit) {
+        shared.release(ending.held, lsn);
+        return Err(e.into());
     }
+    Ok(Some((lsn, durable)))
 }
 
 /// The outcome of a shared commit, for one of its jobs.
@@ -155,17 +233,18 @@ fn shared_error(e: &LedgerError) -> LedgerError {
 
 fn begin(db: &Database) -> Result<WriteTransaction, Fault> {
     let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate)?;
+    // Durability comes from the log; the checkpoint commits durably.
+    txn.set_durability(Durability::None)?;
     Ok(txn)
 }
 
 fn commit(
     txn: WriteTransaction,
+    started: Instant,
     jobs: usize,
     durable: bool,
     on_commit: Option<&OnCommit>,
 ) -> Result<(), Fault> {
-    let started = Instant::now();
     txn.commit()?;
     if let Some(on_commit) = on_commit {
         let took = started.elapsed();

@@ -9,8 +9,11 @@
 //! repairs it on open) so reads go on from a sound handle, and then, with backoff, waits until
 //! `HEADROOM` bytes can be written and synced beside the ledger, reopens again if needed and
 //! commits the recovery sweep. Only when that commit stands is the ledger writable again.
+//! Every reopen replays the write-ahead log (`wal`) onto the file before anyone reads it: a
+//! reopened file holds only its last durable commit, the log the batches answered since.
 //! This module never decides what a request means; it only turns dead claims `unknown`.
 
+use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +23,9 @@ use std::time::{Duration, Instant};
 use redb::{Database, Durability};
 
 use super::LedgerError;
+use super::redo::Redo;
 use super::store::{Fault, Tables};
+use super::wal::Wal;
 use crate::clock::Timestamp;
 use crate::operation::Operation;
 
@@ -45,6 +50,9 @@ pub(super) struct Shared {
     db: RwLock<Option<Arc<Database>>>,
     writable: AtomicBool,
     dead: Mutex<Vec<DeadClaim>>,
+    /// The operations written by committed batches whose log frame is not yet synced, with
+    /// the last such frame of each (see `syncer`).
+    held: Mutex<HashMap<String, u64>>,
 }
 
 impl Shared {
@@ -54,6 +62,7 @@ impl Shared {
             db: RwLock::new(Some(Arc::new(db))),
             writable: AtomicBool::new(true),
             dead: Mutex::new(Vec::new()),
+            held: Mutex::new(HashMap::new()),
         }
     }
 
@@ -96,6 +105,43 @@ impl Shared {
             .clone()
     }
 
+    /// Holds `ids` from replays until the frame `lsn` is synced (or failed): called before
+    /// the batch that wrote them commits.
+    pub(super) fn hold(&self, ids: &[String], lsn: u64) {
+        if ids.is_empty() {
+            return;
+        }
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        for id in ids {
+            held.insert(id.clone(), lsn);
+        }
+    }
+
+    /// Releases what the batch of frame `lsn` held, unless a later batch holds it again.
+    pub(super) fn release(&self, ids: &[String], lsn: u64) {
+        if ids.is_empty() {
+            return;
+        }
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        for id in ids {
+            if held.get(id).is_some_and(|&at| at <= lsn) {
+                held.remove(id);
+            }
+        }
+    }
+
+    /// Releases everything held by frames up to `lsn` (after a failed sync and the reopen).
+    pub(super) fn release_upto(&self, lsn: u64) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.retain(|_, at| *at > lsn);
+    }
+
+    /// Whether a committed batch that is not yet durable wrote `id`.
+    pub(super) fn held(&self, id: &str) -> bool {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        !held.is_empty() && held.contains_key(id)
+    }
+
     /// Forgets the claims a committed sweep handled.
     pub(super) fn swept(&self, handled: &[DeadClaim]) {
         let mut dead = self.dead.lock().unwrap_or_else(PoisonError::into_inner);
@@ -134,22 +180,64 @@ pub(super) fn refuses_writes(db: &Database) -> bool {
     }
 }
 
-/// The writer's side of recovery: its database handle and when to try again.
+/// The writer's side of recovery: its database handle, the log and when to try again.
 pub(super) struct Recovery {
     shared: Arc<Shared>,
     db: Option<Arc<Database>>,
+    wal: Wal,
     backoff: Duration,
     next_try: Instant,
 }
 
 impl Recovery {
-    pub(super) fn new(shared: Arc<Shared>) -> Recovery {
+    pub(super) fn new(shared: Arc<Shared>, wal: Wal) -> Recovery {
         let db = shared.db().ok();
         Recovery {
             shared,
             db,
+            wal,
             backoff: FIRST_BACKOFF,
             next_try: Instant::now(),
+        }
+    }
+
+    /// The log the writer's batches are made durable by.
+    pub(super) fn wal(&mut self) -> &mut Wal {
+        &mut self.wal
+    }
+
+    /// The log and the shared state, for one batch.
+    pub(super) fn for_batch(&mut self) -> (&mut Wal, &Shared) {
+        (&mut self.wal, &self.shared)
+    }
+
+    /// How long the writer may wait for a job before a checkpoint is due (`None`: none is).
+    pub(super) fn checkpoint_in(&self) -> Option<Duration> {
+        if self.shared.writable() {
+            self.wal.due_in()
+        } else {
+            None
+        }
+    }
+
+    /// Checkpoints the log if it is due (see `wal`); a checkpoint that fails breaks the ledger
+    /// like a failed write.
+    pub(super) fn checkpoint_if_due(&mut self) {
+        if self.checkpoint_in() == Some(Duration::ZERO) {
+            self.checkpoint();
+        }
+    }
+
+    /// Checkpoints what the log holds: the last thing the writer does before it stops, so a
+    /// stopped ledger's file holds everything and its log nothing.
+    pub(super) fn checkpoint(&mut self) {
+        let Some(db) = self.db.clone() else { return };
+        if !self.shared.writable() {
+            return;
+        }
+        if let Err(e) = self.wal.checkpoint(&db) {
+            drop(db);
+            self.broken(&format!("a checkpoint failed: {e}"));
         }
     }
 
@@ -208,18 +296,20 @@ impl Recovery {
             self.reopen()?;
         }
         probe_headroom(&self.shared.path).map_err(|e| format!("no headroom on disk: {e}"))?;
-        let db = self.db.as_deref().ok_or("no database handle")?;
+        let db = self.db.clone().ok_or("no database handle")?;
         let claims = self.shared.dead_claims();
-        let orphaned = sweep(db, &claims).map_err(|e| e.to_string())?;
+        let orphaned = sweep(&db, &mut self.wal, &claims).map_err(|e| e.to_string())?;
         self.shared.swept(&claims);
         Ok(orphaned)
     }
 
-    /// Closes the current handle (readers' too) and opens the file again; redb repairs it.
+    /// Closes the current handle (readers' too) and opens the file again; redb repairs it and
+    /// the log's frames are replayed onto it before readers get it back.
     fn reopen(&mut self) -> Result<(), String> {
         self.shared.replace(None);
         self.db = None;
         let db = super::redb::create_database(&self.shared.path).map_err(|e| e.to_string())?;
+        self.wal.recover(&db).map_err(|e| e.to_string())?;
         let db = Arc::new(db);
         self.shared.replace(Some(Arc::clone(&db)));
         self.db = Some(db);
@@ -227,14 +317,16 @@ impl Recovery {
     }
 }
 
-/// The recovery write: one durable commit of the sweep.
-fn sweep(db: &Database, claims: &[DeadClaim]) -> Result<Vec<Operation>, Fault> {
+/// The recovery write: one durable commit of the sweep, which checkpoints the log too.
+fn sweep(db: &Database, wal: &mut Wal, claims: &[DeadClaim]) -> Result<Vec<Operation>, Fault> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
-    let mut tables = Tables::open(&txn)?;
+    let mut tables = Tables::open(&txn, &Redo::off())?;
     let orphaned = stage_sweep(&mut tables, claims, Timestamp::now())?;
     tables.close()?;
+    wal.mark(&txn)?;
     txn.commit()?;
+    wal.checkpointed();
     Ok(orphaned)
 }
 

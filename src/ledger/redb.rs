@@ -16,8 +16,10 @@ use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
 
 use super::feed::{Feed, Published};
 use super::recovery::{DeadClaim, Shared};
+use super::redo::Redo;
 use super::replays::{self, ReplayNote, Replays};
 use super::store::{self, Fault, PruneBatch, Tables};
+use super::wal::Wal;
 use super::writer::{Job, PruneJob, Reply, SweepJob, TombJob, UpdateJob, Writer};
 use super::{Fences, Filter, LedgerError, LedgerOptions, Page, Stats, codec, tombstone};
 use crate::clock::Timestamp;
@@ -49,14 +51,14 @@ impl Redb {
     ) -> Result<(Redb, Vec<Operation>), LedgerError> {
         let owned = path.to_path_buf();
         let check = opts.secret_check.clone();
-        let (db, epoch, orphaned) =
+        let (db, wal, epoch, orphaned) =
             match tokio::task::spawn_blocking(move || open_blocking(&owned, now, check)).await {
                 Ok(opened) => opened?,
                 Err(e) => return Err(open_error(path, e)),
             };
         let shared = Arc::new(Shared::new(path, db));
         let feed = Feed::new();
-        let writer = Writer::start(Arc::clone(&shared), opts.on_commit, feed.clone())
+        let writer = Writer::start(Arc::clone(&shared), wal, opts.on_commit, feed.clone())
             .map_err(|reason| open_error(path, reason))?;
         let inner = Inner {
             shared,
@@ -120,12 +122,20 @@ impl Redb {
     }
 
     /// `Ledger::replayable` on this file. The operation comes without its per-field hashes
-    /// (`fields` is empty): a replay's decision never reads them.
+    /// (`fields` is empty): a replay's decision never reads them. An operation written by a
+    /// batch whose log frame is not yet synced is not answered from the snapshot (`None`): the
+    /// claim transaction decides, and its answer waits for that sync.
     pub fn replayable(
         &self,
         id: &str,
     ) -> Result<Option<(Operation, Option<StoredResponse>)>, LedgerError> {
+        let shared = &self.inner.shared;
         self.read_here(|txn| {
+            // Checked after the snapshot began: a batch holds its operations before it
+            // commits, so a snapshot that saw the batch sees the hold too.
+            if shared.held(id) {
+                return Ok(None);
+            }
             let Some(op) = store::get_for_replay(txn, id)? else {
                 return Ok(None);
             };
@@ -318,8 +328,10 @@ fn fault_injected() -> bool {
         .is_ok_and(|points| points.split(',').any(|p| p.trim() == "ledger.commit"))
 }
 
-type Opened = (Database, u64, Vec<Operation>);
+type Opened = (Database, Wal, u64, Vec<Operation>);
 
+/// Opens the file, replays its write-ahead log onto it, and makes the start-up write, which
+/// checkpoints the log.
 fn open_blocking(
     path: &Path,
     now: Timestamp,
@@ -329,7 +341,8 @@ fn open_blocking(
         std::fs::create_dir_all(parent).map_err(|e| open_error(path, e))?;
     }
     let db = create_database(path).map_err(|e| open_error(path, e))?;
-    let (epoch, orphaned) = match recover(&db, now, secret_check.as_deref()) {
+    let mut wal = Wal::open(path, &db).map_err(|e| open_error(path, e))?;
+    let (epoch, orphaned) = match recover(&db, &mut wal, now, secret_check.as_deref()) {
         Ok(Some(recovered)) => recovered,
         Ok(None) => {
             return Err(LedgerError::OtherSecret {
@@ -338,7 +351,7 @@ fn open_blocking(
         }
         Err(fault) => return Err(open_error(path, fault)),
     };
-    Ok((db, epoch, orphaned))
+    Ok((db, wal, epoch, orphaned))
 }
 
 /// `Ledger::check` on a file: opened read-only (never created, repaired or locked against a
@@ -386,10 +399,11 @@ pub(crate) fn create_database(path: &Path) -> Result<Database, redb::DatabaseErr
 }
 
 /// The start-up write: check (or keep) the secret's check value, bump the boot epoch and
-/// orphan what a dead process left in flight. `None`, with nothing written, when the ledger
-/// keeps another check value.
+/// orphan what a dead process left in flight, in one durable commit that also checkpoints the
+/// log. `None`, with nothing written, when the ledger keeps another check value.
 fn recover(
     db: &Database,
+    wal: &mut Wal,
     now: Timestamp,
     secret_check: Option<&str>,
 ) -> Result<Option<(u64, Vec<Operation>)>, Fault> {
@@ -406,9 +420,11 @@ fn recover(
         return Ok(None);
     }
     let epoch = store::bump_epoch(&txn)?;
-    let mut tables = Tables::open(&txn)?;
+    let mut tables = Tables::open(&txn, &Redo::off())?;
     let orphaned = tables.orphan_in_flight(now)?;
     tables.close()?;
+    wal.mark(&txn)?;
     txn.commit()?;
+    wal.checkpointed();
     Ok(Some((epoch, orphaned)))
 }

@@ -10,21 +10,22 @@
 //! about a second after the replay); later ones only move the count and `last_at`. Counts for an
 //! operation that is gone (pruned) are dropped; `store` deletes a pruned operation's row.
 
-use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 
 use super::LedgerError;
 use super::change::{first_replay, merged};
 use super::feed::Feed;
+use super::redo::{Logged, Redo, Tag};
 use super::store::{Fault, Tables};
 use super::writer::{Job, Reply, Staged, injected};
 use crate::clock::Timestamp;
 use crate::operation::{Event, Operation};
 
 /// `id -> (count, first_at, last_at)` in milliseconds since the epoch.
-const REPLAYS: TableDefinition<&str, (u64, i64, i64)> = TableDefinition::new("replays");
+pub(super) const REPLAYS: TableDefinition<&str, (u64, i64, i64)> = TableDefinition::new("replays");
 
 /// The table as `Tables` holds it.
-pub(super) type ReplayTable<'t> = Table<'t, &'static str, (u64, i64, i64)>;
+pub(super) type ReplayTable<'t> = Logged<'t, &'static str, (u64, i64, i64)>;
 
 /// Replays of one operation counted in memory, not yet written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,8 +45,8 @@ pub struct Replays {
 }
 
 /// Opens the table in a write transaction, creating it on first use.
-pub(super) fn open<'t>(txn: &'t WriteTransaction) -> Result<ReplayTable<'t>, Fault> {
-    Ok(txn.open_table(REPLAYS)?)
+pub(super) fn open<'t>(txn: &'t WriteTransaction, redo: &Redo) -> Result<ReplayTable<'t>, Fault> {
+    Logged::open(txn, REPLAYS, Tag::Replays, redo)
 }
 
 /// The replays of `id` on a read snapshot. A ledger file written before replays were

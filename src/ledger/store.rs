@@ -15,25 +15,24 @@
 
 use std::ops::Bound;
 
-use redb::{
-    ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction,
-};
+use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 
 use super::change::{self, leaves_tombstone, orphan_reason, unrecorded_reason};
 use super::codec;
 use super::copy::Live;
+use super::redo::{Logged, Redo, Tag};
 use super::replays::{self, ReplayTable};
 use super::tombstone::Tombs;
 use super::{Filter, LedgerError, Page, Stats};
 use crate::clock::Timestamp;
 use crate::operation::{Event, Operation, RequestChange, State, StoredResponse, Write};
 
-const OPS: TableDefinition<&str, &[u8]> = TableDefinition::new("ops");
-const EVENTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("events");
-const RESPONSES: TableDefinition<&str, &[u8]> = TableDefinition::new("responses");
-const REQUESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("requests");
-const INDEX: TableDefinition<(&str, i64, &str), ()> = TableDefinition::new("index");
-const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+pub(super) const OPS: TableDefinition<&str, &[u8]> = TableDefinition::new("ops");
+pub(super) const EVENTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("events");
+pub(super) const RESPONSES: TableDefinition<&str, &[u8]> = TableDefinition::new("responses");
+pub(super) const REQUESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("requests");
+pub(super) const INDEX: TableDefinition<(&str, i64, &str), ()> = TableDefinition::new("index");
+pub(super) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// The installation secret's check value (never the secret), under [`SECRET_CHECK`].
 const CHECKS: TableDefinition<&str, &str> = TableDefinition::new("checks");
@@ -43,6 +42,10 @@ const SECRET_CHECK: &str = "installation_secret";
 const ALL: &str = "c";
 /// The `meta` key of the boot epoch, bumped at every open.
 const EPOCH: &str = "boot_epoch";
+/// The `meta` keys of the write-ahead log (`wal`): its ID, and the last of its frames the
+/// file's durable state includes.
+const WAL_ID: &str = "wal_id";
+const WAL_LSN: &str = "wal_lsn";
 
 /// Where an entry sits inside one index prefix: `(created_at, id)`.
 pub(super) type Position = (i64, String);
@@ -141,6 +144,25 @@ pub(super) fn bump_epoch(txn: &WriteTransaction) -> Result<u64, Fault> {
     let epoch = meta.get(EPOCH)?.map_or(0, |v| v.value()).saturating_add(1);
     meta.insert(EPOCH, epoch)?;
     Ok(epoch)
+}
+
+/// The write-ahead log's ID kept in the ledger (none before its first start with a log) and
+/// the last of its frames the ledger's state includes (0: none).
+pub(super) fn wal_mark(txn: &ReadTransaction) -> Result<(Option<u64>, u64), Fault> {
+    let Some(meta) = readable(txn, META)? else {
+        return Ok((None, 0));
+    };
+    let id = meta.get(WAL_ID)?.map(|v| v.value());
+    let lsn = meta.get(WAL_LSN)?.map_or(0, |v| v.value());
+    Ok((id, lsn))
+}
+
+/// Records the log's ID and its last frame that the state being committed includes.
+pub(super) fn set_wal_mark(txn: &WriteTransaction, id: u64, lsn: u64) -> Result<(), Fault> {
+    let mut meta = txn.open_table(META)?;
+    meta.insert(WAL_ID, id)?;
+    meta.insert(WAL_LSN, lsn)?;
+    Ok(())
 }
 
 /// The `meta` key set while `ledger copy` fills this ledger; its last commit removes it.
@@ -249,12 +271,12 @@ pub(super) fn ops_after(
 
 /// The ledger's tables opened in one write transaction.
 pub(super) struct Tables<'t> {
-    ops: Table<'t, &'static str, &'static [u8]>,
-    events: Table<'t, (&'static str, u32), &'static [u8]>,
-    responses: Table<'t, &'static str, &'static [u8]>,
-    requests: Table<'t, &'static str, &'static [u8]>,
-    index: Table<'t, (&'static str, i64, &'static str), ()>,
-    counters: Table<'t, &'static str, u64>,
+    ops: Logged<'t, &'static str, &'static [u8]>,
+    events: Logged<'t, (&'static str, u32), &'static [u8]>,
+    responses: Logged<'t, &'static str, &'static [u8]>,
+    requests: Logged<'t, &'static str, &'static [u8]>,
+    index: Logged<'t, (&'static str, i64, &'static str), ()>,
+    counters: Logged<'t, &'static str, u64>,
     /// What the staged writes add to each prefix's counter, written by `close`: every
     /// operation of a batch moves the same few counters, so each is written once per batch
     /// instead of twice per index entry.
@@ -264,17 +286,19 @@ pub(super) struct Tables<'t> {
 }
 
 impl<'t> Tables<'t> {
-    pub(super) fn open(txn: &'t WriteTransaction) -> Result<Tables<'t>, Fault> {
+    /// Opens the tables; their changes are recorded in `redo` (`Redo::off()`: for a
+    /// transaction that commits durably itself).
+    pub(super) fn open(txn: &'t WriteTransaction, redo: &Redo) -> Result<Tables<'t>, Fault> {
         Ok(Tables {
-            ops: txn.open_table(OPS)?,
-            events: txn.open_table(EVENTS)?,
-            responses: txn.open_table(RESPONSES)?,
-            requests: txn.open_table(REQUESTS)?,
-            index: txn.open_table(INDEX)?,
-            counters: txn.open_table(COUNTERS)?,
+            ops: Logged::open(txn, OPS, Tag::Ops, redo)?,
+            events: Logged::open(txn, EVENTS, Tag::Events, redo)?,
+            responses: Logged::open(txn, RESPONSES, Tag::Responses, redo)?,
+            requests: Logged::open(txn, REQUESTS, Tag::Requests, redo)?,
+            index: Logged::open(txn, INDEX, Tag::Index, redo)?,
+            counters: Logged::open(txn, COUNTERS, Tag::Counters, redo)?,
             deltas: Vec::new(),
-            tombs: Tombs::open(txn)?,
-            replays: replays::open(txn)?,
+            tombs: Tombs::open(txn, redo)?,
+            replays: replays::open(txn, redo)?,
         })
     }
 
@@ -338,7 +362,7 @@ impl<'t> Tables<'t> {
     }
 
     pub(super) fn get_op(&self, id: &str) -> Result<Option<Operation>, Fault> {
-        read_op(&self.ops, id)
+        read_op(&*self.ops, id)
     }
 
     /// Applies one `Write` to the operation stored under `id`; `old` is what `id` holds now,
@@ -372,7 +396,7 @@ impl<'t> Tables<'t> {
                 self.requests.insert(id, sealed.as_slice())?;
                 true
             }
-            RequestChange::Erase => self.requests.remove(id)?.is_some(),
+            RequestChange::Erase => self.requests.remove(id)?,
         };
         Ok(op_changed || write.response.is_some() || request_changed)
     }
@@ -398,7 +422,7 @@ impl<'t> Tables<'t> {
     }
 
     fn unindex(&mut self, prefix: &str, created: i64, id: &str) -> Result<(), Fault> {
-        if self.index.remove((prefix, created, id))?.is_some() {
+        if self.index.remove((prefix, created, id))? {
             self.bump(prefix, -1);
         }
         Ok(())
@@ -456,8 +480,13 @@ impl<'t> Tables<'t> {
         self.responses.remove(id)?;
         self.requests.remove(id)?;
         self.replays.remove(id)?;
-        self.events
-            .retain_in((id, 0)..=(id, u32::MAX), |_, _| false)?;
+        let mut seqs = Vec::new();
+        for entry in self.events.range((id, 0)..=(id, u32::MAX))? {
+            seqs.push(entry?.0.value().1);
+        }
+        for seq in seqs {
+            self.events.remove((id, seq))?;
+        }
         for prefix in prefixes(op) {
             self.unindex(&prefix, op.created_at.0, id)?;
         }
@@ -468,7 +497,7 @@ impl<'t> Tables<'t> {
     /// returns them as they now are.
     pub(super) fn orphan_in_flight(&mut self, now: Timestamp) -> Result<Vec<Operation>, Fault> {
         let prefix = state_prefix(State::InFlight);
-        let ids = scan_ids(&self.index, &prefix, usize::MAX)?;
+        let ids = scan_ids(&*self.index, &prefix, usize::MAX)?;
         let mut orphaned = Vec::with_capacity(ids.len());
         for (_, id) in &ids {
             let Some(old) = self.get_op(id)? else {
@@ -523,7 +552,7 @@ impl<'t> Tables<'t> {
             }
             let (key, _) = entry?;
             let (_, created, id) = key.value();
-            let op = read_op(&self.ops, id)?;
+            let op = read_op(&*self.ops, id)?;
             if let Some(op) = op.filter(|op| op.updated_at < older_than) {
                 doomed.push(op);
             }

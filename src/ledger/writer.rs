@@ -23,6 +23,8 @@ use super::change::{self, orphan_event};
 use super::feed::Feed;
 use super::recovery::{DeadClaim, Recovery, Shared, refuses_writes, stage_sweep};
 use super::store::{PruneBatch, Pruned, Tables};
+use super::syncer::{Pending, Syncer};
+use super::wal::Wal;
 use crate::clock::Timestamp;
 use crate::operation::{Operation, Write};
 
@@ -61,6 +63,11 @@ pub(super) trait Job: Send {
     }
     /// Publishes the events this job appended; called only once its commit stands.
     fn publish(&self, _feed: &Feed) {}
+    /// The operation whose record this job's staging wrote, if any: held from replays until
+    /// the batch is durable.
+    fn wrote(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The handle to the writer thread; dropping it stops the thread after its queued jobs and
@@ -73,6 +80,7 @@ pub(super) struct Writer {
 impl Writer {
     pub(super) fn start(
         shared: Arc<Shared>,
+        wal: Wal,
         on_commit: Option<OnCommit>,
         feed: Feed,
     ) -> Result<Writer, String> {
@@ -80,7 +88,7 @@ impl Writer {
         let hooks = Hooks { on_commit, feed };
         let thread = std::thread::Builder::new()
             .name("idemproxy-ledger-writer".to_owned())
-            .spawn(move || run(shared, &queue, &hooks))
+            .spawn(move || run(shared, wal, &queue, &hooks))
             .map_err(|e| format!("cannot start the writer thread: {e}"))?;
         Ok(Writer {
             jobs: Some(jobs),
@@ -122,13 +130,35 @@ struct Hooks {
     feed: Feed,
 }
 
-fn run(shared: Arc<Shared>, queue: &Receiver<Box<dyn Job>>, hooks: &Hooks) {
-    let mut recovery = Recovery::new(shared);
+fn run(shared: Arc<Shared>, wal: Wal, queue: &Receiver<Box<dyn Job>>, hooks: &Hooks) {
+    let syncer = match wal
+        .handle()
+        .map_err(|e| e.to_string())
+        .and_then(|log| Syncer::start(log, Arc::clone(&shared), hooks.feed.clone()))
+    {
+        Ok(syncer) => syncer,
+        Err(why) => {
+            tracing::error!(error = %why, "the ledger cannot write: no syncer");
+            for job in queue.iter() {
+                job.finish(Err(LedgerError::Unavailable(why.clone())));
+            }
+            return;
+        }
+    };
+    let mut recovery = Recovery::new(shared, wal);
     loop {
         let job = if recovery.shared().writable() {
-            match queue.recv() {
+            let next = match recovery.checkpoint_in() {
+                None => queue.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(wait) => queue.recv_timeout(wait),
+            };
+            match next {
                 Ok(job) => job,
-                Err(_) => return,
+                Err(RecvTimeoutError::Timeout) => {
+                    recovery.checkpoint_if_due();
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
             }
         } else if recovery.wait().is_zero() {
             // Checked before the queue, so a stream of refused jobs cannot starve recovery.
@@ -138,18 +168,28 @@ fn run(shared: Arc<Shared>, queue: &Receiver<Box<dyn Job>>, hooks: &Hooks) {
             match queue.recv_timeout(recovery.wait()) {
                 Ok(job) => job,
                 Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Disconnected) => break,
             }
         };
-        serve(&mut recovery, gather(job, queue), hooks);
+        serve(&mut recovery, &syncer, gather(job, queue), hooks);
+        recovery.checkpoint_if_due();
     }
+    // Every batch answered first, then the file made whole.
+    drop(syncer);
+    recovery.checkpoint();
 }
 
-/// Runs one batch, or refuses it while the ledger cannot write. A failure after which the
-/// database refuses new transactions breaks the ledger before any job is answered, so the
-/// callers already see `/healthz` at 503. Every job that failed leaves its claim for the sweep.
-/// The events of the jobs whose commit stands are published before any job is answered.
-fn serve(recovery: &mut Recovery, batch: Vec<Box<dyn Job>>, hooks: &Hooks) {
+/// Runs one batch, or refuses it while the ledger cannot write, and hands it to the syncer,
+/// which answers its jobs once its log frame is synced. A failure after which the database
+/// refuses new transactions (or after which it and the log may disagree, or a sync failed)
+/// breaks the ledger, so the callers of later batches see `/healthz` at 503. Every job that
+/// failed leaves its claim for the sweep.
+fn serve(recovery: &mut Recovery, syncer: &Syncer, batch: Vec<Box<dyn Job>>, hooks: &Hooks) {
+    if syncer.failed() && recovery.shared().writable() {
+        let last = recovery.wal().last();
+        recovery.broken("the ledger's write-ahead log could not be synced");
+        syncer.reset(last);
+    }
     let db = match recovery.db() {
         Some(db) if recovery.shared().writable() => db,
         _ => {
@@ -159,30 +199,30 @@ fn serve(recovery: &mut Recovery, batch: Vec<Box<dyn Job>>, hooks: &Hooks) {
             return;
         }
     };
-    let settled = run_batch(&db, batch, hooks.on_commit.as_ref());
+    let (wal, shared) = recovery.for_batch();
+    let ended = run_batch(&db, wal, shared, batch, hooks.on_commit.as_ref());
+    let settled = ended.settled;
     let failure = settled
         .iter()
-        .find_map(|(_, outcome)| outcome.as_ref().err());
-    if let Some(e) = failure {
+        .find_map(|(_, outcome)| outcome.as_ref().err().map(ToString::to_string));
+    if let Some(why) = failure {
         for (job, outcome) in &settled {
             if let (Err(_), Some(claim)) = (outcome, job.claim()) {
                 recovery.shared().bury(claim);
             }
         }
-        if refuses_writes(&db) {
-            let why = e.to_string();
+        if ended.broke.is_some() || refuses_writes(&db) {
             drop(db);
             recovery.broken(&why);
         }
     }
-    for (job, outcome) in &settled {
-        if outcome.is_ok() {
-            job.publish(&hooks.feed);
-        }
-    }
-    for (job, outcome) in settled {
-        job.finish(outcome);
-    }
+    let (lsn, sync) = ended.frame.unwrap_or((0, false));
+    syncer.submit(Pending {
+        lsn,
+        sync,
+        settled,
+        held: ended.held,
+    });
 }
 
 pub(super) fn injected() -> LedgerError {
@@ -269,6 +309,10 @@ where
 
     fn claim(&self) -> Option<DeadClaim> {
         self.claimed.clone()
+    }
+
+    fn wrote(&self) -> Option<String> {
+        self.write.as_ref().map(|_| self.id.clone())
     }
 
     fn publish(&self, feed: &Feed) {

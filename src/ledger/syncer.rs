@@ -1,0 +1,192 @@
+//! The syncer: the thread that makes the writer's batches durable and only then answers their
+//! jobs, so the writer can stage the next batch while the disk flushes the last one.
+//!
+//! The writer appends each batch's frame to the write-ahead log (`wal`), commits it without
+//! an fsync and hands it here with its jobs. The syncer takes every batch that is waiting,
+//! syncs the log once for all of them (one `fdatasync` covers every frame written before it),
+//! then publishes their events and answers their jobs, in order. A batch staged on top of
+//! another is never answered before it: the log is synced in order. If a sync fails, that
+//! batch and every batch after it fail (each was staged on the ones before), their claims are
+//! left for the sweep, and the writer is told to reopen the ledger (which replays the log as
+//! the disk holds it) before it writes again; until then every batch handed here fails too.
+//!
+//! While a batch waits here its changes are visible to readers, so the operations it wrote
+//! are held (`Shared::hold`): a replay of one of them is not answered from a read snapshot
+//! but goes through the writer, whose answer waits for the sync. It never stages or commits.
+
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use super::LedgerError;
+use super::batch::Settled;
+use super::feed::Feed;
+use super::recovery::Shared;
+
+/// A committed batch waiting for its sync.
+pub(super) struct Pending {
+    /// The sequence number of its log frame.
+    pub(super) lsn: u64,
+    /// Whether its frame must be synced before its jobs are answered (a state changed).
+    pub(super) sync: bool,
+    /// Its jobs and how their staging ended.
+    pub(super) settled: Vec<Settled>,
+    /// The operations it wrote, held from replays until the sync.
+    pub(super) held: Vec<String>,
+}
+
+enum Msg {
+    Batch(Pending),
+    /// The writer reopened the ledger after a failed sync: batches after this are synced
+    /// again, and what the failed ones (frames up to this one) held is released.
+    Reset(u64),
+}
+
+/// The handle the writer keeps; dropping it answers what is queued and stops the thread.
+pub(super) struct Syncer {
+    queue: Option<Sender<Msg>>,
+    thread: Option<JoinHandle<()>>,
+    failed: Arc<AtomicBool>,
+}
+
+impl Syncer {
+    pub(super) fn start(log: File, shared: Arc<Shared>, feed: Feed) -> Result<Syncer, String> {
+        let (queue, inbox) = channel();
+        let failed = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&failed);
+        let thread = std::thread::Builder::new()
+            .name("idemproxy-ledger-syncer".to_owned())
+            .spawn(move || run(&log, &shared, &feed, &inbox, &flag))
+            .map_err(|e| format!("cannot start the syncer thread: {e}"))?;
+        Ok(Syncer {
+            queue: Some(queue),
+            thread: Some(thread),
+            failed,
+        })
+    }
+
+    /// Hands over a committed batch.
+    pub(super) fn submit(&self, pending: Pending) {
+        if let Some(queue) = &self.queue
+            && let Err(returned) = queue.send(Msg::Batch(pending))
+            && let Msg::Batch(pending) = returned.0
+        {
+            for (job, _) in pending.settled {
+                job.finish(Err(LedgerError::Unavailable(
+                    "the ledger syncer has stopped".to_owned(),
+                )));
+            }
+        }
+    }
+
+    /// Whether a sync failed since the last `reset`: the ledger must be reopened.
+    pub(super) fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// The ledger was reopened after a failed sync, with `last` the last frame appended
+    /// before: batches handed over from now on are synced again.
+    pub(super) fn reset(&self, last: u64) {
+        if let Some(queue) = &self.queue {
+            let _ = queue.send(Msg::Reset(last));
+        }
+    }
+}
+
+impl Drop for Syncer {
+    fn drop(&mut self) {
+        self.queue = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(log: &File, shared: &Shared, feed: &Feed, inbox: &Receiver<Msg>, failed: &AtomicBool) {
+    // Set from a failed sync until the writer's reset; every batch in between fails.
+    let broken: Mutex<Option<String>> = Mutex::new(None);
+    while let Ok(first) = inbox.recv() {
+        let mut batches = Vec::new();
+        let mut next = Some(first);
+        while let Some(msg) = next {
+            match msg {
+                Msg::Batch(pending) => batches.push(pending),
+                Msg::Reset(last) => {
+                    // Batches before the reset were staged before the reopen: they end as
+                    // the log did before it. The reopened ledger holds what the log holds,
+                    // so what the failed batches held is released only now.
+                    flush(
+                        log,
+                        shared,
+                        feed,
+                        std::mem::take(&mut batches),
+                        &broken,
+                        failed,
+                    );
+                    shared.release_upto(last);
+                    *broken.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                    failed.store(false, Ordering::Release);
+                }
+            }
+            next = inbox.try_recv().ok();
+        }
+        flush(log, shared, feed, batches, &broken, failed);
+    }
+}
+
+/// Syncs the log once for `batches` (unless it is already broken), then answers them.
+fn flush(
+    log: &File,
+    shared: &Shared,
+    feed: &Feed,
+    batches: Vec<Pending>,
+    broken: &Mutex<Option<String>>,
+    failed: &AtomicBool,
+) {
+    if batches.iter().any(|b| b.sync)
+        && broken_now(broken).is_none()
+        && let Err(e) = log.sync_data()
+    {
+        tracing::warn!(error = %e, "the ledger's write-ahead log could not be synced");
+        let why = format!("the ledger's write-ahead log could not be synced: {e}");
+        *broken.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
+        failed.store(true, Ordering::Release);
+    }
+    settle(shared, feed, batches, broken);
+}
+
+fn broken_now(broken: &Mutex<Option<String>>) -> Option<String> {
+    broken
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
+/// Answers the jobs of `batches`: with their own outcome if the log is sound, else with the
+/// failure (and their claims left for the sweep). Their operations are no longer held.
+fn settle(shared: &Shared, feed: &Feed, batches: Vec<Pending>, broken: &Mutex<Option<String>>) {
+    let failure = broken_now(broken);
+    for batch in batches {
+        for (job, outcome) in batch.settled {
+            let outcome = match (&failure, outcome) {
+                (Some(why), Ok(())) => {
+                    if let Some(claim) = job.claim() {
+                        shared.bury(claim);
+                    }
+                    Err(LedgerError::Unavailable(why.clone()))
+                }
+                (_, outcome) => outcome,
+            };
+            if outcome.is_ok() {
+                job.publish(feed);
+            }
+            job.finish(outcome);
+        }
+        // After a failed sync, replays of what it wrote wait for the reopen (`Reset`).
+        if failure.is_none() {
+            shared.release(&batch.held, batch.lsn);
+        }
+    }
+}
