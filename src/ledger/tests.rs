@@ -1011,3 +1011,39 @@ async fn counters_add_up_over_a_shared_batch() {
     assert_eq!(stats.by_state["unknown"], 40, "in flight at the restart");
     assert!(!stats.by_state.contains_key("in_flight") || stats.by_state["in_flight"] == 0);
 }
+
+/// A replay is never answered from a read snapshot of an operation whose batch's log frame is
+/// not yet synced (the syncer holds it): the claim transaction decides, and its answer waits
+/// for the sync. Released, the snapshot answers again; a later batch's hold outlives an
+/// earlier batch's release.
+#[tokio::test]
+async fn a_held_operation_is_not_replayed_from_a_snapshot() {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    let done = op("p/r/held", State::Succeeded, T0);
+    put(&ledger, done, vec![], Some(response(b"ok"))).await;
+    let replayable = |ledger: &Ledger| {
+        let ledger = ledger.clone();
+        async move { ledger.replayable("p/r/held").await.unwrap().is_some() }
+    };
+    assert!(
+        replayable(&ledger).await,
+        "answered once its batch was synced"
+    );
+
+    let shared = ledger.redb().shared();
+    let held = vec!["p/r/held".to_owned()];
+    shared.hold(&held, 7);
+    assert!(!replayable(&ledger).await, "held by frame 7");
+    shared.hold(&held, 9);
+    shared.release(&held, 7);
+    assert!(!replayable(&ledger).await, "still held by frame 9");
+    shared.release(&held, 9);
+    assert!(replayable(&ledger).await);
+    shared.hold(&held, 11);
+    shared.release_upto(11);
+    assert!(
+        replayable(&ledger).await,
+        "released by the reset after a failed sync"
+    );
+}

@@ -39,7 +39,8 @@ const FRAME_HEAD: usize = 16;
 const CHECKPOINT_BYTES: u64 = 24 << 20;
 /// The log's size from its creation (see `write_header`), room for a checkpoint's frames.
 const PREALLOCATED: u64 = 32 << 20;
-/// ...or its oldest frame is this old.
+/// ...or its oldest frame is this old (`IDEMPROXY_WAL_CHECKPOINT_MS` sets another age, for
+/// the tests that need the log to hold what they wrote when they kill the proxy).
 const CHECKPOINT_AFTER: Duration = Duration::from_secs(1);
 
 /// The log of one open ledger, owned by its writer thread.
@@ -55,6 +56,8 @@ pub(super) struct Wal {
     len: u64,
     /// When the oldest frame not yet checkpointed was appended.
     oldest: Option<Instant>,
+    /// How old that frame may grow before a checkpoint.
+    checkpoint_after: Duration,
 }
 
 /// Where the log of the ledger at `ledger` lives.
@@ -95,6 +98,7 @@ impl Wal {
             last: applied,
             len: HEADER,
             oldest: None,
+            checkpoint_after: checkpoint_after(),
         };
         if id.is_none() || id != kept {
             if !has_frames(&wal.file)? {
@@ -227,7 +231,7 @@ impl Wal {
         if self.len >= CHECKPOINT_BYTES {
             return Some(Duration::ZERO);
         }
-        Some(CHECKPOINT_AFTER.saturating_sub(oldest.elapsed()))
+        Some(self.checkpoint_after.saturating_sub(oldest.elapsed()))
     }
 
     /// Writes a new header and preallocates the log: frames then overwrite blocks the file
@@ -298,6 +302,13 @@ pub(super) fn settle(ledger: &Path, db: &Database) -> Result<(), Fault> {
         return Ok(());
     }
     Wal::open(ledger, db)?.checkpoint(db)
+}
+
+fn checkpoint_after() -> Duration {
+    std::env::var("IDEMPROXY_WAL_CHECKPOINT_MS")
+        .ok()
+        .and_then(|ms| ms.trim().parse().ok())
+        .map_or(CHECKPOINT_AFTER, Duration::from_millis)
 }
 
 /// The log's ID kept in the ledger and the last frame its durable state includes.

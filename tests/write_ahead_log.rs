@@ -1,0 +1,168 @@
+//! The write-ahead log (issue 8): a batch is durable once its frame in `<ledger>.wal` is
+//! synced, and the redb file catches up at a checkpoint. So what a SIGKILLed proxy answered
+//! after its last checkpoint lives only in the log, and the next start must replay it: every
+//! answered operation replays, nothing is sent twice. A torn tail after the last frame is
+//! ignored; a log that belongs to another ledger file is refused, never replayed.
+
+mod common;
+mod guarded;
+
+use std::io::{Seek as _, SeekFrom, Write as _};
+use std::path::{Path, PathBuf};
+
+use common::{Behavior, FakeProvider, Proxy};
+use guarded::*;
+use http::StatusCode;
+use idemproxy::clock::Timestamp;
+use idemproxy::ledger::{Ledger, LedgerOptions};
+
+const OPERATIONS: usize = 16;
+
+/// No checkpoint during the test: what it writes stays in the log until the kill.
+const NO_CHECKPOINT: (&str, &str) = ("IDEMPROXY_WAL_CHECKPOINT_MS", "600000");
+
+fn log_of(ledger: &Path) -> PathBuf {
+    let mut name = ledger.as_os_str().to_owned();
+    name.push(".wal");
+    PathBuf::from(name)
+}
+
+async fn proxy_without_checkpoints(provider: &FakeProvider) -> Proxy {
+    builder(provider, "", &refund_route(""))
+        .env(NO_CHECKPOINT.0, NO_CHECKPOINT.1)
+        .start()
+        .await
+}
+
+/// Refunds `wf-log-0..OPERATIONS` at once; each must be answered 200.
+async fn refund_all(proxy: &Proxy) {
+    let pending: Vec<_> = (0..OPERATIONS)
+        .map(|n| refund_in_background(proxy, &format!("wf-log-{n}"), "amount=100"))
+        .collect();
+    for task in pending {
+        let answer = task.await.expect("task").expect("answer");
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+    }
+}
+
+/// Each refund replays from the ledger (nothing sent again).
+async fn assert_all_replayed(proxy: &Proxy, provider: &FakeProvider) {
+    for n in 0..OPERATIONS {
+        let rendered = format!("wf-log-{n}");
+        let replay = refund(proxy, &rendered, "amount=100").await;
+        assert_eq!(replay.status, StatusCode::OK, "{}", replay.text());
+        assert_op_headers(&replay, &op_id(&rendered), "succeeded", true);
+    }
+    assert_eq!(provider.request_count(), OPERATIONS, "nothing sent twice");
+    assert_eq!(provider.effects(), OPERATIONS);
+}
+
+/// Where the whole frames of a log end (its format: a 16-byte header, then frames of
+/// `len u32, crc u32, lsn u64, len bytes`; the scan here trusts lengths, not checksums, and
+/// stops where a following sequence number does not follow).
+fn frames_end(log: &[u8]) -> usize {
+    let mut at = 16;
+    let mut prev: Option<u64> = None;
+    while at + 16 <= log.len() {
+        let len = u32::from_le_bytes(log[at..at + 4].try_into().unwrap()) as usize;
+        let lsn = u64::from_le_bytes(log[at + 8..at + 16].try_into().unwrap());
+        if len == 0 && lsn == 0 || prev.is_some_and(|p| lsn != p + 1) || at + 16 + len > log.len() {
+            break;
+        }
+        prev = Some(lsn);
+        at += 16 + len;
+    }
+    at
+}
+
+#[tokio::test]
+async fn answers_given_before_a_kill_survive_it_through_the_log() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let mut proxy = proxy_without_checkpoints(&provider).await;
+    refund_all(&proxy).await;
+    assert!(!proxy.kill().await.success(), "killed by SIGKILL");
+
+    // The ledger file alone (a copy without its log) does not hold them: they were answered
+    // from the log's synced frames, not from a durable commit of the file.
+    let alone = tempfile::tempdir().expect("temp dir");
+    let copy = alone.path().join("ledger.redb");
+    std::fs::copy(proxy.ledger_path(), &copy).expect("copy the ledger file");
+    let (file_only, _) = Ledger::open(copy, Timestamp::now(), LedgerOptions::default())
+        .await
+        .expect("open the copy");
+    for n in 0..OPERATIONS {
+        let found = file_only.get(&op_id(&format!("wf-log-{n}"))).await;
+        assert!(
+            found.expect("read").is_none(),
+            "wf-log-{n} was in the file itself"
+        );
+    }
+    drop(file_only);
+
+    proxy.restart().await;
+    assert_all_replayed(&proxy, &provider).await;
+    // And once the restart checkpointed, the file holds them after another kill too.
+    assert!(!proxy.kill().await.success());
+    proxy.restart().await;
+    assert_all_replayed(&proxy, &provider).await;
+}
+
+#[tokio::test]
+async fn a_torn_tail_after_the_last_frame_is_ignored() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let mut proxy = proxy_without_checkpoints(&provider).await;
+    refund_all(&proxy).await;
+    assert!(!proxy.kill().await.success());
+
+    // A frame cut short after the last whole one, as an unsynced append leaves it: a head
+    // announcing 4 KiB and only half its bytes.
+    let path = log_of(&proxy.ledger_path());
+    let log = std::fs::read(&path).expect("read the log");
+    let end = frames_end(&log);
+    assert!(end > 16, "the log holds the frames of the test");
+    let mut torn = Vec::new();
+    torn.extend_from_slice(&4096_u32.to_le_bytes());
+    torn.extend_from_slice(&0xdead_beef_u32.to_le_bytes());
+    torn.extend_from_slice(&u64::MAX.to_le_bytes());
+    torn.extend(std::iter::repeat_n(0x5a, 2048));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open the log");
+    file.seek(SeekFrom::Start(end as u64)).expect("seek");
+    file.write_all(&torn).expect("tear the tail");
+    drop(file);
+
+    proxy.restart().await;
+    assert_all_replayed(&proxy, &provider).await;
+    let created = refund(&proxy, "wf-log-after", "amount=1").await;
+    assert_eq!(created.status, StatusCode::OK, "{}", created.text());
+    assert!(!proxy.kill().await.success());
+    proxy.restart().await;
+    let replay = refund(&proxy, "wf-log-after", "amount=1").await;
+    assert_op_headers(&replay, &op_id("wf-log-after"), "succeeded", true);
+}
+
+#[tokio::test]
+async fn a_log_left_beside_another_ledger_file_is_refused() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let mut proxy = proxy_without_checkpoints(&provider).await;
+    refund_all(&proxy).await;
+    assert!(!proxy.kill().await.success());
+
+    // The ledger file is gone (deleted, or replaced by a fresh one); its log is not.
+    std::fs::remove_file(proxy.ledger_path()).expect("remove the ledger file");
+    let (status, log) = proxy.restart_expect_failure().await;
+    assert!(!status.success(), "{log}");
+    let wal = log_of(&proxy.ledger_path());
+    assert!(
+        log.contains(&wal.display().to_string()) && log.contains("another ledger file"),
+        "the refusal names the log and why: {log}"
+    );
+
+    // Moved away, the operator starts on the empty ledger.
+    std::fs::rename(&wal, wal.with_extension("wal.old")).expect("move the log away");
+    proxy.restart().await;
+    let fresh = refund(&proxy, "wf-log-0", "amount=100").await;
+    assert_op_headers(&fresh, &op_id("wf-log-0"), "succeeded", false);
+}
