@@ -166,3 +166,26 @@ async fn a_log_left_beside_another_ledger_file_is_refused() {
     let fresh = refund(&proxy, "wf-log-0", "amount=100").await;
     assert_op_headers(&fresh, &op_id("wf-log-0"), "succeeded", false);
 }
+
+/// A log that cannot be synced leaves the claim undurable, so its request is never sent: the
+/// agent gets `503 ledger-unavailable`, and the ledger is reopened from what the disk holds.
+/// (`IDEMPROXY_FAIL=ledger.sync` fails every sync of the log.)
+#[tokio::test]
+async fn a_log_that_cannot_be_synced_sends_nothing() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = builder(&provider, "", &refund_route(""))
+        .env("IDEMPROXY_FAIL", "ledger.sync")
+        .start()
+        .await;
+    let resp = refund(&proxy, "wf-unsynced", "amount=500").await;
+    let body = problem(&resp, StatusCode::SERVICE_UNAVAILABLE, "ledger-unavailable");
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("nothing was sent"), "{detail}");
+    for n in 0..4 {
+        let again = refund(&proxy, &format!("wf-unsynced-{n}"), "amount=5").await;
+        assert_eq!(again.status, StatusCode::SERVICE_UNAVAILABLE, "{again:?}");
+    }
+    assert_eq!(provider.request_count(), 0, "the provider got nothing");
+    let log = proxy.log_text();
+    assert!(log.contains("could not be synced"), "{log}");
+}

@@ -257,7 +257,13 @@ impl Recovery {
 
     /// A write failed and the database refuses new ones: stop writing, reopen for the readers.
     pub(super) fn broken(&mut self, why: &str) {
-        self.shared.writable.store(false, Ordering::Release);
+        if !self.shared.writable.swap(false, Ordering::AcqRel) {
+            // Already broken: reopened again (what the log holds wins), logged once.
+            if let Err(e) = self.reopen() {
+                tracing::debug!(error = %e, "the ledger could not be reopened yet");
+            }
+            return;
+        }
         tracing::warn!(
             ledger = %self.shared.path.display(),
             error = %why,

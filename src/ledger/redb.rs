@@ -324,8 +324,12 @@ fn open_error(path: &Path, reason: impl fmt::Display) -> LedgerError {
 
 /// Whether `IDEMPROXY_FAIL` (a comma-separated list of fault points) names `ledger.commit`.
 fn fault_injected() -> bool {
-    std::env::var("IDEMPROXY_FAIL")
-        .is_ok_and(|points| points.split(',').any(|p| p.trim() == "ledger.commit"))
+    fault_point("ledger.commit")
+}
+
+/// Whether `IDEMPROXY_FAIL` names `point`.
+pub(super) fn fault_point(point: &str) -> bool {
+    std::env::var("IDEMPROXY_FAIL").is_ok_and(|points| points.split(',').any(|p| p.trim() == point))
 }
 
 type Opened = (Database, Wal, u64, Vec<Operation>);

@@ -56,6 +56,10 @@ impl Syncer {
         let (queue, inbox) = channel();
         let failed = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&failed);
+        let log = Log {
+            file: log,
+            fail: super::redb::fault_point("ledger.sync"),
+        };
         let thread = std::thread::Builder::new()
             .name("idemproxy-ledger-syncer".to_owned())
             .spawn(move || run(&log, &shared, &feed, &inbox, &flag))
@@ -104,7 +108,7 @@ impl Drop for Syncer {
     }
 }
 
-fn run(log: &File, shared: &Shared, feed: &Feed, inbox: &Receiver<Msg>, failed: &AtomicBool) {
+fn run(log: &Log, shared: &Shared, feed: &Feed, inbox: &Receiver<Msg>, failed: &AtomicBool) {
     // Set from a failed sync until the writer's reset; every batch in between fails.
     let broken: Mutex<Option<String>> = Mutex::new(None);
     while let Ok(first) = inbox.recv() {
@@ -138,7 +142,7 @@ fn run(log: &File, shared: &Shared, feed: &Feed, inbox: &Receiver<Msg>, failed: 
 
 /// Syncs the log once for `batches` (unless it is already broken), then answers them.
 fn flush(
-    log: &File,
+    log: &Log,
     shared: &Shared,
     feed: &Feed,
     batches: Vec<Pending>,
@@ -147,7 +151,7 @@ fn flush(
 ) {
     if batches.iter().any(|b| b.sync)
         && broken_now(broken).is_none()
-        && let Err(e) = log.sync_data()
+        && let Err(e) = log.sync()
     {
         tracing::warn!(error = %e, "the ledger's write-ahead log could not be synced");
         let why = format!("the ledger's write-ahead log could not be synced: {e}");
@@ -155,6 +159,21 @@ fn flush(
         failed.store(true, Ordering::Release);
     }
     settle(shared, feed, batches, broken);
+}
+
+/// The log, and whether its syncs fail as `IDEMPROXY_FAIL=ledger.sync` asks (a test hook).
+struct Log {
+    file: File,
+    fail: bool,
+}
+
+impl Log {
+    fn sync(&self) -> std::io::Result<()> {
+        if self.fail {
+            return Err(std::io::Error::other("fault injection: ledger.sync fails"));
+        }
+        self.file.sync_data()
+    }
 }
 
 fn broken_now(broken: &Mutex<Option<String>>) -> Option<String> {

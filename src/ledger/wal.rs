@@ -261,9 +261,15 @@ impl Wal {
         Ok(())
     }
 
+    /// Starts the log again at its head: every frame in it is in the file. The first frame's
+    /// head is zeroed (unsynced: if that is lost, the next start walks the old frames and skips
+    /// them), so a start after a graceful stop reads nothing.
     fn restart(&mut self) {
         self.len = HEADER;
         self.oldest = None;
+        if let Err(e) = self.file.write_all_at(&[0; FRAME_HEAD], HEADER) {
+            tracing::debug!(log = %self.path.display(), error = %e, "the write-ahead log's head stays");
+        }
     }
 }
 

@@ -185,7 +185,8 @@ fn run(shared: Arc<Shared>, wal: Wal, queue: &Receiver<Box<dyn Job>>, hooks: &Ho
 /// breaks the ledger, so the callers of later batches see `/healthz` at 503. Every job that
 /// failed leaves its claim for the sweep.
 fn serve(recovery: &mut Recovery, syncer: &Syncer, batch: Vec<Box<dyn Job>>, hooks: &Hooks) {
-    if syncer.failed() && recovery.shared().writable() {
+    if syncer.failed() {
+        // The file may hold batches the log lost: reopened, it holds what the log holds.
         let last = recovery.wal().last();
         recovery.broken("the ledger's write-ahead log could not be synced");
         syncer.reset(last);
