@@ -8,7 +8,8 @@
 //! `note_replays` and `replays`) that every backend implements with the same semantics; no
 //! backend type ever leaves it, and no module above it names a backend. Two backends: redb
 //! (`redb`, with its tables in `store`, `codec`, `tombstone` and `replays`, its single
-//! writer in `writer` and `batch`, its reopen after a storage error in `recovery`), the
+//! writer in `writer` and `batch`, its write-ahead log in `wal` (the changes recorded by
+//! `redo`, synced by `syncer`), its reopen after a storage error in `recovery`), the
 //! default, for one process; and PostgreSQL (`postgres`), shared by several replicas, each
 //! holding a lease. Both apply the same storage rules (`change`) and store the same record
 //! bytes (`codec`); `at` says where a ledger lives; `feed` is the in-process broadcast of
@@ -20,11 +21,12 @@
 //! `update` keeps its generic closure (a trait with async, generic methods could not be a
 //! `dyn` object without boxing both). A second backend is a second variant.
 //!
-//! Every state change is one durable commit; writes queued together may share one commit
-//! (group commit). A write that only appends history (the operation and its response
-//! unchanged, e.g. a conflict noted, or a batch of replay counts) may commit without an fsync
-//! and becomes durable with the next durable commit (in SQL terms: an asynchronous commit); a
-//! crash may lose such an event, never a state. Callers pass a closure that sees the current
+//! Every state change is durable before anyone is told of it (redb: its batch's frame in the
+//! write-ahead log synced; PostgreSQL: its transaction committed); writes queued together may
+//! share one commit (group commit). A write that only appends history (the operation and its
+//! response unchanged, e.g. a conflict noted, or a batch of replay counts) may commit without
+//! waiting for the disk and becomes durable with the next durable one (in SQL terms: an
+//! asynchronous commit); a crash may lose such an event, never a state. Callers pass a closure that sees the current
 //! operation and says what to write. The ledger stores only what a `Write` carries, so never a
 //! request header or body (docs/reference.md section 10). One storage error does not stop it:
 //! it recovers by itself once the storage allows.

@@ -1,7 +1,9 @@
-//! The redb backend of the ledger: one database file, one writer thread fed by a channel
-//! (group commit, see `writer` and `batch`), point reads on the calling thread.
+//! The redb backend of the ledger: one database file and its write-ahead log (`wal`), one
+//! writer thread fed by a channel (group commit, see `writer` and `batch`) with the syncer
+//! that answers its batches once durable (`syncer`), point reads on the calling thread.
 //!
-//! It owns opening the file (with a bounded page cache), the start-up recovery write (the
+//! It owns opening the file (with a bounded page cache; its log replayed onto it), the
+//! start-up recovery write (the
 //! secret's check value, the boot epoch behind fences, the orphaning of what a dead process
 //! left in flight) and the routing of each `Ledger` call to the writer or a read snapshot.
 //! Its tables and their codec are `store`, `codec`, `tombstone` and `replays`; reopening
