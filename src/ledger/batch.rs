@@ -92,16 +92,17 @@ pub(super) fn run_batch(
 ) -> Ended {
     let mut settled = Vec::with_capacity(jobs.len());
     loop {
-        match stage_all(db, &mut jobs) {
-            Ok((txn, staged, redo)) => {
+        match stage_all(db, wal, &mut jobs) {
+            Ok((txn, staged, mut frame)) => {
                 let held: Vec<String> = jobs.iter().filter_map(|j| j.wrote()).collect();
                 let ending = Ending {
                     staged,
-                    redo: &redo,
+                    frame: &mut frame,
                     held: &held,
                     jobs: jobs.len(),
                 };
                 let outcome = end(txn, ending, wal, shared, on_commit);
+                wal.recycle(frame);
                 let (frame, broke) = match &outcome {
                     Ok(frame) => (*frame, None),
                     Err(e) => (None, Some(e.to_string())),
@@ -134,15 +135,19 @@ pub(super) fn run_batch(
 /// could not begin).
 fn stage_all(
     db: &Database,
+    wal: &mut Wal,
     jobs: &mut [Box<dyn Job>],
 ) -> Result<(WriteTransaction, Staged, Vec<u8>), Failed> {
     let txn = begin(db).map_err(|e| (None, LedgerError::from(e)))?;
-    let redo = Redo::on();
-    match stage_in(&txn, jobs, &redo) {
-        Ok(batch) => Ok((txn, batch, redo.take())),
+    let redo = Redo::on(wal.scratch());
+    let staged = stage_in(&txn, jobs, &redo);
+    let frame = redo.take();
+    match staged {
+        Ok(batch) => Ok((txn, batch, frame)),
         Err(failed) => {
             // What the failed job left half-written goes with the transaction.
             let _ = txn.abort();
+            wal.recycle(frame);
             Err(failed)
         }
     }
@@ -176,7 +181,8 @@ fn stage_in(
 /// What a staged batch ends with.
 struct Ending<'a> {
     staged: Staged,
-    redo: &'a [u8],
+    /// The log frame: room for its head, then the batch's redo records.
+    frame: &'a mut [u8],
     held: &'a [String],
     jobs: usize,
 }
@@ -202,7 +208,7 @@ fn end(
         }
     };
     let started = Instant::now();
-    let lsn = match wal.append(ending.redo) {
+    let lsn = match wal.append(ending.frame) {
         Ok(lsn) => lsn,
         Err(e) => {
             let _ = txn.abort();

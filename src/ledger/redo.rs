@@ -61,9 +61,10 @@ const DELETE: u8 = 1;
 pub(super) struct Redo(Option<Rc<RefCell<Vec<u8>>>>);
 
 impl Redo {
-    /// A buffer that records.
-    pub(super) fn on() -> Redo {
-        Redo(Some(Rc::default()))
+    /// A buffer that records, after what `buf` already holds (the room for a log frame's
+    /// head, see `wal::Wal::scratch`).
+    pub(super) fn on(buf: Vec<u8>) -> Redo {
+        Redo(Some(Rc::new(RefCell::new(buf))))
     }
 
     /// A buffer that records nothing.
@@ -71,7 +72,7 @@ impl Redo {
         Redo(None)
     }
 
-    /// The records so far (empty when off).
+    /// The buffer with the records so far (empty when off).
     pub(super) fn take(&self) -> Vec<u8> {
         self.0
             .as_ref()
@@ -256,7 +257,7 @@ mod tests {
 
     #[test]
     fn records_read_back_as_written() {
-        let redo = Redo::on();
+        let redo = Redo::on(Vec::new());
         redo.record(Tag::Ops, b"op-1", Some(b"{}"));
         redo.record(Tag::Index, b"k", None);
         let bytes = redo.take();
@@ -273,7 +274,7 @@ mod tests {
 
     #[test]
     fn a_cut_or_unknown_record_is_refused() {
-        let redo = Redo::on();
+        let redo = Redo::on(Vec::new());
         redo.record(Tag::Responses, b"id", Some(b"body"));
         let bytes = redo.take();
         for cut in 0..bytes.len() {

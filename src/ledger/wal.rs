@@ -34,7 +34,7 @@ const MAGIC: &[u8; 8] = b"IDEMWAL1";
 /// The magic and the log's ID.
 const HEADER: u64 = 16;
 /// A frame's length, checksum and sequence number.
-const FRAME_HEAD: usize = 16;
+pub(super) const FRAME_HEAD: usize = 16;
 /// A checkpoint is due once the log holds this much...
 const CHECKPOINT_BYTES: u64 = 24 << 20;
 /// The log's size from its creation (see `write_header`), room for a checkpoint's frames.
@@ -58,6 +58,8 @@ pub(super) struct Wal {
     oldest: Option<Instant>,
     /// How old that frame may grow before a checkpoint.
     checkpoint_after: Duration,
+    /// The last frame's buffer, kept for the next (`scratch`).
+    spare: Vec<u8>,
 }
 
 /// Where the log of the ledger at `ledger` lives.
@@ -99,6 +101,7 @@ impl Wal {
             len: HEADER,
             oldest: None,
             checkpoint_after: checkpoint_after(),
+            spare: Vec::new(),
         };
         if id.is_none() || id != kept {
             if !has_frames(&wal.file)? {
@@ -172,14 +175,32 @@ impl Wal {
         Ok(replayed)
     }
 
-    /// Appends one frame of `records`, unsynced; returns its sequence number. The syncer
-    /// (`syncer`) syncs it before anyone is answered for it; a checkpoint makes it moot. On an
-    /// error the frame's head is overwritten with zeros if the disk allows, so no later scan
-    /// takes it.
-    pub(super) fn append(&mut self, records: &[u8]) -> io::Result<u64> {
+    /// A buffer for the next frame: empty but for room for its head (`append` fills it), the
+    /// batch's redo records go after it. The buffer of the last frame is reused, so a batch
+    /// allocates nothing for its frame.
+    pub(super) fn scratch(&mut self) -> Vec<u8> {
+        let mut buf = std::mem::take(&mut self.spare);
+        buf.clear();
+        buf.resize(FRAME_HEAD, 0);
+        buf
+    }
+
+    /// Takes back a buffer from `scratch` for the next frame (one that grew past 4 MiB for a
+    /// batch of large answers is let go).
+    pub(super) fn recycle(&mut self, buf: Vec<u8>) {
+        if buf.capacity() <= 4 << 20 {
+            self.spare = buf;
+        }
+    }
+
+    /// Appends `frame` (from `scratch`: its head, then the records), unsynced; returns its
+    /// sequence number. The syncer (`syncer`) syncs it before anyone is answered for it; a
+    /// checkpoint makes it moot. On an error the frame's head is overwritten with zeros if
+    /// the disk allows, so no later scan takes it.
+    pub(super) fn append(&mut self, frame: &mut [u8]) -> io::Result<u64> {
         let lsn = self.last + 1;
-        let frame = frame(lsn, records)?;
-        if let Err(e) = self.file.write_all_at(&frame, self.len) {
+        seal(lsn, frame)?;
+        if let Err(e) = self.file.write_all_at(frame, self.len) {
             let _ = self.file.write_all_at(&[0; FRAME_HEAD], self.len);
             return Err(e);
         }
@@ -424,17 +445,16 @@ fn header(bytes: &[u8]) -> Header {
     Header::Id(u64::from_le_bytes(id))
 }
 
-fn frame(lsn: u64, records: &[u8]) -> io::Result<Vec<u8>> {
-    let len = u32::try_from(records.len())
+/// Fills the head of `frame` (`FRAME_HEAD` bytes, then its records): length, checksum, `lsn`.
+fn seal(lsn: u64, frame: &mut [u8]) -> io::Result<()> {
+    let records = frame.len().saturating_sub(FRAME_HEAD);
+    let len = u32::try_from(records)
         .map_err(|_| io::Error::other("a batch too large for one log frame"))?;
-    let mut frame = Vec::with_capacity(FRAME_HEAD + records.len());
-    frame.extend_from_slice(&len.to_le_bytes());
-    frame.extend_from_slice(&[0; 4]);
-    frame.extend_from_slice(&lsn.to_le_bytes());
-    frame.extend_from_slice(records);
-    let crc = checksum(&frame);
+    frame[..4].copy_from_slice(&len.to_le_bytes());
+    frame[8..16].copy_from_slice(&lsn.to_le_bytes());
+    let crc = checksum(frame);
     frame[4..8].copy_from_slice(&crc.to_le_bytes());
-    Ok(frame)
+    Ok(())
 }
 
 /// The checksum of a frame: everything but its own four bytes.
@@ -479,7 +499,10 @@ mod tests {
         let mut bytes = MAGIC.to_vec();
         bytes.extend_from_slice(&7_u64.to_le_bytes());
         for (lsn, records) in frames {
-            bytes.extend(frame(*lsn, records).unwrap());
+            let mut frame = vec![0; FRAME_HEAD];
+            frame.extend_from_slice(records);
+            seal(*lsn, &mut frame).unwrap();
+            bytes.extend(frame);
         }
         bytes
     }
