@@ -188,6 +188,11 @@ fn broken_now(broken: &Mutex<Option<String>>) -> Option<String> {
 fn settle(shared: &Shared, feed: &Feed, batches: Vec<Pending>, broken: &Mutex<Option<String>>) {
     let failure = broken_now(broken);
     for batch in batches {
+        // Durable now: what it wrote may be replayed from a snapshot, even by the callers it
+        // is about to answer. After a failed sync, replays of it wait for the reopen (`Reset`).
+        if failure.is_none() {
+            shared.release(&batch.held, batch.lsn);
+        }
         for (job, outcome) in batch.settled {
             let outcome = match (&failure, outcome) {
                 (Some(why), Ok(())) => {
@@ -202,10 +207,6 @@ fn settle(shared: &Shared, feed: &Feed, batches: Vec<Pending>, broken: &Mutex<Op
                 job.publish(feed);
             }
             job.finish(outcome);
-        }
-        // After a failed sync, replays of what it wrote wait for the reopen (`Reset`).
-        if failure.is_none() {
-            shared.release(&batch.held, batch.lsn);
         }
     }
 }
