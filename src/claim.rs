@@ -129,7 +129,7 @@ pub async fn claim(
     match decided {
         Ok(Decided::Step(step)) => Ok(step),
         Ok(Decided::Replay) => {
-            let step = replay(app, &id).await?;
+            let step = Box::pin(replay(app, &id)).await?;
             if actor == Actor::Agent {
                 app.replays.note(&id, Timestamp::now());
             }
@@ -146,7 +146,7 @@ pub async fn claim(
                 principal: &principal,
                 actor,
             };
-            let answered = read_only(app, &probe, rules, Fresh::OrStale).await;
+            let answered = Box::pin(read_only(app, &probe, rules, Fresh::OrStale)).await;
             answered.ok_or_else(|| Problem::LedgerUnavailable(e.to_string()))
         }
     }

@@ -114,8 +114,10 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
     };
     // A `reconcile` rule's lookup runs before duplicates wake, so they see its verdict.
     let found = match (&fetched, means, state) {
+        // Boxed: the lookup's future is most of this one's size, which the detached task
+        // that runs every attempt would otherwise carry (and copy) for this rare branch.
         (Ok(answer), Means::Reconcile, State::Unknown) => {
-            reconcile_at_once(app, provider, &ex, &answer.body).await
+            Box::pin(reconcile_at_once(app, provider, &ex, &answer.body)).await
         }
         _ => None,
     };

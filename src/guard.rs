@@ -207,9 +207,11 @@ enum Next {
 /// `in-flight` and, after a restart, holding it as `unknown`. So the claim and the attempt
 /// it allows (or the reconciliation it asks for) run together, to their end.
 ///
-/// Spawned when called, not when first polled: the task's future (claim and attempt, about
-/// 12 KB) is built on this function's stack and moved into the task, so the handler's own
-/// future, allocated and copied for every guarded request, only holds the receiver.
+/// Spawned when called, not when first polled: the task's future (claim and attempt, a few
+/// KB) is built on this function's stack and boxed, so the handler's own future, allocated
+/// and copied for every guarded request, only holds the receiver. Boxed, because tokio moves
+/// a task's future by value into its cell and writes its stage over whole several times in
+/// the task's life: each a block copy of the future's size, a pointer's once boxed.
 fn detached(
     app: &Arc<App>,
     names: Names,
@@ -217,9 +219,9 @@ fn detached(
 ) -> impl Future<Output = Result<Next, Problem>> + use<> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let task_app = app.clone();
-    app.background.spawn(async move {
+    app.background.spawn(Box::pin(async move {
         let _ = tx.send(claim_and_send(&task_app, &names, op).await);
-    });
+    }));
     async move {
         rx.await.unwrap_or_else(|_| {
             Err(Problem::LedgerUnavailable(
@@ -242,7 +244,8 @@ async fn claim_and_send(app: &Arc<App>, names: &Names, op: Identified) -> Result
     };
     match claim(app, provider, route, ask).await? {
         Step::Dispatch(claimed) => Ok(Next::Sent(send(app, provider, names, op, claimed).await)),
-        Step::Reconcile => reconcile(app, provider, route, names, op).await,
+        // Boxed, a rare branch: its lookup would otherwise nearly double the task's future.
+        Step::Reconcile => Box::pin(reconcile(app, provider, route, names, op)).await,
         Step::Replay(stored) => Ok(Next::Replay(stored)),
         Step::Wait => Ok(Next::Wait),
         Step::Refuse(problem, state) => Ok(Next::Refuse(problem, state)),
@@ -286,7 +289,9 @@ async fn send(
     let id = op.id.clone();
     let outgoing = match claimed.first {
         true => Ok(op.first),
-        false => resend_request(app, provider, &id, op.plain, &claimed).await,
+        // Boxed, as a re-send is rare: reading the kept request would otherwise make every
+        // first attempt's future larger.
+        false => Box::pin(resend_request(app, provider, &id, op.plain, &claimed)).await,
     };
     let exchange = dispatch::Exchange {
         route: names.route.clone(),
