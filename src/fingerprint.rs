@@ -112,13 +112,25 @@ pub struct Inputs<'a> {
 /// keys sorted, forms like the query, anything else as bytes) and the `fingerprint_headers`
 /// in configured order, less ignored fields and the key field. Never panics.
 pub fn compute(inputs: &Inputs) -> Fingerprint {
-    let secret = inputs.secret;
+    let canonical = canonical(inputs, Hashes::Kept);
+    let hex = inputs.secret.mac_hex(FINGERPRINT_DOMAIN, &canonical.bytes);
+    with_fields(inputs, canonical, hex)
+}
+
+/// `compute(inputs)` for a request whose `hex_only(inputs)` is known: the canonical form is
+/// written again for the field hashes, but its mac is not taken twice.
+pub fn completed(inputs: &Inputs, hex: String) -> Fingerprint {
+    with_fields(inputs, canonical(inputs, Hashes::Kept), hex)
+}
+
+/// The fingerprint `hex` of `canonical` (written with its hashes kept), with its fields.
+fn with_fields(inputs: &Inputs, canonical: Canonical, hex: String) -> Fingerprint {
     let Canonical {
         bytes: canonical,
         query,
         body,
         headers,
-    } = canonical(inputs, Hashes::Kept);
+    } = canonical;
     let mut base = vec![
         (
             "method".to_string(),
@@ -129,9 +141,9 @@ pub fn compute(inputs: &Inputs) -> Fingerprint {
     base.extend(headers.iter().map(|(n, v)| (n.clone(), digest(v))));
     let digests = assemble(base, &query, &body);
     Fingerprint {
-        hex: secret.mac_hex(FINGERPRINT_DOMAIN, &canonical),
+        hex,
         legacy: Legacy::of(&canonical, &digests),
-        fields: keyed(digests, secret),
+        fields: keyed(digests, inputs.secret),
     }
 }
 
@@ -691,7 +703,8 @@ mod tests {
         }
 
         /// The full fingerprint; every test that computes one also checks that `hex_only`
-        /// (what a replay computes) agrees with it.
+        /// (what a replay computes) agrees with it, and `completed` (what a new operation
+        /// computes after it) with both.
         fn fp_with(&self, secret: &Secret) -> Fingerprint {
             let inputs = Inputs {
                 method: &self.method,
@@ -706,6 +719,11 @@ mod tests {
             };
             let fp = compute(&inputs);
             assert_eq!(hex_only(&inputs), fp.hex, "hex_only disagrees with compute");
+            assert_eq!(
+                completed(&inputs, hex_only(&inputs)),
+                fp,
+                "completed disagrees"
+            );
             fp
         }
     }

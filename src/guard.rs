@@ -462,7 +462,7 @@ impl Named {
         secret: &Secret,
     ) -> Result<Identified, Problem> {
         let inputs = fingerprint_inputs(provider, route, target, &self.parts, &self.body, secret);
-        let fingerprint = fingerprint::compute(&inputs);
+        let fingerprint = fingerprint::completed(&inputs, self.hex);
         let key = identity::key(&self.id, provider.key_format, provider.key_length);
         let plain = outgoing(provider, target, self.parts, self.bytes)?;
         let first = place_key(plain.clone(), &key, &provider.key).map_err(Problem::InvalidBody)?;
