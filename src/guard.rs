@@ -22,7 +22,7 @@ use crate::body;
 use crate::budget::{self, Reservation, Unread};
 use crate::claim::{self, Actor, Ask, Claimed, NO_FIELDS, NO_LEGACY, Probe, Step, claim};
 use crate::dispatch::{self, Outgoing};
-use crate::fingerprint::{self, Fingerprint};
+use crate::fingerprint;
 use crate::identity;
 use crate::kept::{KeptRequest, place_key};
 use crate::operation::{Operation, State, StoredResponse};
@@ -50,15 +50,17 @@ enum Identity {
     Pass(Box<Outgoing>),
 }
 
-/// A guarded request whose operation is identified.
+/// A guarded request whose operation is identified: what its claim is asked (the key a new
+/// operation gets, placed where today's policy says, its fingerprint, principal and kept
+/// first request), built once and moved into the claim, and the requests it may send.
 struct Identified {
+    ask: Ask,
+    requests: Requests,
+}
+
+/// The requests an identified operation may send.
+struct Requests {
     id: String,
-    /// The key a new operation gets, placed where today's policy says.
-    key: String,
-    placement: KeyPlacement,
-    fingerprint: Fingerprint,
-    /// The keyed hash of the caller's `principal_headers`.
-    principal: String,
     /// The request as it came, cleaned, without a key: the base of a re-send whose first
     /// request is no longer kept, and the source of the caller's headers for any re-send.
     plain: Outgoing,
@@ -134,7 +136,7 @@ async fn run(
         route: route.name.clone(),
         captures: captures.clone(),
     };
-    let caller = op.plain.headers.clone();
+    let caller = op.requests.plain.headers.clone();
     let next = detached(app, names, op).await?;
     if next.is_unknown() {
         // For the settler, which may re-send or look it up with these (memory only).
@@ -233,19 +235,13 @@ fn detached(
 
 async fn claim_and_send(app: &Arc<App>, names: &Names, op: Identified) -> Result<Next, Problem> {
     let (provider, route) = names.lookup(app)?;
-    let ask = Ask {
-        id: op.id.clone(),
-        key: op.key.clone(),
-        placement: op.placement.clone(),
-        fingerprint: op.fingerprint.clone(),
-        principal: op.principal.clone(),
-        first: Some(KeptRequest::of(&op.first)),
-        actor: Actor::Agent,
-    };
+    let Identified { ask, requests } = op;
     match claim(app, provider, route, ask).await? {
-        Step::Dispatch(claimed) => Ok(Next::Sent(send(app, provider, names, op, claimed).await)),
+        Step::Dispatch(claimed) => Ok(Next::Sent(
+            send(app, provider, names, requests, claimed).await,
+        )),
         // Boxed, a rare branch: its lookup would otherwise nearly double the task's future.
-        Step::Reconcile => Box::pin(reconcile(app, provider, route, names, op)).await,
+        Step::Reconcile => Box::pin(reconcile(app, provider, route, names, requests)).await,
         Step::Replay(stored) => Ok(Next::Replay(stored)),
         Step::Wait => Ok(Next::Wait),
         Step::Refuse(problem, state) => Ok(Next::Refuse(problem, state)),
@@ -258,7 +254,7 @@ async fn reconcile(
     provider: &Provider,
     route: &Route,
     names: &Names,
-    op: Identified,
+    op: Requests,
 ) -> Result<Next, Problem> {
     let verdict = crate::reconcile::run(
         app,
@@ -283,19 +279,18 @@ async fn send(
     app: &Arc<App>,
     provider: &Provider,
     names: &Names,
-    op: Identified,
+    op: Requests,
     claimed: Claimed,
 ) -> Response<ProxyBody> {
-    let id = op.id.clone();
     let outgoing = match claimed.first {
         true => Ok(op.first),
         // Boxed, as a re-send is rare: reading the kept request would otherwise make every
         // first attempt's future larger.
-        false => Box::pin(resend_request(app, provider, &id, op.plain, &claimed)).await,
+        false => Box::pin(resend_request(app, provider, &op.id, op.plain, &claimed)).await,
     };
     let exchange = dispatch::Exchange {
         route: names.route.clone(),
-        id,
+        id: op.id,
         fence: claimed.fence,
         attempt: claimed.attempt,
         outgoing,
@@ -466,15 +461,21 @@ impl Named {
         let key = identity::key(&self.id, provider.key_format, provider.key_length);
         let plain = outgoing(provider, target, self.parts, self.bytes)?;
         let first = place_key(plain.clone(), &key, &provider.key).map_err(Problem::InvalidBody)?;
-        Ok(Identified {
-            id: self.id,
+        let ask = Ask {
+            id: self.id.clone(),
             key,
             placement: provider.key.clone(),
             fingerprint,
             principal: self.principal,
+            first: Some(KeptRequest::of(&first)),
+            actor: Actor::Agent,
+        };
+        let requests = Requests {
+            id: self.id,
             plain,
             first,
-        })
+        };
+        Ok(Identified { ask, requests })
     }
 }
 
