@@ -79,11 +79,15 @@ pub struct Legacy {
 
 impl Legacy {
     fn of(canonical: &[u8], digests: &BTreeMap<String, String>) -> Legacy {
+        let mut hex = String::with_capacity(LEGACY.len() + 64);
+        hex.push_str(LEGACY);
+        hex.push_str(&digest(canonical));
         Legacy {
-            hex: format!("{LEGACY}{}", digest(canonical)),
+            hex,
+            // A digest is ASCII hex: its first 16 bytes are its first 16 characters.
             fields: digests
                 .iter()
-                .map(|(path, d)| (path.clone(), d.chars().take(16).collect()))
+                .map(|(path, d)| (path.clone(), d.get(..16).unwrap_or(d).to_owned()))
                 .collect(),
         }
     }
@@ -219,9 +223,9 @@ fn keyed(digests: BTreeMap<String, String>, secret: &Secret) -> BTreeMap<String,
             let mut data = Vec::with_capacity(8 + path.len() + digest.len());
             frame(&mut data, path.as_bytes());
             data.extend_from_slice(digest.as_bytes());
-            let mut mac = secret.mac_hex(FIELD_DOMAIN, &data);
-            mac.truncate(16);
-            (path, mac)
+            // The first 16 hex characters: only the first 8 bytes are written out.
+            let mac = secret.mac(FIELD_DOMAIN, &data);
+            (path, crate::secret::lower_hex(&mac[..8]))
         })
         .collect()
 }
