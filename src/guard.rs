@@ -28,7 +28,6 @@ use crate::kept::{KeptRequest, place_key};
 use crate::operation::{Operation, State, StoredResponse};
 use crate::policy::{Captures, KeyPlacement, OnMissingId, Provider, Route};
 use crate::problem::{Context, Problem};
-use crate::secret::Secret;
 use crate::template::{self, render_first};
 use crate::upstream;
 use crate::wire::ProxyBody;
@@ -130,7 +129,7 @@ async fn run(
         }
         _ => {}
     }
-    let op = named.complete(provider, route, target, &app.secret)?;
+    let op = named.complete(app, provider, route, target)?;
     let names = Names {
         provider: provider.name.clone(),
         route: route.name.clone(),
@@ -376,7 +375,7 @@ fn identify(
         .map_err(|key| Problem::InvalidBody(body::repeated_key_detail(&key)))?;
     // The fingerprint's hex alone: a replay needs nothing more (`Named::complete` adds the rest).
     let hex = fingerprint::hex_only(&fingerprint_inputs(
-        provider, route, target, &parts, &body, secret,
+        app, provider, route, target, &parts, &body,
     ));
     let inputs = template::Inputs {
         headers: &parts.headers,
@@ -413,12 +412,12 @@ fn identify(
 }
 
 fn fingerprint_inputs<'a>(
+    app: &'a App,
     provider: &'a Provider,
     route: &'a Route,
     target: &'a Target<'_>,
     parts: &'a Parts,
     body: &'a body::Body,
-    secret: &'a Secret,
 ) -> fingerprint::Inputs<'a> {
     fingerprint::Inputs {
         method: &parts.method,
@@ -432,7 +431,8 @@ fn fingerprint_inputs<'a>(
             KeyPlacement::JsonField(pointer) => Some(pointer.as_str()),
             KeyPlacement::Header(_) => None,
         },
-        secret,
+        secret: &app.secret,
+        methods: Some(&app.methods),
     }
 }
 
@@ -451,12 +451,12 @@ impl Named {
     /// Everything a claim needs: the full fingerprint, the key and the outgoing requests.
     fn complete(
         self,
+        app: &App,
         provider: &Provider,
         route: &Route,
         target: &Target<'_>,
-        secret: &Secret,
     ) -> Result<Identified, Problem> {
-        let inputs = fingerprint_inputs(provider, route, target, &self.parts, &self.body, secret);
+        let inputs = fingerprint_inputs(app, provider, route, target, &self.parts, &self.body);
         let fingerprint = fingerprint::completed(&inputs, self.hex);
         let key = identity::key(&self.id, provider.key_format, provider.key_length);
         let plain = outgoing(provider, target, self.parts, self.bytes)?;
