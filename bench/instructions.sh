@@ -3,15 +3,20 @@
 # move with the machine's load, for comparing two builds of idemproxy (and nginx as a proxy).
 #
 #   bench/instructions.sh [SCENARIO...]     scenarios: pass replay fresh nginx (default: all)
-#                                           (IDEMPROXY_BIN=PATH measures that binary, unbuilt)
+#                                           (IDEMPROXY_BIN=PATH measures that binary, unbuilt;
+#                                           INSTRUCTIONS_KEEP=DIR keeps each scenario's dumps
+#                                           in DIR/SCENARIO for callgrind_annotate)
 #
 # Each scenario starts an nginx upstream answering a small JSON body, the server under test
 # under callgrind, warms it with wrk for 2 s, zeroes the counts, runs wrk (-t1 -c8) for 8 s,
 # dumps the counts and divides the total by the requests wrk counted. Loopback only.
+# Counted per thread (--separate-threads), idemproxy's total is also split between its tokio
+# workers, the ledger's writer thread and the rest (the main thread, blocking pool): told apart
+# by a function only that thread runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scenarios=${*:-pass replay fresh nginx}
-for tool in wrk valgrind callgrind_control callgrind_annotate nginx; do
+for tool in wrk valgrind callgrind_control nginx; do
   command -v "$tool" >/dev/null || { echo "instructions: $tool is missing (apt-get install wrk valgrind nginx-light)" >&2; exit 1; }
 done
 bin=${IDEMPROXY_BIN:-./target/release/idemproxy}
@@ -62,17 +67,30 @@ measure() { # name url [script]
   n=$(wrk -t1 -c8 -d8s ${script:+-s "$script"} "$url" ${script:+-- run} | awk '/requests in/ {print $1}')
   callgrind_control -d "$pid" >/dev/null 2>&1
   sleep 1
-  total=$(callgrind_annotate "$(ls "$work"/cg.out.* | head -1)" 2>/dev/null |
-    awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  local f group workers=0 writer=0 other=0
+  for f in "$work"/cg.out.*; do
+    group=other
+    if grep -q 'multi_thread::worker::Context::run_task' "$f"; then group=workers
+    elif grep -q '=([0-9]*) idemproxy::ledger::writer::run$' "$f"; then group=writer; fi
+    printf -v "$group" '%d' $((${!group} + $(awk '/^(summary|totals):/ {print $2; exit}' "$f")))
+  done
+  total=$((workers + writer + other))
+  if [ -n "${INSTRUCTIONS_KEEP:-}" ]; then
+    mkdir -p "$INSTRUCTIONS_KEEP/$name" && cp "$work"/cg.out.* "$INSTRUCTIONS_KEEP/$name/"
+  fi
   printf '%-8s %8d requests  %8d instructions per request\n' "$name" "$n" $((total / n))
+  if [ "$name" != nginx ]; then
+    printf '%-8s workers %8d  writer %8d  other %6d  instructions per request\n' \
+      "$name" $((workers / n)) $((writer / n)) $((other / n))
+  fi
 }
 
 for s in $scenarios; do
   rm -f "$work"/cg.out* "$work"/ledger.redb*
   if [ "$s" = nginx ]; then
-    valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" nginx -c "$work/proxy.conf" 2>/dev/null &
+    valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.out" nginx -c "$work/proxy.conf" 2>/dev/null &
   else
-    valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
+    valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.out" \
       "$bin" serve -c "$work/proxy.toml" > "$work/ready" 2>/dev/null &
   fi
   pid=$!; pids+=("$pid")

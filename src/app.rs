@@ -42,6 +42,8 @@ pub struct App {
     pub via: Via,
     /// Each provider's principal of a request that carries none of its `principal_headers`.
     pub anonymous: crate::fingerprint::Anonymous,
+    /// The usual methods' fingerprint field hashes, taken once under `secret`.
+    pub methods: crate::fingerprint::Methods,
     /// The request-body bytes all guarded requests together may buffer (`max_buffered`).
     pub budget: Arc<crate::budget::Budget>,
     /// Replays counted in memory until the next coalesced write (`replays`).
@@ -99,8 +101,10 @@ impl App {
         }
         let budget = crate::budget::Budget::new(config.limits.inbound.max_buffered);
         let anonymous = crate::fingerprint::Anonymous::of(&config.providers, &secret);
+        let methods = crate::fingerprint::Methods::of(&secret);
         let app = App {
             anonymous,
+            methods,
             budget,
             config,
             upstreams,

@@ -15,6 +15,7 @@
 //! it. Nothing here talks to a provider.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::app::App;
 use crate::clock::Timestamp;
@@ -89,26 +90,24 @@ pub async fn claim(
         None => Vec::new(),
     };
     let fences = app.ledger.fences();
-    let id = ask.id.clone();
-    let actor = ask.actor;
-    // Kept for `read_only`, should the claim's write fail.
-    let (fingerprint, principal) = (ask.fingerprint.clone(), ask.principal.clone());
     let names = Names {
         provider: provider.name.clone(),
         route: route.name.clone(),
         effect: route.effect,
     };
-    let legacy = fingerprint.legacy.clone();
+    // Shared with the write, not copied: kept for `read_only`, should the claim's write fail.
+    let ask = Arc::new(ask);
+    let asked = Arc::clone(&ask);
     let decided = app
         .ledger
-        .update(&id, move |existing| {
+        .update(&ask.id, move |existing| {
             let now = Timestamp::now();
-            let fresh = fresh(&ask, names, now);
+            let fresh = fresh(&asked, names, now);
             let intent = Intent {
                 fingerprint: &fresh.fingerprint,
                 fields: &fresh.fields,
                 principal: fresh.principal.as_deref().unwrap_or_default(),
-                legacy: &legacy,
+                legacy: &asked.fingerprint.legacy,
             };
             let decision = decide(existing.as_ref(), intent, rules, now);
             let refused = matches!(
@@ -122,31 +121,32 @@ pub async fn claim(
                 .map(|op| (op.clone(), fresh.clone()));
             let fence = if decision.claims() { fences.next() } else { 0 };
             let (write, decided) =
-                transition(existing, fresh, sealed, decision, fence, ask.actor, now);
+                transition(existing, fresh, sealed, decision, fence, asked.actor, now);
             (adopt(stale, write), decided)
         })
         .await;
     match decided {
         Ok(Decided::Step(step)) => Ok(step),
         Ok(Decided::Replay) => {
-            let step = replay(app, &id).await?;
-            if actor == Actor::Agent {
-                app.replays.note(&id, Timestamp::now());
+            let step = Box::pin(replay(app, &ask.id)).await?;
+            if ask.actor == Actor::Agent {
+                app.replays.note(&ask.id, Timestamp::now());
             }
             Ok(step)
         }
         Err(e) => {
             // A decision that needs no write is answered all the same, even for an operation
             // whose bringing up to date (`adopt`) could not be written; the rest needs its write.
+            let fingerprint = &ask.fingerprint;
             let probe = Probe {
-                id: &id,
+                id: &ask.id,
                 fingerprint: &fingerprint.hex,
                 fields: &fingerprint.fields,
                 legacy: &fingerprint.legacy,
-                principal: &principal,
-                actor,
+                principal: &ask.principal,
+                actor: ask.actor,
             };
-            let answered = read_only(app, &probe, rules, Fresh::OrStale).await;
+            let answered = Box::pin(read_only(app, &probe, rules, Fresh::OrStale)).await;
             answered.ok_or_else(|| Problem::LedgerUnavailable(e.to_string()))
         }
     }

@@ -92,11 +92,11 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
         let _ = app.completions.send(Arc::from(ex.id.as_str()));
     };
     let state = match recorded {
-        Ok(Some(op)) => {
-            if op.state == State::Unknown {
-                app.escalate(&op);
+        Ok(Some(recorded)) => {
+            if let Some(op) = &recorded.unknown {
+                app.escalate(op);
             }
-            op.state
+            recorded.state
         }
         Ok(None) => {
             done();
@@ -114,8 +114,10 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
     };
     // A `reconcile` rule's lookup runs before duplicates wake, so they see its verdict.
     let found = match (&fetched, means, state) {
+        // Boxed: the lookup's future is most of this one's size, which the detached task
+        // that runs every attempt would otherwise carry (and copy) for this rare branch.
         (Ok(answer), Means::Reconcile, State::Unknown) => {
-            reconcile_at_once(app, provider, &ex, &answer.body).await
+            Box::pin(reconcile_at_once(app, provider, &ex, &answer.body)).await
         }
         _ => None,
     };
@@ -342,6 +344,13 @@ fn request_id(provider: &Provider, headers: &HeaderMap) -> Option<String> {
     Some(value.chars().take(200).collect())
 }
 
+/// What `persist` wrote: the state, and the operation when it is left `unknown` (for
+/// `App::escalate`), copied on the writer thread only then.
+struct Recorded {
+    state: State,
+    unknown: Option<Operation>,
+}
+
 /// Writes the result, only if this attempt still owns the claim; returns the state written
 /// (`None`: superseded by a newer claim, nothing written).
 async fn persist(
@@ -349,7 +358,7 @@ async fn persist(
     provider: &Provider,
     ex: &Exchange,
     record: Record,
-) -> Result<Option<Operation>, crate::ledger::LedgerError> {
+) -> Result<Option<Recorded>, crate::ledger::LedgerError> {
     let fence = ex.fence;
     let timeout = provider.timeout;
     // Hashed here, not in the closure: that runs on the ledger's single writer thread.
@@ -359,8 +368,9 @@ async fn persist(
             Some(op) if op.fence == fence && op.state == State::InFlight => {
                 let now = Timestamp::now();
                 let write = settle(op, record, meta, timeout, now);
-                let recorded = write.op.clone();
-                (Some(write), Some(recorded))
+                let state = write.op.state;
+                let unknown = (state == State::Unknown).then(|| write.op.clone());
+                (Some(write), Some(Recorded { state, unknown }))
             }
             _ => (None, None),
         })

@@ -79,11 +79,15 @@ pub struct Legacy {
 
 impl Legacy {
     fn of(canonical: &[u8], digests: &BTreeMap<String, String>) -> Legacy {
+        let mut hex = String::with_capacity(LEGACY.len() + 64);
+        hex.push_str(LEGACY);
+        hex.push_str(&digest(canonical));
         Legacy {
-            hex: format!("{LEGACY}{}", digest(canonical)),
+            hex,
+            // A digest is ASCII hex: its first 16 bytes are its first 16 characters.
             fields: digests
                 .iter()
-                .map(|(path, d)| (path.clone(), d.chars().take(16).collect()))
+                .map(|(path, d)| (path.clone(), d.get(..16).unwrap_or(d).to_owned()))
                 .collect(),
         }
     }
@@ -105,6 +109,50 @@ pub struct Inputs<'a> {
     pub key_field: Option<&'a str>,
     /// The installation secret every hash is keyed with.
     pub secret: &'a Secret,
+    /// The usual methods' field hashes under `secret`, if taken (`Methods::of`).
+    pub methods: Option<&'a Methods>,
+}
+
+/// The `method` field's hashes for the usual methods, taken once at start: they depend on the
+/// secret alone, so a new operation's fingerprint need not hash them again. Any other method
+/// is hashed as before; `keyed` takes a hash from here only for the same path and digest.
+#[derive(Debug)]
+pub struct Methods(Vec<MethodField>);
+
+#[derive(Debug)]
+struct MethodField {
+    method: Method,
+    /// `digest` of the method's name, in memory only.
+    digest: String,
+    /// Its keyed hash (`field_hash`).
+    keyed: String,
+}
+
+impl Methods {
+    /// Taken under `secret`: only for `Inputs` keyed with the same one.
+    pub fn of(secret: &Secret) -> Methods {
+        let usual = [
+            Method::GET,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+        ];
+        let field = |method: Method| {
+            let digest = digest(method.as_str().as_bytes());
+            let keyed = field_hash("method", &digest, secret);
+            MethodField {
+                method,
+                digest,
+                keyed,
+            }
+        };
+        Methods(usual.into_iter().map(field).collect())
+    }
+
+    fn get(&self, method: &Method) -> Option<&MethodField> {
+        self.0.iter().find(|field| field.method == *method)
+    }
 }
 
 /// Computes the fingerprint: a mac under `inputs.secret` over length-prefixed sections for method,
@@ -112,26 +160,40 @@ pub struct Inputs<'a> {
 /// keys sorted, forms like the query, anything else as bytes) and the `fingerprint_headers`
 /// in configured order, less ignored fields and the key field. Never panics.
 pub fn compute(inputs: &Inputs) -> Fingerprint {
-    let secret = inputs.secret;
+    let canonical = canonical(inputs, Hashes::Kept);
+    let hex = inputs.secret.mac_hex(FINGERPRINT_DOMAIN, &canonical.bytes);
+    with_fields(inputs, canonical, hex)
+}
+
+/// `compute(inputs)` for a request whose `hex_only(inputs)` is known: the canonical form is
+/// written again for the field hashes, but its mac is not taken twice.
+pub fn completed(inputs: &Inputs, hex: String) -> Fingerprint {
+    with_fields(inputs, canonical(inputs, Hashes::Kept), hex)
+}
+
+/// The fingerprint `hex` of `canonical` (written with its hashes kept), with its fields.
+fn with_fields(inputs: &Inputs, canonical: Canonical, hex: String) -> Fingerprint {
     let Canonical {
         bytes: canonical,
         query,
         body,
         headers,
-    } = canonical(inputs, Hashes::Kept);
+    } = canonical;
+    let method = inputs.methods.and_then(|m| m.get(inputs.method));
+    let method_digest = match method {
+        Some(field) => field.digest.clone(),
+        None => digest(inputs.method.as_str().as_bytes()),
+    };
     let mut base = vec![
-        (
-            "method".to_string(),
-            digest(inputs.method.as_str().as_bytes()),
-        ),
+        ("method".to_string(), method_digest),
         ("path".to_string(), digest(inputs.path.as_bytes())),
     ];
     base.extend(headers.iter().map(|(n, v)| (n.clone(), digest(v))));
     let digests = assemble(base, &query, &body);
     Fingerprint {
-        hex: secret.mac_hex(FINGERPRINT_DOMAIN, &canonical),
+        hex,
         legacy: Legacy::of(&canonical, &digests),
-        fields: keyed(digests, secret),
+        fields: keyed(digests, inputs.secret, method),
     }
 }
 
@@ -198,20 +260,34 @@ fn canonical(inputs: &Inputs, hashes: Hashes) -> Canonical {
     }
 }
 
-/// Each field's in-memory digest replaced by the first 16 hex of the mac of its path and
-/// that digest: what the ledger keeps.
-fn keyed(digests: BTreeMap<String, String>, secret: &Secret) -> BTreeMap<String, String> {
+/// Each field's in-memory digest replaced by its `field_hash`, what the ledger keeps; the
+/// method's taken from `method` when it is the same digest (a body field named `method`
+/// shares the path and changes the digest).
+fn keyed(
+    digests: BTreeMap<String, String>,
+    secret: &Secret,
+    method: Option<&MethodField>,
+) -> BTreeMap<String, String> {
     digests
         .into_iter()
         .map(|(path, digest)| {
-            let mut data = Vec::with_capacity(8 + path.len() + digest.len());
-            frame(&mut data, path.as_bytes());
-            data.extend_from_slice(digest.as_bytes());
-            let mut mac = secret.mac_hex(FIELD_DOMAIN, &data);
-            mac.truncate(16);
-            (path, mac)
+            let hash = match method {
+                Some(field) if path == "method" && digest == field.digest => field.keyed.clone(),
+                _ => field_hash(&path, &digest, secret),
+            };
+            (path, hash)
         })
         .collect()
+}
+
+/// The first 16 hex of the mac of a field's path and its digest.
+fn field_hash(path: &str, digest: &str, secret: &Secret) -> String {
+    let mut data = Vec::with_capacity(8 + path.len() + digest.len());
+    frame(&mut data, path.as_bytes());
+    data.extend_from_slice(digest.as_bytes());
+    // The first 16 hex characters: only the first 8 bytes are written out.
+    let mac = secret.mac(FIELD_DOMAIN, &data);
+    crate::secret::lower_hex(&mac[..8])
 }
 
 /// The mac domain of principals.
@@ -691,7 +767,8 @@ mod tests {
         }
 
         /// The full fingerprint; every test that computes one also checks that `hex_only`
-        /// (what a replay computes) agrees with it.
+        /// (what a replay computes) agrees with it, and `completed` (what a new operation
+        /// computes after it) with both.
         fn fp_with(&self, secret: &Secret) -> Fingerprint {
             let inputs = Inputs {
                 method: &self.method,
@@ -703,11 +780,39 @@ mod tests {
                 ignore: &self.ignore,
                 key_field: self.key_field.as_deref(),
                 secret,
+                methods: None,
             };
             let fp = compute(&inputs);
+            let methods = Methods::of(secret);
+            let taken = Inputs {
+                methods: Some(&methods),
+                ..inputs
+            };
+            assert_eq!(
+                compute(&taken),
+                fp,
+                "the methods' hashes taken at start differ"
+            );
             assert_eq!(hex_only(&inputs), fp.hex, "hex_only disagrees with compute");
+            assert_eq!(
+                completed(&inputs, hex_only(&inputs)),
+                fp,
+                "completed disagrees"
+            );
             fp
         }
+    }
+
+    #[test]
+    fn the_methods_hashed_at_start_are_the_ones_hashed_each_time() {
+        // `fp` compares them field by field; a body field named `method` shares the path and
+        // changes its digest, so the hash taken at start must not be used for it.
+        let clashing = Req::json(json!({"method": "card", "amount": 5}));
+        let plain = Req::json(json!({"amount": 5}));
+        assert_ne!(clashing.fp().fields["method"], plain.fp().fields["method"]);
+        let mut unusual = Req::json(json!({"amount": 5}));
+        unusual.method = Method::OPTIONS;
+        assert_ne!(unusual.fp().fields["method"], plain.fp().fields["method"]);
     }
 
     #[test]

@@ -22,13 +22,12 @@ use crate::body;
 use crate::budget::{self, Reservation, Unread};
 use crate::claim::{self, Actor, Ask, Claimed, NO_FIELDS, NO_LEGACY, Probe, Step, claim};
 use crate::dispatch::{self, Outgoing};
-use crate::fingerprint::{self, Fingerprint};
+use crate::fingerprint;
 use crate::identity;
 use crate::kept::{KeptRequest, place_key};
 use crate::operation::{Operation, State, StoredResponse};
 use crate::policy::{Captures, KeyPlacement, OnMissingId, Provider, Route};
 use crate::problem::{Context, Problem};
-use crate::secret::Secret;
 use crate::template::{self, render_first};
 use crate::upstream;
 use crate::wire::ProxyBody;
@@ -50,15 +49,17 @@ enum Identity {
     Pass(Box<Outgoing>),
 }
 
-/// A guarded request whose operation is identified.
+/// A guarded request whose operation is identified: what its claim is asked (the key a new
+/// operation gets, placed where today's policy says, its fingerprint, principal and kept
+/// first request), built once and moved into the claim, and the requests it may send.
 struct Identified {
+    ask: Ask,
+    requests: Requests,
+}
+
+/// The requests an identified operation may send.
+struct Requests {
     id: String,
-    /// The key a new operation gets, placed where today's policy says.
-    key: String,
-    placement: KeyPlacement,
-    fingerprint: Fingerprint,
-    /// The keyed hash of the caller's `principal_headers`.
-    principal: String,
     /// The request as it came, cleaned, without a key: the base of a re-send whose first
     /// request is no longer kept, and the source of the caller's headers for any re-send.
     plain: Outgoing,
@@ -128,13 +129,13 @@ async fn run(
         }
         _ => {}
     }
-    let op = named.complete(provider, route, target, &app.secret)?;
+    let op = named.complete(app, provider, route, target)?;
     let names = Names {
         provider: provider.name.clone(),
         route: route.name.clone(),
         captures: captures.clone(),
     };
-    let caller = op.plain.headers.clone();
+    let caller = op.requests.plain.headers.clone();
     let next = detached(app, names, op).await?;
     if next.is_unknown() {
         // For the settler, which may re-send or look it up with these (memory only).
@@ -207,9 +208,11 @@ enum Next {
 /// `in-flight` and, after a restart, holding it as `unknown`. So the claim and the attempt
 /// it allows (or the reconciliation it asks for) run together, to their end.
 ///
-/// Spawned when called, not when first polled: the task's future (claim and attempt, about
-/// 12 KB) is built on this function's stack and moved into the task, so the handler's own
-/// future, allocated and copied for every guarded request, only holds the receiver.
+/// Spawned when called, not when first polled: the task's future (claim and attempt, a few
+/// KB) is built on this function's stack and boxed, so the handler's own future, allocated
+/// and copied for every guarded request, only holds the receiver. Boxed, because tokio moves
+/// a task's future by value into its cell and writes its stage over whole several times in
+/// the task's life: each a block copy of the future's size, a pointer's once boxed.
 fn detached(
     app: &Arc<App>,
     names: Names,
@@ -217,9 +220,9 @@ fn detached(
 ) -> impl Future<Output = Result<Next, Problem>> + use<> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let task_app = app.clone();
-    app.background.spawn(async move {
+    app.background.spawn(Box::pin(async move {
         let _ = tx.send(claim_and_send(&task_app, &names, op).await);
-    });
+    }));
     async move {
         rx.await.unwrap_or_else(|_| {
             Err(Problem::LedgerUnavailable(
@@ -231,18 +234,13 @@ fn detached(
 
 async fn claim_and_send(app: &Arc<App>, names: &Names, op: Identified) -> Result<Next, Problem> {
     let (provider, route) = names.lookup(app)?;
-    let ask = Ask {
-        id: op.id.clone(),
-        key: op.key.clone(),
-        placement: op.placement.clone(),
-        fingerprint: op.fingerprint.clone(),
-        principal: op.principal.clone(),
-        first: Some(KeptRequest::of(&op.first)),
-        actor: Actor::Agent,
-    };
+    let Identified { ask, requests } = op;
     match claim(app, provider, route, ask).await? {
-        Step::Dispatch(claimed) => Ok(Next::Sent(send(app, provider, names, op, claimed).await)),
-        Step::Reconcile => reconcile(app, provider, route, names, op).await,
+        Step::Dispatch(claimed) => Ok(Next::Sent(
+            send(app, provider, names, requests, claimed).await,
+        )),
+        // Boxed, a rare branch: its lookup would otherwise nearly double the task's future.
+        Step::Reconcile => Box::pin(reconcile(app, provider, route, names, requests)).await,
         Step::Replay(stored) => Ok(Next::Replay(stored)),
         Step::Wait => Ok(Next::Wait),
         Step::Refuse(problem, state) => Ok(Next::Refuse(problem, state)),
@@ -255,7 +253,7 @@ async fn reconcile(
     provider: &Provider,
     route: &Route,
     names: &Names,
-    op: Identified,
+    op: Requests,
 ) -> Result<Next, Problem> {
     let verdict = crate::reconcile::run(
         app,
@@ -280,17 +278,18 @@ async fn send(
     app: &Arc<App>,
     provider: &Provider,
     names: &Names,
-    op: Identified,
+    op: Requests,
     claimed: Claimed,
 ) -> Response<ProxyBody> {
-    let id = op.id.clone();
     let outgoing = match claimed.first {
         true => Ok(op.first),
-        false => resend_request(app, provider, &id, op.plain, &claimed).await,
+        // Boxed, as a re-send is rare: reading the kept request would otherwise make every
+        // first attempt's future larger.
+        false => Box::pin(resend_request(app, provider, &op.id, op.plain, &claimed)).await,
     };
     let exchange = dispatch::Exchange {
         route: names.route.clone(),
-        id,
+        id: op.id,
         fence: claimed.fence,
         attempt: claimed.attempt,
         outgoing,
@@ -376,7 +375,7 @@ fn identify(
         .map_err(|key| Problem::InvalidBody(body::repeated_key_detail(&key)))?;
     // The fingerprint's hex alone: a replay needs nothing more (`Named::complete` adds the rest).
     let hex = fingerprint::hex_only(&fingerprint_inputs(
-        provider, route, target, &parts, &body, secret,
+        app, provider, route, target, &parts, &body,
     ));
     let inputs = template::Inputs {
         headers: &parts.headers,
@@ -413,12 +412,12 @@ fn identify(
 }
 
 fn fingerprint_inputs<'a>(
+    app: &'a App,
     provider: &'a Provider,
     route: &'a Route,
     target: &'a Target<'_>,
     parts: &'a Parts,
     body: &'a body::Body,
-    secret: &'a Secret,
 ) -> fingerprint::Inputs<'a> {
     fingerprint::Inputs {
         method: &parts.method,
@@ -432,7 +431,8 @@ fn fingerprint_inputs<'a>(
             KeyPlacement::JsonField(pointer) => Some(pointer.as_str()),
             KeyPlacement::Header(_) => None,
         },
-        secret,
+        secret: &app.secret,
+        methods: Some(&app.methods),
     }
 }
 
@@ -451,25 +451,31 @@ impl Named {
     /// Everything a claim needs: the full fingerprint, the key and the outgoing requests.
     fn complete(
         self,
+        app: &App,
         provider: &Provider,
         route: &Route,
         target: &Target<'_>,
-        secret: &Secret,
     ) -> Result<Identified, Problem> {
-        let inputs = fingerprint_inputs(provider, route, target, &self.parts, &self.body, secret);
-        let fingerprint = fingerprint::compute(&inputs);
+        let inputs = fingerprint_inputs(app, provider, route, target, &self.parts, &self.body);
+        let fingerprint = fingerprint::completed(&inputs, self.hex);
         let key = identity::key(&self.id, provider.key_format, provider.key_length);
         let plain = outgoing(provider, target, self.parts, self.bytes)?;
         let first = place_key(plain.clone(), &key, &provider.key).map_err(Problem::InvalidBody)?;
-        Ok(Identified {
-            id: self.id,
+        let ask = Ask {
+            id: self.id.clone(),
             key,
             placement: provider.key.clone(),
             fingerprint,
             principal: self.principal,
+            first: Some(KeptRequest::of(&first)),
+            actor: Actor::Agent,
+        };
+        let requests = Requests {
+            id: self.id,
             plain,
             first,
-        })
+        };
+        Ok(Identified { ask, requests })
     }
 }
 

@@ -161,7 +161,7 @@ impl StoredResponse {
         ResponseMeta {
             status: self.status,
             body_bytes: self.body.len() as u64,
-            body_sha256: hex::encode(Sha256::digest(&self.body)),
+            body_sha256: crate::secret::lower_hex(&Sha256::digest(&self.body)),
         }
     }
 }
