@@ -5,8 +5,8 @@
 //! The writer stages a batch, appends the batch's redo records (`redo`) to the log as one
 //! frame, syncs the log, and only then commits the transaction without an fsync (redb makes
 //! it visible to readers and keeps its pages in memory). No reader can see a change the log
-//! does not hold, and no answer leaves before its frame is synced. About once a second (or
-//! once the log holds 24 MiB) a checkpoint commits durably, which writes redb's dirty pages
+//! does not hold, and no answer leaves before its frame is synced. Every 200 ms (or once the log
+//! holds 24 MiB) a checkpoint commits durably, which writes redb's dirty pages
 //! once for all the batches since the last one, records in the ledger's `meta` table the last
 //! frame it includes, and empties the log.
 //!
@@ -41,7 +41,7 @@ const CHECKPOINT_BYTES: u64 = 24 << 20;
 const PREALLOCATED: u64 = 32 << 20;
 /// ...or its oldest frame is this old (`IDEMPROXY_WAL_CHECKPOINT_MS` sets another age, for
 /// the tests that need the log to hold what they wrote when they kill the proxy).
-const CHECKPOINT_AFTER: Duration = Duration::from_secs(1);
+const CHECKPOINT_AFTER: Duration = Duration::from_millis(200);
 
 /// The log of one open ledger, owned by its writer thread.
 pub(super) struct Wal {
