@@ -5,7 +5,9 @@
 #
 # Starts the nginx upstream and idemproxy as bench/run.sh does, warms it with fresh operations
 # for 2 s, then runs wrk (-t1, a new operation ID per request) for 6 s and prints, per
-# operation: the CPU time of the writer thread and of the runtime's workers (user + system,
+# operation: the CPU time of the ledger's threads ("writer": the writer and the syncer of its
+# write-ahead log, whose names the kernel cuts to the same 15 characters) and of the
+# runtime's workers (user + system,
 # from /proc), the bytes the process wrote to disk, and from /metrics the jobs per commit and
 # the time per commit. CPU per operation moves far less with the machine's load than req/s.
 set -euo pipefail
