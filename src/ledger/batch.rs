@@ -74,8 +74,6 @@ pub(super) struct Ended {
     /// The log frame of its commit and whether it must be synced before any job is answered
     /// (`None`: nothing was committed).
     pub(super) frame: Option<(u64, bool)>,
-    /// The operations its commit wrote (held from replays until the frame is synced).
-    pub(super) held: Vec<String>,
     /// Why the log or the commit failed, if it did: the database may then lack what the log
     /// holds (or the other way round), and must be reopened before it writes again.
     pub(super) broke: Option<String>,
@@ -94,11 +92,11 @@ pub(super) fn run_batch(
     loop {
         match stage_all(db, wal, &mut jobs) {
             Ok((txn, staged, mut frame)) => {
-                let held: Vec<String> = jobs.iter().filter_map(|j| j.wrote()).collect();
+                let held = jobs.iter().filter_map(|j| j.wrote()).collect();
                 let ending = Ending {
                     staged,
                     frame: &mut frame,
-                    held: &held,
+                    held,
                     jobs: jobs.len(),
                 };
                 let outcome = end(txn, ending, wal, shared, on_commit);
@@ -112,7 +110,6 @@ pub(super) fn run_batch(
                 return Ended {
                     settled,
                     frame,
-                    held,
                     broke,
                 };
             }
@@ -122,7 +119,6 @@ pub(super) fn run_batch(
                 return Ended {
                     settled,
                     frame: None,
-                    held: Vec::new(),
                     broke: None,
                 };
             }
@@ -183,7 +179,8 @@ struct Ending<'a> {
     staged: Staged,
     /// The log frame: room for its head, then the batch's redo records.
     frame: &'a mut [u8],
-    held: &'a [String],
+    /// The operations its jobs wrote, held from replays until its frame is synced.
+    held: Vec<String>,
     jobs: usize,
 }
 
@@ -219,7 +216,7 @@ fn end(
     };
     shared.hold(ending.held, lsn);
     if let Err(e) = commit(txn, started, ending.jobs, durable, on_commit) {
-        shared.release(ending.held, lsn);
+        shared.unhold(lsn);
         return Err(e.into());
     }
     Ok(Some((lsn, durable)))

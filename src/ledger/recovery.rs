@@ -107,30 +107,24 @@ impl Shared {
 
     /// Holds `ids` from replays until the frame `lsn` is synced (or failed): called before
     /// the batch that wrote them commits.
-    pub(super) fn hold(&self, ids: &[String], lsn: u64) {
+    pub(super) fn hold(&self, ids: Vec<String>, lsn: u64) {
         if ids.is_empty() {
             return;
         }
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        for id in ids {
-            held.insert(id.clone(), lsn);
-        }
+        held.extend(ids.into_iter().map(|id| (id, lsn)));
     }
 
-    /// Releases what the batch of frame `lsn` held, unless a later batch holds it again.
-    pub(super) fn release(&self, ids: &[String], lsn: u64) {
-        if ids.is_empty() {
-            return;
-        }
+    /// Releases what the batch of frame `lsn` held: its commit failed, so it holds nothing
+    /// anyone can read.
+    pub(super) fn unhold(&self, lsn: u64) {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        for id in ids {
-            if held.get(id).is_some_and(|&at| at <= lsn) {
-                held.remove(id);
-            }
-        }
+        held.retain(|_, at| *at != lsn);
     }
 
-    /// Releases everything held by frames up to `lsn` (after a failed sync and the reopen).
+    /// Releases everything held by frames up to `lsn`: they are synced (or, after a failed
+    /// sync, the ledger was reopened from what the disk holds). An operation a later batch
+    /// wrote again stays held by that batch's frame.
     pub(super) fn release_upto(&self, lsn: u64) {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         held.retain(|_, at| *at > lsn);

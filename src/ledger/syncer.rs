@@ -33,8 +33,6 @@ pub(super) struct Pending {
     pub(super) sync: bool,
     /// Its jobs and how their staging ended.
     pub(super) settled: Vec<Settled>,
-    /// The operations it wrote, held from replays until the sync.
-    pub(super) held: Vec<String>,
 }
 
 enum Msg {
@@ -184,14 +182,14 @@ fn broken_now(broken: &Mutex<Option<String>>) -> Option<String> {
 }
 
 /// Answers the jobs of `batches`: with their own outcome if the log is sound, else with the
-/// failure (and their claims left for the sweep). Their operations are no longer held.
+/// failure (and their claims left for the sweep). What they held is released once synced.
 fn settle(shared: &Shared, feed: &Feed, batches: Vec<Pending>, broken: &Mutex<Option<String>>) {
     let failure = broken_now(broken);
     for batch in batches {
         // Durable now: what it wrote may be replayed from a snapshot, even by the callers it
         // is about to answer. After a failed sync, replays of it wait for the reopen (`Reset`).
         if failure.is_none() {
-            shared.release(&batch.held, batch.lsn);
+            shared.release_upto(batch.lsn);
         }
         for (job, outcome) in batch.settled {
             let outcome = match (&failure, outcome) {

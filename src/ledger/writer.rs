@@ -218,12 +218,7 @@ fn serve(recovery: &mut Recovery, syncer: &Syncer, batch: Vec<Box<dyn Job>>, hoo
         }
     }
     let (lsn, sync) = ended.frame.unwrap_or((0, false));
-    syncer.submit(Pending {
-        lsn,
-        sync,
-        settled,
-        held: ended.held,
-    });
+    syncer.submit(Pending { lsn, sync, settled });
 }
 
 pub(super) fn injected() -> LedgerError {
