@@ -15,9 +15,9 @@
 //! but goes through the writer, whose answer waits for the sync. It never stages or commits.
 
 use std::fs::File;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use super::LedgerError;
@@ -54,13 +54,19 @@ impl Syncer {
         let (queue, inbox) = channel();
         let failed = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&failed);
-        let log = Log {
-            file: log,
-            fail: super::redb::fault_point("ledger.sync"),
+        let mut state = Thread {
+            log: Log {
+                file: log,
+                fail: super::redb::fault_point("ledger.sync"),
+            },
+            shared,
+            feed,
+            failed: flag,
+            broken: None,
         };
         let thread = std::thread::Builder::new()
             .name("idemproxy-ledger-syncer".to_owned())
-            .spawn(move || run(&log, &shared, &feed, &inbox, &flag))
+            .spawn(move || state.run(&inbox))
             .map_err(|e| format!("cannot start the syncer thread: {e}"))?;
         Ok(Syncer {
             queue: Some(queue),
@@ -106,57 +112,82 @@ impl Drop for Syncer {
     }
 }
 
-fn run(log: &Log, shared: &Shared, feed: &Feed, inbox: &Receiver<Msg>, failed: &AtomicBool) {
-    // Set from a failed sync until the writer's reset; every batch in between fails.
-    let broken: Mutex<Option<String>> = Mutex::new(None);
-    while let Ok(first) = inbox.recv() {
-        let mut batches = Vec::new();
-        let mut next = Some(first);
-        while let Some(msg) = next {
-            match msg {
-                Msg::Batch(pending) => batches.push(pending),
-                Msg::Reset(last) => {
-                    // Batches before the reset were staged before the reopen: they end as
-                    // the log did before it. The reopened ledger holds what the log holds,
-                    // so what the failed batches held is released only now.
-                    flush(
-                        log,
-                        shared,
-                        feed,
-                        std::mem::take(&mut batches),
-                        &broken,
-                        failed,
-                    );
-                    shared.release_upto(last);
-                    *broken.lock().unwrap_or_else(PoisonError::into_inner) = None;
-                    failed.store(false, Ordering::Release);
-                }
-            }
-            next = inbox.try_recv().ok();
-        }
-        flush(log, shared, feed, batches, &broken, failed);
-    }
+/// What the syncer thread owns.
+struct Thread {
+    log: Log,
+    shared: Arc<Shared>,
+    feed: Feed,
+    /// Tells the writer that a sync failed (until the writer's reset).
+    failed: Arc<AtomicBool>,
+    /// Why a sync failed, from then until the writer's reset: every batch in between fails.
+    broken: Option<String>,
 }
 
-/// Syncs the log once for `batches` (unless it is already broken), then answers them.
-fn flush(
-    log: &Log,
-    shared: &Shared,
-    feed: &Feed,
-    batches: Vec<Pending>,
-    broken: &Mutex<Option<String>>,
-    failed: &AtomicBool,
-) {
-    if batches.iter().any(|b| b.sync)
-        && broken_now(broken).is_none()
-        && let Err(e) = log.sync()
-    {
-        tracing::warn!(error = %e, "the ledger's write-ahead log could not be synced");
-        let why = format!("the ledger's write-ahead log could not be synced: {e}");
-        *broken.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
-        failed.store(true, Ordering::Release);
+impl Thread {
+    fn run(&mut self, inbox: &Receiver<Msg>) {
+        while let Ok(first) = inbox.recv() {
+            let mut batches = Vec::new();
+            let mut next = Some(first);
+            while let Some(msg) = next {
+                match msg {
+                    Msg::Batch(pending) => batches.push(pending),
+                    Msg::Reset(last) => {
+                        // Batches before the reset were staged before the reopen: they end as
+                        // the log did before it. The reopened ledger holds what the log holds,
+                        // so what the failed batches held is released only now.
+                        self.flush(std::mem::take(&mut batches));
+                        self.shared.release_upto(last);
+                        self.broken = None;
+                        self.failed.store(false, Ordering::Release);
+                    }
+                }
+                next = inbox.try_recv().ok();
+            }
+            self.flush(batches);
+        }
     }
-    settle(shared, feed, batches, broken);
+
+    /// Syncs the log once for `batches` (unless it is already broken), then answers them.
+    fn flush(&mut self, batches: Vec<Pending>) {
+        if batches.iter().any(|b| b.sync)
+            && self.broken.is_none()
+            && let Err(e) = self.log.sync()
+        {
+            tracing::warn!(error = %e, "the ledger's write-ahead log could not be synced");
+            self.broken = Some(format!(
+                "the ledger's write-ahead log could not be synced: {e}"
+            ));
+            self.failed.store(true, Ordering::Release);
+        }
+        for batch in batches {
+            self.settle(batch);
+        }
+    }
+
+    /// Answers the jobs of `batch`: with their own outcome if the log is sound, else with the
+    /// failure (and their claims left for the sweep).
+    fn settle(&self, batch: Pending) {
+        // Durable now: what it wrote may be replayed from a snapshot, even by the callers it
+        // is about to answer. After a failed sync, replays of it wait for the reopen (`Reset`).
+        if self.broken.is_none() {
+            self.shared.release_upto(batch.lsn);
+        }
+        for (job, outcome) in batch.settled {
+            let outcome = match (&self.broken, outcome) {
+                (Some(why), Ok(())) => {
+                    if let Some(claim) = job.claim() {
+                        self.shared.bury(claim);
+                    }
+                    Err(LedgerError::Unavailable(why.clone()))
+                }
+                (_, outcome) => outcome,
+            };
+            if outcome.is_ok() {
+                job.publish(&self.feed);
+            }
+            job.finish(outcome);
+        }
+    }
 }
 
 /// The log, and whether its syncs fail as `IDEMPROXY_FAIL=ledger.sync` asks (a test hook).
@@ -171,40 +202,5 @@ impl Log {
             return Err(std::io::Error::other("fault injection: ledger.sync fails"));
         }
         self.file.sync_data()
-    }
-}
-
-fn broken_now(broken: &Mutex<Option<String>>) -> Option<String> {
-    broken
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone()
-}
-
-/// Answers the jobs of `batches`: with their own outcome if the log is sound, else with the
-/// failure (and their claims left for the sweep). What they held is released once synced.
-fn settle(shared: &Shared, feed: &Feed, batches: Vec<Pending>, broken: &Mutex<Option<String>>) {
-    let failure = broken_now(broken);
-    for batch in batches {
-        // Durable now: what it wrote may be replayed from a snapshot, even by the callers it
-        // is about to answer. After a failed sync, replays of it wait for the reopen (`Reset`).
-        if failure.is_none() {
-            shared.release_upto(batch.lsn);
-        }
-        for (job, outcome) in batch.settled {
-            let outcome = match (&failure, outcome) {
-                (Some(why), Ok(())) => {
-                    if let Some(claim) = job.claim() {
-                        shared.bury(claim);
-                    }
-                    Err(LedgerError::Unavailable(why.clone()))
-                }
-                (_, outcome) => outcome,
-            };
-            if outcome.is_ok() {
-                job.publish(feed);
-            }
-            job.finish(outcome);
-        }
     }
 }
