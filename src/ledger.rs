@@ -578,3 +578,10 @@ impl Ledger {
         }
     }
 }
+
+/// Whether `IDEMPROXY_FAIL` (a comma-separated list of fault points, a test hook) names
+/// `point`: `ledger.commit` (every write fails, both backends) or `ledger.sync` (every sync of
+/// a redb ledger's write-ahead log fails).
+fn fault_point(point: &str) -> bool {
+    std::env::var("IDEMPROXY_FAIL").is_ok_and(|points| points.split(',').any(|p| p.trim() == point))
+}

@@ -138,12 +138,6 @@ fn injected() -> LedgerError {
     LedgerError::Unavailable("fault injection: ledger.commit fails".to_owned())
 }
 
-/// Whether `IDEMPROXY_FAIL` (a comma-separated list of fault points) names `ledger.commit`.
-fn fault_injected() -> bool {
-    std::env::var("IDEMPROXY_FAIL")
-        .is_ok_and(|points| points.split(',').any(|p| p.trim() == "ledger.commit"))
-}
-
 fn open_error(url: &PgUrl, reason: impl std::fmt::Display) -> LedgerError {
     LedgerError::Open {
         path: url.to_string(),
@@ -204,7 +198,7 @@ impl Postgres {
             me,
             lease: Lease::new(opts.lease, started),
             feed: Feed::new(),
-            fail_writes: opts.fail_writes || fault_injected(),
+            fail_writes: opts.fail_writes || super::fault_point("ledger.commit"),
             on_commit: opts.on_commit,
             on_orphaned: opts.on_orphaned,
             stop: CancellationToken::new(),

@@ -67,7 +67,7 @@ impl Redb {
             writer,
             feed,
             fences: Fences::from_epoch(epoch),
-            fail_writes: opts.fail_writes || fault_injected(),
+            fail_writes: opts.fail_writes || super::fault_point("ledger.commit"),
         };
         let ledger = Redb {
             inner: Arc::new(inner),
@@ -322,16 +322,6 @@ fn open_error(path: &Path, reason: impl fmt::Display) -> LedgerError {
         path: path.display().to_string(),
         reason: reason.to_string(),
     }
-}
-
-/// Whether `IDEMPROXY_FAIL` (a comma-separated list of fault points) names `ledger.commit`.
-fn fault_injected() -> bool {
-    fault_point("ledger.commit")
-}
-
-/// Whether `IDEMPROXY_FAIL` names `point`.
-pub(super) fn fault_point(point: &str) -> bool {
-    std::env::var("IDEMPROXY_FAIL").is_ok_and(|points| points.split(',').any(|p| p.trim() == point))
 }
 
 type Opened = (Database, Wal, u64, Vec<Operation>);

@@ -57,7 +57,7 @@ impl Syncer {
         let mut state = Thread {
             log: Log {
                 file: log,
-                fail: super::redb::fault_point("ledger.sync"),
+                fail: super::fault_point("ledger.sync"),
             },
             shared,
             feed,
