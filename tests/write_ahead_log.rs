@@ -34,6 +34,32 @@ async fn proxy_without_checkpoints(provider: &FakeProvider) -> Proxy {
         .await
 }
 
+/// A proxy that answered every refund of `refund_all` and was then SIGKILLed before any
+/// checkpoint: what it answered is in its log only.
+async fn killed_after_refunds(provider: &FakeProvider) -> Proxy {
+    let mut proxy = proxy_without_checkpoints(provider).await;
+    refund_all(&proxy).await;
+    assert!(!proxy.kill().await.success(), "killed by SIGKILL");
+    proxy
+}
+
+/// How many of the refunds the stopped proxy's ledger file holds on its own: read from a
+/// copy of the file without its log.
+async fn in_the_file_alone(proxy: &Proxy) -> usize {
+    let alone = tempfile::tempdir().expect("temp dir");
+    let copy = alone.path().join("ledger.redb");
+    std::fs::copy(proxy.ledger_path(), &copy).expect("copy the ledger file");
+    let (file_only, _) = Ledger::open(copy, Timestamp::now(), LedgerOptions::default())
+        .await
+        .expect("open the copy");
+    let mut found = 0;
+    for n in 0..OPERATIONS {
+        let op = file_only.get(&op_id(&format!("wf-log-{n}"))).await;
+        found += usize::from(op.expect("read").is_some());
+    }
+    found
+}
+
 /// Refunds `wf-log-0..OPERATIONS` at once; each must be answered 200.
 async fn refund_all(proxy: &Proxy) {
     let pending: Vec<_> = (0..OPERATIONS)
@@ -78,41 +104,43 @@ fn frames_end(log: &[u8]) -> usize {
 #[tokio::test]
 async fn answers_given_before_a_kill_survive_it_through_the_log() {
     let provider = FakeProvider::start(Behavior::echo()).await;
+    let mut proxy = killed_after_refunds(&provider).await;
+    // The ledger file alone (a copy without its log) holds none of them: they were answered
+    // from the log's synced frames, not from a durable commit of the file.
+    assert_eq!(
+        in_the_file_alone(&proxy).await,
+        0,
+        "the file held them itself"
+    );
+
+    proxy.restart().await;
+    assert_all_replayed(&proxy, &provider).await;
+    // The restart's start-up write checkpointed them: after another kill the file alone
+    // holds them all.
+    assert!(!proxy.kill().await.success());
+    assert_eq!(in_the_file_alone(&proxy).await, OPERATIONS);
+    proxy.restart().await;
+    assert_all_replayed(&proxy, &provider).await;
+}
+
+/// A graceful stop checkpoints what the log holds: the file alone is the whole ledger (it can
+/// be copied or backed up by itself, reference section 12) and the log holds nothing to replay.
+#[tokio::test]
+async fn after_a_graceful_stop_the_file_alone_holds_every_answer() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
     let mut proxy = proxy_without_checkpoints(&provider).await;
     refund_all(&proxy).await;
-    assert!(!proxy.kill().await.success(), "killed by SIGKILL");
-
-    // The ledger file alone (a copy without its log) does not hold them: they were answered
-    // from the log's synced frames, not from a durable commit of the file.
-    let alone = tempfile::tempdir().expect("temp dir");
-    let copy = alone.path().join("ledger.redb");
-    std::fs::copy(proxy.ledger_path(), &copy).expect("copy the ledger file");
-    let (file_only, _) = Ledger::open(copy, Timestamp::now(), LedgerOptions::default())
-        .await
-        .expect("open the copy");
-    for n in 0..OPERATIONS {
-        let found = file_only.get(&op_id(&format!("wf-log-{n}"))).await;
-        assert!(
-            found.expect("read").is_none(),
-            "wf-log-{n} was in the file itself"
-        );
-    }
-    drop(file_only);
-
-    proxy.restart().await;
-    assert_all_replayed(&proxy, &provider).await;
-    // And once the restart checkpointed, the file holds them after another kill too.
-    assert!(!proxy.kill().await.success());
-    proxy.restart().await;
-    assert_all_replayed(&proxy, &provider).await;
+    assert!(proxy.terminate().await.success(), "a graceful stop");
+    assert_eq!(in_the_file_alone(&proxy).await, OPERATIONS);
+    // And the log was checkpointed: it holds no frame for the next start to replay.
+    let log = std::fs::read(log_of(&proxy.ledger_path())).expect("read the log");
+    assert_eq!(frames_end(&log), 16, "the log still holds frames");
 }
 
 #[tokio::test]
 async fn a_torn_tail_after_the_last_frame_is_ignored() {
     let provider = FakeProvider::start(Behavior::echo()).await;
-    let mut proxy = proxy_without_checkpoints(&provider).await;
-    refund_all(&proxy).await;
-    assert!(!proxy.kill().await.success());
+    let mut proxy = killed_after_refunds(&provider).await;
 
     // A frame cut short after the last whole one, as an unsynced append leaves it: a head
     // announcing 4 KiB and only half its bytes.
@@ -146,9 +174,7 @@ async fn a_torn_tail_after_the_last_frame_is_ignored() {
 #[tokio::test]
 async fn a_log_left_beside_another_ledger_file_is_refused() {
     let provider = FakeProvider::start(Behavior::echo()).await;
-    let mut proxy = proxy_without_checkpoints(&provider).await;
-    refund_all(&proxy).await;
-    assert!(!proxy.kill().await.success());
+    let mut proxy = killed_after_refunds(&provider).await;
 
     // The ledger file is gone (deleted, or replaced by a fresh one); its log is not.
     std::fs::remove_file(proxy.ledger_path()).expect("remove the ledger file");
@@ -188,4 +214,6 @@ async fn a_log_that_cannot_be_synced_sends_nothing() {
     assert_eq!(provider.request_count(), 0, "the provider got nothing");
     let log = proxy.log_text();
     assert!(log.contains("could not be synced"), "{log}");
+    // Broken as by any storage error (logged once) and reopened from what the disk holds.
+    assert_eq!(log.matches("the ledger cannot write").count(), 1, "{log}");
 }
