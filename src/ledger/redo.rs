@@ -57,7 +57,7 @@ const DELETE: u8 = 1;
 
 /// The records of one transaction, shared by the tables it opened. `Redo::off()` records
 /// nothing: for transactions that commit durably themselves (start-up, `ledger copy`).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(super) struct Redo(Option<Rc<RefCell<Vec<u8>>>>);
 
 impl Redo {
