@@ -10,9 +10,10 @@
 # Each scenario starts an nginx upstream answering a small JSON body, the server under test
 # under callgrind, warms it with wrk for 2 s, zeroes the counts, runs wrk (-t1 -c8) for 8 s,
 # dumps the counts and divides the total by the requests wrk counted. Loopback only.
-# Counted per thread (--separate-threads), idemproxy's total is also split between its tokio
-# workers, the ledger's writer thread and the rest (the main thread, blocking pool): told apart
-# by a function only that thread runs.
+# Counted per thread (--separate-threads), idemproxy's total is also split between the threads
+# serving the agents' connections ("workers": the shards, or an older build's tokio workers),
+# the ledger's writer thread and the rest (the main thread, blocking pool): told apart by a
+# function only that thread runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scenarios=${*:-pass replay fresh nginx}
@@ -70,7 +71,7 @@ measure() { # name url [script]
   local f group workers=0 writer=0 other=0
   for f in "$work"/cg.out.*; do
     group=other
-    if grep -q 'multi_thread::worker::Context::run_task' "$f"; then group=workers
+    if grep -qE 'multi_thread::worker::Context::run_task|idemproxy::server::serve_conn::\{\{closure\}\}' "$f"; then group=workers
     elif grep -q '=([0-9]*) idemproxy::ledger::writer::run$' "$f"; then group=writer; fi
     printf -v "$group" '%d' $((${!group} + $(awk '/^(summary|totals):/ {print $2; exit}' "$f")))
   done

@@ -24,7 +24,7 @@ perf report -i "$work/perf.data" --no-children --sort comm,sym -F overhead,sampl
 awk '{
   samples = $2; comm = $3; sym = ""
   for (i = 4; i <= NF; i++) sym = sym " " $i
-  group = (comm ~ /ledge/) ? "writer" : (comm ~ /tokio-rt-worker/) ? "workers" : "other"
+  group = (comm ~ /ledge/) ? "writer" : (comm ~ /tokio-rt-worker|idemproxy-shard/) ? "workers" : "other"
   if (sym ~ /\[k\]/) class = "kernel"
   else if (sym ~ /redb::/) class = "redb"
   else if (sym ~ /mi_|_mi_|mimalloc/) class = "allocator"

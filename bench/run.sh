@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 duration=${1:-5s}
 fill=${2:-1000000}
 conns_list=${BENCH_CONNS:-"1 16 64 256"} # BENCH_CONNS="64" for a quick look
-workers=$(nproc) # idemproxy's tokio runtime has one worker thread per core; nginx gets as many
+workers=$(nproc) # idemproxy serves agents on one shard (event loop thread) per core; nginx gets as many
 bench_dir=target/bench
 
 # IDEMPROXY_BIN=PATH measures that build instead (to compare two builds in turn).

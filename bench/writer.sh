@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where a fresh operation's CPU goes: the ledger writer thread against the tokio workers.
+# Where a fresh operation's CPU goes: the ledger's threads against those serving the agents.
 #
 #   bench/writer.sh [CONNS]      default 64   (IDEMPROXY_BIN=PATH measures that binary, unbuilt)
 #
@@ -7,7 +7,7 @@
 # for 2 s, then runs wrk (-t1, a new operation ID per request) for 6 s and prints, per
 # operation: the CPU time of the ledger's threads ("writer": the writer and the syncer of its
 # write-ahead log, whose names the kernel cuts to the same 15 characters) and of the
-# runtime's workers (user + system,
+# shards serving the connections (an older build's tokio workers) (user + system,
 # from /proc), the bytes the process wrote to disk, and from /metrics the jobs per commit and
 # the time per commit. CPU per operation moves far less with the machine's load than req/s.
 set -euo pipefail
@@ -16,18 +16,20 @@ name=writer
 source bench/fresh-setup.sh "$@"
 admin=$(sed -n 's/^admin_listen = "\(.*\)"/\1/p' "$work/writer/proxy.toml")
 
-# CPU ticks of the threads named $1 (the writer is "idemproxy-ledge", truncated by the kernel).
+# CPU ticks of the threads whose name matches the pattern $1 (the writer is "idemproxy-ledge",
+# the shards "idemproxy-shard", truncated by the kernel; an older build's workers
+# "tokio-rt-worker").
 thread_ticks() {
   local t sum=0
   for t in /proc/"$proxy_pid"/task/*; do
-    [ "$(cat "$t/comm")" = "$1" ] && sum=$((sum + $(awk '{print $14 + $15}' "$t/stat")))
+    [[ "$(cat "$t/comm")" =~ ^($1)$ ]] && sum=$((sum + $(awk '{print $14 + $15}' "$t/stat")))
   done
   echo "$sum"
 }
 metric() { curl -s "http://$admin/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
 written() { awk '/^write_bytes/ {print $2}' "/proc/$proxy_pid/io"; }
 snapshot() {
-  echo "$(thread_ticks idemproxy-ledge) $(thread_ticks tokio-rt-worker) $(written)" \
+  echo "$(thread_ticks idemproxy-ledge) $(thread_ticks 'tokio-rt-worker|idemproxy-shard') $(written)" \
     "$(metric idemproxy_ledger_commits_total) $(metric idemproxy_ledger_batch_size_sum)" \
     "$(metric idemproxy_ledger_commit_seconds_sum)"
 }

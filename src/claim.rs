@@ -201,8 +201,9 @@ enum Fresh {
 /// The snapshot's operation may come without its per-field hashes: they only name the fields
 /// of a conflict, which is no read-only decision.
 async fn read_only(app: &App, probe: &Probe<'_>, rules: Rules, fresh: Fresh) -> Option<Step> {
-    let (op, stored) = app.ledger.replayable(probe.id).await.ok()??;
-    if fresh == Fresh::Only && is_stale(&op) {
+    let read = app.ledger.replayable(probe.id).await.ok()??;
+    let (op, stored) = &*read;
+    if fresh == Fresh::Only && is_stale(op) {
         return None;
     }
     let intent = Intent {
@@ -212,17 +213,17 @@ async fn read_only(app: &App, probe: &Probe<'_>, rules: Rules, fresh: Fresh) -> 
         legacy: probe.legacy,
     };
     let now = Timestamp::now();
-    match decide(Some(&op), intent, rules, now) {
+    match decide(Some(op), intent, rules, now) {
         Decision::Replay => {
             // No stored response: the claim transaction's own read says what to answer.
-            let stored = stored?;
+            let stored = stored.clone()?;
             if probe.actor == Actor::Agent {
                 app.replays.note(probe.id, now);
             }
             Some(Step::Replay(stored))
         }
         Decision::Rejected => {
-            let reason = op.error;
+            let reason = op.error.clone();
             Some(Step::Refuse(
                 Problem::OperationRejected { reason },
                 State::Failed,

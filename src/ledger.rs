@@ -9,7 +9,8 @@
 //! backend type ever leaves it, and no module above it names a backend. Two backends: redb
 //! (`redb`, with its tables in `store`, `codec`, `tombstone` and `replays`, its single
 //! writer in `writer` and `batch`, its write-ahead log in `wal` (the changes recorded by
-//! `redo`, synced by `syncer`), its reopen after a storage error in `recovery`), the
+//! `redo`, synced by `syncer`), its reopen after a storage error in `recovery`, the replay
+//! answers it keeps in memory until the writer changes them in `hot`), the
 //! default, for one process; and PostgreSQL (`postgres`), shared by several replicas, each
 //! holding a lease. Both apply the same storage rules (`change`) and store the same record
 //! bytes (`codec`); `at` says where a ledger lives; `feed` is the in-process broadcast of
@@ -55,6 +56,7 @@ mod change;
 mod codec;
 pub mod copy;
 mod feed;
+mod hot;
 mod postgres;
 mod recovery;
 mod redb;
@@ -74,6 +76,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+pub use self::hot::Replayable;
 use self::postgres::Postgres;
 use self::redb::Redb;
 use crate::clock::Timestamp;
@@ -441,10 +444,7 @@ impl Ledger {
     /// This is the one read of every replay: redb answers it on the calling thread with no
     /// hop to another thread and nothing awaited; PostgreSQL with one query.
     #[inline]
-    pub async fn replayable(
-        &self,
-        id: &str,
-    ) -> Result<Option<(Operation, Option<StoredResponse>)>, LedgerError> {
+    pub async fn replayable(&self, id: &str) -> Result<Option<Arc<Replayable>>, LedgerError> {
         match &self.0 {
             Backend::Redb(redb) => redb.replayable(id),
             Backend::Postgres(pg) => pg.replayable(id).await,

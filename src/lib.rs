@@ -23,6 +23,7 @@
 //! - `answer`: replays, refusals and the `Idem-*` headers of every guarded answer.
 //! - `app`: the shared immutable state of a running proxy.
 //! - `server`: listeners, connections, graceful shutdown.
+//! - `shard`: one single-threaded runtime per core serving the agents' connections.
 //! - `inbound`: connection limits: the first-request deadline, the connection cap, accept backoff.
 //! - `budget`: the budget of buffered request bytes, and reading a guarded body under it.
 //! - `proxy`: the request path: routing and unguarded streaming.
@@ -77,6 +78,7 @@ pub mod secret;
 pub mod server;
 pub mod settle;
 pub mod shape;
+pub mod shard;
 pub mod shown;
 pub mod template;
 pub mod upstream;

@@ -198,7 +198,12 @@ fn serve(path: PathBuf) -> ExitCode {
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    // The listener, the admin API and the background tasks; the agents' connections are
+    // served on the shards (one runtime per core, `idemproxy::shard`).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the runtime: {e}");

@@ -20,10 +20,12 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio::runtime::Handle;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::app::App;
 use crate::inbound::{FirstRequest, Gate};
+use crate::shard::Shards;
 use crate::wire::ProxyBody;
 
 /// Inbound protections: oversized headers, too many h2 streams (timeouts are configured).
@@ -46,6 +48,8 @@ pub struct Server {
     proxy: TcpListener,
     admin: TcpListener,
     bound: Bound,
+    /// Where the agents' connections are served: one single-threaded runtime per core.
+    shards: Shards,
 }
 
 impl Server {
@@ -57,11 +61,14 @@ impl Server {
             proxy: proxy.local_addr()?,
             admin: admin.local_addr()?,
         };
+        let shards = Shards::per_core()
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot start the shards: {e}")))?;
         Ok(Server {
             app,
             proxy,
             admin,
             bound,
+            shards,
         })
     }
 
@@ -72,7 +79,11 @@ impl Server {
     /// Serves both listeners until `shutdown` resolves, then drains within `shutdown_grace`.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let Server {
-            app, proxy, admin, ..
+            app,
+            proxy,
+            admin,
+            shards,
+            ..
         } = self;
         let graceful = GracefulShutdown::new();
         let inbound = &app.config.limits.inbound;
@@ -100,10 +111,11 @@ impl Server {
         loop {
             tokio::select! {
                 conn = agents.accept(&proxy) => {
-                    serve_conn(&builder, &graceful, conn, &app, crate::proxy::handle);
+                    let on = Some(shards.next());
+                    serve_conn(&builder, &graceful, conn, on, &app, crate::proxy::handle);
                 },
                 conn = operators.accept(&admin) => {
-                    serve_conn(&builder, &graceful, conn, &app, crate::admin::handle::<Incoming>);
+                    serve_conn(&builder, &graceful, conn, None, &app, crate::admin::handle::<Incoming>);
                 },
                 () = &mut shutdown => break,
             }
@@ -126,6 +138,8 @@ impl Server {
             replays_abort.abort();
             tracing::warn!("shutdown grace elapsed with requests still running");
         }
+        // What still runs on them is past its grace: dropped with their runtimes.
+        shards.stop().await;
         // Nothing of this process claims any more: a shared ledger need not wait a lease.
         app.ledger.release().await;
     }
@@ -178,12 +192,13 @@ fn builder(header_timeout: Duration) -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// Serves one accepted connection with `handler`, watched by the graceful shutdown; its
-/// permit (if any) is given back when it ends.
+/// Serves one accepted connection with `handler` on the runtime `on` (`None`: this one),
+/// watched by the graceful shutdown; its permit (if any) is given back when it ends.
 fn serve_conn<H, F>(
     builder: &auto::Builder<TokioExecutor>,
     graceful: &GracefulShutdown,
     (stream, permit): (tokio::net::TcpStream, Option<OwnedSemaphorePermit>),
+    on: Option<&Handle>,
     app: &Arc<App>,
     handler: H,
 ) where
@@ -191,6 +206,20 @@ fn serve_conn<H, F>(
     F: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let _ = stream.set_nodelay(true);
+    // Moved to the shard's reactor, and its first-request timer made on the shard's clock.
+    let (stream, _entered) = match on {
+        None => (stream, None),
+        Some(shard) => {
+            let entered = shard.enter();
+            match stream.into_std().and_then(tokio::net::TcpStream::from_std) {
+                Ok(stream) => (stream, Some(entered)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot hand a connection to a shard; closed");
+                    return;
+                }
+            }
+        }
+    };
     let timeout = app.config.limits.inbound.header_timeout;
     let (io, started) = FirstRequest::new(TokioIo::new(stream), timeout);
     let app = app.clone();
@@ -201,12 +230,16 @@ fn serve_conn<H, F>(
     });
     let conn = builder.serve_connection(io, svc);
     let conn = graceful.watch(conn.into_owned());
-    tokio::spawn(async move {
+    let serving = async move {
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "connection ended with an error");
         }
         drop(permit);
-    });
+    };
+    match on {
+        Some(shard) => drop(shard.spawn(serving)),
+        None => drop(tokio::spawn(serving)),
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C (SIGINT). The handlers are installed when this is called,

@@ -96,6 +96,28 @@ async fn a_pruned_refund_is_refused_410_and_never_sent_again() {
     );
 }
 
+/// A replay read once is answered from memory afterwards; pruning must still reach it: the
+/// replay after the prune is refused 410, not answered with the remembered 200.
+#[tokio::test]
+async fn a_refund_replayed_before_it_is_pruned_is_refused_410_after() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = start_with(&provider, RETENTION, "").await;
+    let id = op_id("wf-1");
+    let first = refund(&proxy, "wf-1", "amount=500").await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text());
+    for _ in 0..3 {
+        let replay = refund(&proxy, "wf-1", "amount=500").await;
+        assert_eq!(replay.status, StatusCode::OK, "{}", replay.text());
+        assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    }
+
+    let pruned = await_change(&proxy, &id, StatusCode::OK).await;
+    assert_expired(&pruned, &id, "succeeded");
+    let replay = refund(&proxy, "wf-1", "amount=500").await;
+    assert_expired(&replay, &id, "succeeded");
+    assert_eq!(provider.request_count(), 1, "sent once");
+}
+
 #[tokio::test]
 async fn the_410_survives_a_restart() {
     let provider = FakeProvider::start(Behavior::echo()).await;

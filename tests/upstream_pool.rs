@@ -80,18 +80,27 @@ fn ok(n: usize) -> Vec<u8> {
     .into_bytes()
 }
 
+/// Each of the proxy's shards (one per core) keeps its own upstream connections, and the
+/// agent's connections are handed to the shards in turn: consecutive requests use one
+/// upstream connection per shard, kept alive.
 #[tokio::test]
 async fn one_connection_carries_consecutive_requests() {
     let upstream = Upstream::start(ok, false).await;
     let proxy = upstream.proxy().await;
-    for n in 0..5 {
+    let shards = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let requests = 4 * shards + 1;
+    for n in 0..requests {
         let resp = send(Method::GET, &proxy.url("/plain/v1/x"), &[], "")
             .await
             .expect("answer");
         assert_eq!(resp.status, StatusCode::OK);
         assert_eq!(resp.text(), format!("answer {n}"));
     }
-    assert_eq!(upstream.connections(), 1, "the connection was kept alive");
+    assert_eq!(
+        upstream.connections(),
+        shards,
+        "one connection per shard, kept alive"
+    );
 }
 
 #[tokio::test]

@@ -97,6 +97,7 @@ pub(super) fn run_batch(
                     staged,
                     frame: &mut frame,
                     held,
+                    unnamed: jobs.iter().any(|j| j.rewrites_unnamed()),
                     jobs: jobs.len(),
                 };
                 let outcome = end(txn, ending, wal, shared, on_commit);
@@ -181,6 +182,8 @@ struct Ending<'a> {
     frame: &'a mut [u8],
     /// The operations its jobs wrote, held from replays until its frame is synced.
     held: Vec<String>,
+    /// Whether it changed operations `held` does not name (see `Job::rewrites_unnamed`).
+    unnamed: bool,
     jobs: usize,
 }
 
@@ -218,6 +221,11 @@ fn end(
     if let Err(e) = commit(txn, started, ending.jobs, durable, on_commit) {
         shared.unhold(lsn);
         return Err(e.into());
+    }
+    if ending.unnamed {
+        // Before any reader can begin a snapshot that lacks this commit and fill `hot`
+        // after it: see `hot`.
+        shared.hot.clear();
     }
     Ok(Some((lsn, durable)))
 }

@@ -37,6 +37,7 @@ use self::update::Appended;
 use super::at::PgUrl;
 use super::batch::{Commit, OnCommit};
 use super::feed::{Feed, Published};
+use super::hot::Replayable;
 use super::replays::{ReplayNote, Replays};
 use super::store::Fault;
 use super::{Checked, Fences, Filter, LedgerError, LedgerOptions, OnOrphaned, Page, Stats, codec};
@@ -324,12 +325,11 @@ impl Postgres {
         self.read(|c| async move { read::get(&c, id).await }).await
     }
 
-    pub async fn replayable(
-        &self,
-        id: &str,
-    ) -> Result<Option<(Operation, Option<StoredResponse>)>, LedgerError> {
-        self.read(|c| async move { read::replayable(&c, id).await })
-            .await
+    pub async fn replayable(&self, id: &str) -> Result<Option<Arc<Replayable>>, LedgerError> {
+        let read = self
+            .read(|c| async move { read::replayable(&c, id).await })
+            .await?;
+        Ok(read.map(Arc::new))
     }
 
     pub async fn events(&self, id: &str) -> Result<Vec<Event>, LedgerError> {

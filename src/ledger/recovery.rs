@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use redb::{Database, Durability};
 
 use super::LedgerError;
+use super::hot::Hot;
 use super::redo::Redo;
 use super::store::{Fault, Tables};
 use super::wal::Wal;
@@ -53,6 +54,8 @@ pub(super) struct Shared {
     /// The operations written by committed batches whose log frame is not yet synced, with
     /// the last such frame of each (see `syncer`).
     held: Mutex<HashMap<String, u64>>,
+    /// The final answers replays read, kept until the writer changes their operations.
+    pub(super) hot: Hot,
 }
 
 impl Shared {
@@ -63,6 +66,7 @@ impl Shared {
             writable: AtomicBool::new(true),
             dead: Mutex::new(Vec::new()),
             held: Mutex::new(HashMap::new()),
+            hot: Hot::new(),
         }
     }
 
@@ -118,16 +122,28 @@ impl Shared {
     /// Releases what the batch of frame `lsn` held: its commit failed, so it holds nothing
     /// anyone can read.
     pub(super) fn unhold(&self, lsn: u64) {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.retain(|_, at| *at != lsn);
+        self.release(|at| at == lsn);
     }
 
     /// Releases everything held by frames up to `lsn`: they are synced (or, after a failed
     /// sync, the ledger was reopened from what the disk holds). An operation a later batch
     /// wrote again stays held by that batch's frame.
     pub(super) fn release_upto(&self, lsn: u64) {
+        self.release(|at| at <= lsn);
+    }
+
+    /// Releases the operations held by the frames `released` names; their entries in `hot`
+    /// are dropped before anyone can read them without the writer.
+    fn release(&self, released: impl Fn(u64) -> bool) {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.retain(|_, at| *at > lsn);
+        if held.is_empty() {
+            return;
+        }
+        let ids: Vec<String> = held
+            .extract_if(|_, at| released(*at))
+            .map(|(id, _)| id)
+            .collect();
+        self.hot.forget(ids.iter().map(String::as_str));
     }
 
     /// Whether a committed batch that is not yet durable wrote `id`.
@@ -144,6 +160,8 @@ impl Shared {
 
     fn replace(&self, db: Option<Arc<Database>>) {
         *self.db.write().unwrap_or_else(PoisonError::into_inner) = db;
+        // A reopened file holds what the disk does; nothing read before is kept.
+        self.hot.clear();
     }
 }
 

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
 
 use super::feed::{Feed, Published};
+use super::hot::Replayable;
 use super::recovery::{DeadClaim, Shared};
 use super::redo::Redo;
 use super::replays::{self, ReplayNote, Replays};
@@ -127,11 +128,19 @@ impl Redb {
     /// (`fields` is empty): a replay's decision never reads them. An operation written by a
     /// batch whose log frame is not yet synced is not answered from the snapshot (`None`): the
     /// claim transaction decides, and its answer waits for that sync.
-    pub fn replayable(
-        &self,
-        id: &str,
-    ) -> Result<Option<(Operation, Option<StoredResponse>)>, LedgerError> {
+    ///
+    /// A final answer read once is kept in memory (`hot`) and answered from there until the
+    /// writer changes its operation.
+    pub fn replayable(&self, id: &str) -> Result<Option<Arc<Replayable>>, LedgerError> {
         let shared = &self.inner.shared;
+        // Taken before the snapshot begins (see `hot`).
+        let epoch = shared.hot.epoch();
+        if shared.held(id) {
+            return Ok(None);
+        }
+        if let Some(kept) = shared.hot.get(id) {
+            return Ok(Some(kept));
+        }
         self.read_here(|txn| {
             // Checked after the snapshot began: a batch holds its operations before it
             // commits, so a snapshot that saw the batch sees the hold too.
@@ -145,7 +154,7 @@ impl Redb {
                 State::Succeeded => store::response(txn, id)?,
                 _ => None,
             };
-            Ok(Some((op, stored)))
+            Ok(Some(shared.hot.fill(id, epoch, (op, stored))))
         })
     }
 

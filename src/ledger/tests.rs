@@ -957,15 +957,16 @@ async fn the_replay_snapshot_is_the_operation_without_its_field_hashes() {
     );
     put(&ledger, stored, vec![], Some(response(b"{\"ok\":true}"))).await;
     let full = ledger.get("p/r/snap").await.unwrap().unwrap();
-    let (snapshot, resp) = ledger.replayable("p/r/snap").await.unwrap().unwrap();
+    let read = ledger.replayable("p/r/snap").await.unwrap().unwrap();
+    let (snapshot, resp) = &*read;
     assert_eq!(
-        snapshot,
+        *snapshot,
         Operation {
             fields: BTreeMap::new(),
             ..full
         }
     );
-    assert_eq!(resp, Some(response(b"{\"ok\":true}")));
+    assert_eq!(*resp, Some(response(b"{\"ok\":true}")));
     assert_eq!(ledger.replayable("p/r/none").await.unwrap(), None);
 }
 
@@ -1051,4 +1052,53 @@ async fn a_held_operation_is_not_replayed_from_a_snapshot() {
         replayable(&ledger).await,
         "its own failed commit releases it"
     );
+}
+
+/// What a replay read once is answered from memory (`hot`), and never outlives a change of its
+/// operation: a rewrite once its batch is synced, a prune once it commits.
+#[tokio::test]
+async fn a_kept_replay_answer_follows_every_change_of_its_operation() {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    let id = "p/r/kept";
+    put(
+        &ledger,
+        op(id, State::Succeeded, T0),
+        vec![],
+        Some(response(b"first")),
+    )
+    .await;
+    let body = |read: Option<Arc<Replayable>>| {
+        let read = read.expect("answered from a snapshot");
+        (read.0.state, read.1.as_ref().map(|r| r.body.clone()))
+    };
+    let first = ledger.replayable(id).await.unwrap();
+    let again = ledger.replayable(id).await.unwrap();
+    assert!(
+        Arc::ptr_eq(first.as_ref().unwrap(), again.as_ref().unwrap()),
+        "the second read is the kept answer"
+    );
+    assert_eq!(
+        body(again),
+        (State::Succeeded, Some(Bytes::from_static(b"first")))
+    );
+
+    // Rewritten (as an operator's action could): the kept answer goes with the release.
+    let mut failed = op(id, State::Failed, T0);
+    failed.error = Some("refused".to_owned());
+    put(&ledger, failed, vec![], None).await;
+    assert_eq!(
+        body(ledger.replayable(id).await.unwrap()),
+        (State::Failed, None)
+    );
+
+    // Pruned: nothing is answered from memory; the claim finds the tombstone.
+    assert_eq!(
+        ledger
+            .prune(Timestamp(T0 + 1), Timestamp(T0 + 2), 10)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(ledger.replayable(id).await.unwrap(), None);
 }

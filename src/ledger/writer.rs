@@ -68,6 +68,11 @@ pub(super) trait Job: Send {
     fn wrote(&self) -> Option<String> {
         None
     }
+    /// Whether this job may change operations it does not name in `wrote` (pruning, the
+    /// sweep): what replays kept in memory (`hot`) is then dropped once its commit stands.
+    fn rewrites_unnamed(&self) -> bool {
+        false
+    }
 }
 
 /// The handle to the writer thread; dropping it stops the thread after its queued jobs and
@@ -357,6 +362,10 @@ impl Job for PruneJob {
         let answer = outcome.and_then(|()| job.result.ok_or_else(unanswered));
         let _ = job.reply.send(answer);
     }
+
+    fn rewrites_unnamed(&self) -> bool {
+        true
+    }
 }
 
 /// The sweep of dead claims (see `recovery`), queued when a caller abandons its claim.
@@ -381,6 +390,10 @@ impl SweepJob {
 }
 
 impl Job for SweepJob {
+    fn rewrites_unnamed(&self) -> bool {
+        true
+    }
+
     fn stage(&mut self, tables: &mut Tables<'_>) -> Result<Staged, LedgerError> {
         if self.fail_writes {
             return Err(injected());

@@ -39,7 +39,10 @@ pub(super) struct Pool {
     host: HeaderValue,
     dial: Dial,
     idle_timeout: Duration,
-    idle: Mutex<Vec<Idle>>,
+    /// The idle connections of each shard (`crate::shard`) apart, and one list for every
+    /// other thread: a connection is driven by a task on the runtime that opened it, so a
+    /// request reuses only a connection of its own shard and wakes no other thread.
+    idle: Box<[Mutex<Vec<Idle>>]>,
     /// Whether the task closing connections idle past `idle_timeout` runs.
     reaping: std::sync::atomic::AtomicBool,
 }
@@ -54,6 +57,8 @@ struct Idle {
 struct Conn {
     tx: SendRequest<ProxyBody>,
     clock: Pin<Box<Sleep>>,
+    /// The idle list it goes back to: its task's runtime's.
+    home: usize,
 }
 
 impl Pool {
@@ -72,7 +77,7 @@ impl Pool {
             host: HeaderValue::try_from(host).ok()?,
             dial,
             idle_timeout,
-            idle: Mutex::new(Vec::new()),
+            idle: (0..slots()).map(|_| Mutex::new(Vec::new())).collect(),
             reaping: std::sync::atomic::AtomicBool::new(false),
         }))
     }
@@ -157,7 +162,9 @@ impl Pool {
     /// The most recently returned idle connection still open and ready; drops the rest it
     /// meets on the way (closed, or idle too long).
     fn checkout(&self) -> Option<Conn> {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = self.idle[slot(self.idle.len())]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         while let Some(entry) = idle.pop() {
             if entry.conn.tx.is_ready() && entry.since.elapsed() < self.idle_timeout {
                 return Some(entry.conn);
@@ -195,7 +202,8 @@ impl Pool {
         self.start_reaping();
         // Set by the first exchange with a timeout; until then not in the timer wheel.
         let clock = Box::pin(tokio::time::sleep(Duration::MAX));
-        Ok(Conn { tx, clock })
+        let home = slot(self.idle.len());
+        Ok(Conn { tx, clock, home })
     }
 
     /// Takes back a connection whose exchange is over, once it is ready for the next.
@@ -226,7 +234,9 @@ impl Pool {
     }
 
     fn keep(&self, conn: Conn) {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = self.idle[conn.home]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if idle.len() < MAX_IDLE {
             idle.push(Idle {
                 conn,
@@ -248,15 +258,36 @@ impl Pool {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(pool) = pool.upgrade() else { return };
-                let mut idle = pool.idle.lock().unwrap_or_else(|e| e.into_inner());
-                idle.retain(|e| !e.conn.tx.is_closed() && e.since.elapsed() < pool.idle_timeout);
+                for idle in &pool.idle {
+                    let mut idle = idle.lock().unwrap_or_else(|e| e.into_inner());
+                    idle.retain(|e| {
+                        !e.conn.tx.is_closed() && e.since.elapsed() < pool.idle_timeout
+                    });
+                }
             }
         });
     }
 
     #[cfg(test)]
     fn idle_count(&self) -> usize {
-        self.idle.lock().unwrap().len()
+        self.idle
+            .iter()
+            .map(|idle| idle.lock().unwrap().len())
+            .sum()
+    }
+}
+
+/// How many idle lists a pool keeps: one per shard that may run, and one for other threads.
+fn slots() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) + 1
+}
+
+/// The idle list of the calling thread, among `slots`: its shard's (shards past the count
+/// share), else the last one.
+fn slot(slots: usize) -> usize {
+    match crate::shard::current() {
+        Some(shard) => shard % (slots - 1).max(1),
+        None => slots - 1,
     }
 }
 
@@ -418,6 +449,32 @@ mod tests {
         assert!(heads[1].starts_with("GET / HTTP/1.1\r\n"), "{}", heads[1]);
         let host = format!("host: {addr}\r\n");
         assert!(heads.iter().all(|h| h.to_ascii_lowercase().contains(&host)));
+    }
+
+    /// Each shard reuses only the connections it opened, whose tasks run on its own thread.
+    #[tokio::test]
+    async fn a_shard_reuses_only_its_own_connections() {
+        let (addr, _, conns) = server(OK, false).await;
+        let pool = pool_for(addr);
+        let shards = crate::shard::Shards::start(2).unwrap();
+        let on = |handle: &tokio::runtime::Handle| {
+            let pool = Arc::clone(&pool);
+            handle.spawn(async move {
+                let resp = pool.send(get(addr, "/"), None).await.unwrap();
+                resp.into_body().collect().await.unwrap().to_bytes()
+            })
+        };
+        let (first, second) = (shards.next().clone(), shards.next().clone());
+        for handle in [&first, &second, &first, &second, &first] {
+            assert_eq!(&on(handle).await.unwrap()[..], b"ok");
+        }
+        assert_eq!(*conns.lock().unwrap(), 2, "one connection per shard");
+        assert_eq!(pool.idle_count(), 2);
+        // A thread that is no shard has its own list.
+        let resp = pool.send(get(addr, "/"), None).await.unwrap();
+        resp.into_body().collect().await.unwrap();
+        assert_eq!(*conns.lock().unwrap(), 3);
+        shards.stop().await;
     }
 
     #[tokio::test]
