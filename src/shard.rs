@@ -20,6 +20,9 @@ use std::thread::JoinHandle;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
+/// How long a stopping shard waits for its blocking pool (a ledger read in progress).
+const BLOCKING_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 thread_local! {
     /// The shard this thread runs, if it is a shard's thread.
     static INDEX: Cell<Option<usize>> = const { Cell::new(None) };
@@ -122,8 +125,9 @@ impl Shard {
                 INDEX.with(|i| i.set(Some(index)));
                 // A dropped sender stops the shard too.
                 let _ = runtime.block_on(stopped);
-                // What still runs is dropped here, on this thread.
-                drop(runtime);
+                // What still runs is dropped here, on this thread; a read still running on
+                // its blocking pool gets a moment to end.
+                runtime.shutdown_timeout(BLOCKING_GRACE);
             })?;
         Ok(Shard {
             handle,
