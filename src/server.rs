@@ -3,8 +3,12 @@
 //! Agents speak HTTP/1.1 or h2c (prior knowledge) to one listener; the admin API listens on
 //! another, sharing the same `Arc<App>`. On SIGTERM or Ctrl-C both stop accepting, open
 //! connections finish their requests, guarded exchanges already sent are recorded and the
-//! replays counted are written (`replays`), all within `shutdown_grace`. The inbound limits (`header_timeout`, `max_connections`, the
-//! pause after a failed accept) are applied here through `inbound`.
+//! replays counted are written (`replays`), all within `shutdown_grace`; then the shards stop.
+//! The inbound limits (`header_timeout`, `max_connections`, the pause after a failed accept)
+//! are applied here through `inbound`. Both listeners accept on the runtime that runs the
+//! server; an agent's connection is then handed to the next shard (`shard`, one
+//! single-threaded runtime per core) and served there, an operator's stays where it was
+//! accepted.
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -68,16 +68,6 @@ impl Shards {
         &self.shards[i % self.shards.len()].handle
     }
 
-    /// How many shards run.
-    pub fn len(&self) -> usize {
-        self.shards.len()
-    }
-
-    /// Whether there are none (never: `start` makes at least one).
-    pub fn is_empty(&self) -> bool {
-        self.shards.is_empty()
-    }
-
     /// Stops every shard (dropping what still runs on it) and waits for their threads; called
     /// from async code, it waits on the blocking pool.
     pub async fn stop(mut self) {
