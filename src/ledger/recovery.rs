@@ -342,9 +342,7 @@ fn sweep(db: &Database, wal: &mut Wal, claims: &[DeadClaim]) -> Result<Vec<Opera
     let mut tables = Tables::open(&txn, &Redo::off())?;
     let orphaned = stage_sweep(&mut tables, claims, Timestamp::now())?;
     tables.close()?;
-    wal.mark(&txn)?;
-    txn.commit()?;
-    wal.checkpointed();
+    wal.commit_checkpoint(txn)?;
     Ok(orphaned)
 }
 

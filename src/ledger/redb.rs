@@ -428,8 +428,6 @@ fn recover(
     let mut tables = Tables::open(&txn, &Redo::off())?;
     let orphaned = tables.orphan_in_flight(now)?;
     tables.close()?;
-    wal.mark(&txn)?;
-    txn.commit()?;
-    wal.checkpointed();
+    wal.commit_checkpoint(txn)?;
     Ok(Some((epoch, orphaned)))
 }

@@ -3,9 +3,11 @@
 //! redb commit that writes every page the batch touched.
 //!
 //! The writer stages a batch, appends the batch's redo records (`redo`) to the log as one
-//! frame, syncs the log, and only then commits the transaction without an fsync (redb makes
-//! it visible to readers and keeps its pages in memory). No reader can see a change the log
-//! does not hold, and no answer leaves before its frame is synced. Every 200 ms (or once the log
+//! frame and commits the transaction without an fsync (redb makes it visible to readers and
+//! keeps its pages in memory); the syncer (`syncer`) syncs the log and only then answers the
+//! batch. No reader can see a change the log does not hold, no answer leaves before its frame
+//! is synced, and until then the operations the batch wrote are held from replays
+//! (`recovery::Shared::hold`). Every 200 ms (or once the log
 //! holds 24 MiB) a checkpoint commits durably, which writes redb's dirty pages
 //! once for all the batches since the last one, records in the ledger's `meta` table the last
 //! frame it includes, and empties the log.
@@ -220,30 +222,25 @@ impl Wal {
         self.last
     }
 
-    /// Records, in a transaction about to commit durably, that the ledger file then holds
-    /// every frame appended so far; `checkpointed` empties the log once it has committed.
-    pub(super) fn mark(&self, txn: &WriteTransaction) -> Result<(), Fault> {
-        store::set_wal_mark(txn, self.id, self.last)
-    }
-
-    /// After a durable commit that carried `mark`: the log's frames are all in the ledger
-    /// file, so the log starts afresh at its head. The old frames stay behind the new ones
-    /// until overwritten; a scan never reaches them, as none follows its predecessor.
-    pub(super) fn checkpointed(&mut self) {
+    /// Commits `txn` durably (its durability `Immediate`) as a checkpoint: it records that the
+    /// ledger file then holds every frame appended so far, and once it has committed the log
+    /// starts afresh at its head. The old frames stay behind the new ones until overwritten; a
+    /// scan never reaches them, as none follows its predecessor.
+    pub(super) fn commit_checkpoint(&mut self, txn: WriteTransaction) -> Result<(), Fault> {
+        if let Err(e) = store::set_wal_mark(&txn, self.id, self.last) {
+            let _ = txn.abort();
+            return Err(e);
+        }
+        txn.commit()?;
         self.restart();
+        Ok(())
     }
 
     /// A durable commit of everything committed so far, then an empty log.
     pub(super) fn checkpoint(&mut self, db: &Database) -> Result<(), Fault> {
         let mut txn = db.begin_write()?;
         txn.set_durability(Durability::Immediate)?;
-        if let Err(e) = self.mark(&txn) {
-            let _ = txn.abort();
-            return Err(e);
-        }
-        txn.commit()?;
-        self.checkpointed();
-        Ok(())
+        self.commit_checkpoint(txn)
     }
 
     /// How long until a checkpoint is due (`None`: the log holds nothing to checkpoint).
