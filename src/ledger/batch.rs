@@ -91,13 +91,18 @@ pub(super) fn run_batch(
     let mut settled = Vec::with_capacity(jobs.len());
     loop {
         match stage_all(db, wal, &mut jobs) {
-            Ok((txn, staged, mut frame)) => {
-                let held = jobs.iter().filter_map(|j| j.wrote()).collect();
+            Ok((
+                txn,
+                Staging {
+                    staged,
+                    written: held,
+                },
+                mut frame,
+            )) => {
                 let ending = Ending {
                     staged,
                     frame: &mut frame,
                     held,
-                    unnamed: jobs.iter().any(|j| j.rewrites_unnamed()),
                     jobs: jobs.len(),
                 };
                 let outcome = end(txn, ending, wal, shared, on_commit);
@@ -134,7 +139,7 @@ fn stage_all(
     db: &Database,
     wal: &mut Wal,
     jobs: &mut [Box<dyn Job>],
-) -> Result<(WriteTransaction, Staged, Vec<u8>), Failed> {
+) -> Result<(WriteTransaction, Staging, Vec<u8>), Failed> {
     let txn = begin(db).map_err(|e| (None, LedgerError::from(e)))?;
     let redo = Redo::on(wal.scratch());
     let staged = stage_in(&txn, jobs, &redo);
@@ -150,13 +155,21 @@ fn stage_all(
     }
 }
 
+/// What staging every job of a batch did.
+struct Staging {
+    /// The heaviest staging (how the transaction ends).
+    staged: Staged,
+    /// The operations stored or deleted (`Tables::take_written`).
+    written: Vec<String>,
+}
+
 /// Stages every job through one set of open tables, closed again before the transaction
 /// commits or aborts; the first failure names its job.
 fn stage_in(
     txn: &WriteTransaction,
     jobs: &mut [Box<dyn Job>],
     redo: &Redo,
-) -> Result<Staged, Failed> {
+) -> Result<Staging, Failed> {
     let mut tables = Tables::open(txn, redo).map_err(|e| (None, LedgerError::from(e)))?;
     let mut batch = Staged::Nothing;
     for (index, job) in jobs.iter_mut().enumerate() {
@@ -171,8 +184,12 @@ fn stage_in(
             Err(e) => return Err((Some(index), e)),
         }
     }
+    let written = tables.take_written();
     tables.close().map_err(|e| (None, LedgerError::from(e)))?;
-    Ok(batch)
+    Ok(Staging {
+        staged: batch,
+        written,
+    })
 }
 
 /// What a staged batch ends with.
@@ -180,10 +197,9 @@ struct Ending<'a> {
     staged: Staged,
     /// The log frame: room for its head, then the batch's redo records.
     frame: &'a mut [u8],
-    /// The operations its jobs wrote, held from replays until its frame is synced.
+    /// The operations its jobs wrote (`Tables::take_written`), held from replays until its
+    /// frame is synced.
     held: Vec<String>,
-    /// Whether it changed operations `held` does not name (see `Job::rewrites_unnamed`).
-    unnamed: bool,
     jobs: usize,
 }
 
@@ -221,11 +237,6 @@ fn end(
     if let Err(e) = commit(txn, started, ending.jobs, durable, on_commit) {
         shared.unhold(lsn);
         return Err(e.into());
-    }
-    if ending.unnamed {
-        // Before any reader can begin a snapshot that lacks this commit and fill `hot`
-        // after it: see `hot`.
-        shared.hot.clear();
     }
     Ok(Some((lsn, durable)))
 }

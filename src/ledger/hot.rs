@@ -2,15 +2,15 @@
 //! `Redb::replayable` read for it (a `succeeded` operation with its stored response, or a
 //! `failed` one), so an agent polling one result reads the file once, not on every poll.
 //!
-//! Only the writer changes operations, and it tells this map after each commit: `forget`
-//! for the operations a batch wrote, once its frame is synced and they are released from
-//! `held` (until then a replay of them goes through the writer and never looks here), and
-//! `clear` after a commit that changed operations without naming them (pruning, the sweep).
-//! A reader fills the map only with what it read from a snapshot that began after every
-//! such change it could miss: it takes the map's `epoch` before its snapshot begins, and
-//! the fill is dropped if the epoch moved since (each `forget` and `clear` moves it, under
-//! the same lock as the fill). So an entry is never older than the last commit that wrote
-//! its operation and was released.
+//! Only the writer changes operations. Every operation a batch stores or deletes (an update,
+//! a prune, a sweep: `store::Tables::take_written`) is held from replays until the batch's
+//! frame is synced (a replay of it meanwhile goes through the writer and never looks here),
+//! and `forget` drops its entry as it is released; a reopened file `clear`s the map. A reader
+//! fills the map only with what it read from a snapshot that began after every such change
+//! it could miss: it takes the map's `epoch` before its snapshot begins, and the fill is
+//! dropped if the epoch moved since (each `forget` and `clear` moves it, under the same lock
+//! as the fill). So an entry is never older than the last commit that wrote its operation
+//! and was released.
 //!
 //! Bounded by `MAX_BYTES` (an entry's ID, body and headers, and a fixed overhead); a
 //! response body over `MAX_BODY` is never kept. When full, entries are dropped in no

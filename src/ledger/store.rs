@@ -281,6 +281,9 @@ pub(super) struct Tables<'t> {
     /// operation of a batch moves the same few counters, so each is written once per batch
     /// instead of twice per index entry.
     deltas: Vec<(String, i64)>,
+    /// The operations whose record or stored response the staged writes changed (a repeat
+    /// possible), for what a replay must not read before the batch is durable (`take_written`).
+    written: Vec<String>,
     tombs: Tombs<'t>,
     replays: ReplayTable<'t>,
 }
@@ -297,6 +300,7 @@ impl<'t> Tables<'t> {
             index: Logged::open(txn, INDEX, Tag::Index, redo)?,
             counters: Logged::open(txn, COUNTERS, Tag::Counters, redo)?,
             deltas: Vec::new(),
+            written: Vec::new(),
             tombs: Tombs::open(txn, redo)?,
             replays: replays::open(txn, redo)?,
         })
@@ -319,6 +323,12 @@ impl<'t> Tables<'t> {
             }
         }
         Ok(())
+    }
+
+    /// The operations whose record or stored response the writes staged so far changed,
+    /// stored or deleted, whatever wrote them (an update, a prune, a sweep).
+    pub(super) fn take_written(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.written)
     }
 
     /// The live operation `id`, else the one rebuilt from its tombstone (`pruned_at` set).
@@ -389,6 +399,9 @@ impl<'t> Tables<'t> {
         if let Some(response) = &write.response {
             let bytes = codec::encode_response(response);
             self.responses.insert(id, bytes.as_slice())?;
+            if !op_changed {
+                self.written.push(id.to_owned());
+            }
         }
         let request_changed = match &write.request {
             RequestChange::Keep => false,
@@ -405,6 +418,7 @@ impl<'t> Tables<'t> {
     fn put_op(&mut self, old: Option<&Operation>, new: &Operation) -> Result<(), Fault> {
         let bytes = codec::encode_op(new)?;
         self.ops.insert(new.id.as_str(), bytes.as_slice())?;
+        self.written.push(new.id.clone());
         let new_keys = prefixes(new);
         let old_keys = old.map(|o| (prefixes(o), o.created_at.0));
         for (slot, prefix) in new_keys.iter().enumerate() {
@@ -477,6 +491,7 @@ impl<'t> Tables<'t> {
     fn delete_op(&mut self, op: &Operation) -> Result<(), Fault> {
         let id = op.id.as_str();
         self.ops.remove(id)?;
+        self.written.push(op.id.clone());
         self.responses.remove(id)?;
         self.requests.remove(id)?;
         self.replays.remove(id)?;

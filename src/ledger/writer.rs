@@ -63,16 +63,6 @@ pub(super) trait Job: Send {
     }
     /// Publishes the events this job appended; called only once its commit stands.
     fn publish(&self, _feed: &Feed) {}
-    /// The operation whose record this job's staging wrote, if any: held from replays until
-    /// the batch is durable.
-    fn wrote(&self) -> Option<String> {
-        None
-    }
-    /// Whether this job may change operations it does not name in `wrote` (pruning, the
-    /// sweep): what replays kept in memory (`hot`) is then dropped once its commit stands.
-    fn rewrites_unnamed(&self) -> bool {
-        false
-    }
 }
 
 /// The handle to the writer thread; dropping it stops the thread after its queued jobs and
@@ -312,10 +302,6 @@ where
         self.claimed.clone()
     }
 
-    fn wrote(&self) -> Option<String> {
-        self.write.as_ref().map(|_| self.id.clone())
-    }
-
     fn publish(&self, feed: &Feed) {
         if let Some(write) = &self.write {
             feed.publish(&write.op, &write.events);
@@ -362,10 +348,6 @@ impl Job for PruneJob {
         let answer = outcome.and_then(|()| job.result.ok_or_else(unanswered));
         let _ = job.reply.send(answer);
     }
-
-    fn rewrites_unnamed(&self) -> bool {
-        true
-    }
 }
 
 /// The sweep of dead claims (see `recovery`), queued when a caller abandons its claim.
@@ -390,10 +372,6 @@ impl SweepJob {
 }
 
 impl Job for SweepJob {
-    fn rewrites_unnamed(&self) -> bool {
-        true
-    }
-
     fn stage(&mut self, tables: &mut Tables<'_>) -> Result<Staged, LedgerError> {
         if self.fail_writes {
             return Err(injected());
