@@ -143,7 +143,9 @@ impl Shared {
             .extract_if(|_, at| released(*at))
             .map(|(id, _)| id)
             .collect();
-        self.hot.forget(ids.iter().map(String::as_str));
+        if !ids.is_empty() {
+            self.hot.forget(ids.iter().map(String::as_str));
+        }
     }
 
     /// Whether a committed batch that is not yet durable wrote `id`.

@@ -159,6 +159,14 @@ impl Thread {
             ));
             self.failed.store(true, Ordering::Release);
         }
+        // Durable now, all of them: what they wrote may be replayed from a snapshot, even by
+        // the callers about to be answered. After a failed sync, replays of it wait for the
+        // reopen (`Reset`).
+        if self.broken.is_none()
+            && let Some(last) = batches.iter().map(|b| b.lsn).max()
+        {
+            self.shared.release_upto(last);
+        }
         for batch in batches {
             self.settle(batch);
         }
@@ -167,11 +175,6 @@ impl Thread {
     /// Answers the jobs of `batch`: with their own outcome if the log is sound, else with the
     /// failure (and their claims left for the sweep).
     fn settle(&self, batch: Pending) {
-        // Durable now: what it wrote may be replayed from a snapshot, even by the callers it
-        // is about to answer. After a failed sync, replays of it wait for the reopen (`Reset`).
-        if self.broken.is_none() {
-            self.shared.release_upto(batch.lsn);
-        }
         for (job, outcome) in batch.settled {
             let outcome = match (&self.broken, outcome) {
                 (Some(why), Ok(())) => {
