@@ -2,9 +2,9 @@
 //! write transaction and ended by one commit, durable if any of them changed a state.
 //!
 //! A batch is made durable through the write-ahead log (`wal`): its redo records are appended
-//! as one frame and synced before the transaction commits (without an fsync of its own), so
-//! no reader sees a change the log does not hold and no job is answered before its frame is
-//! on disk. A batch that only appended history is appended unsynced, like the commit without
+//! as one frame before the transaction commits (without an fsync of its own), so no reader
+//! sees a change the log does not hold, and the syncer (`syncer`) syncs the frame before any
+//! job is answered; until then the operations it wrote are held from replays. A batch that only appended history is appended unsynced, like the commit without
 //! an fsync it had before the log. A failed append or commit leaves the log and the database
 //! possibly apart: the batch reports it, and the writer reopens the ledger (which replays the
 //! log) before writing again.
@@ -91,18 +91,11 @@ pub(super) fn run_batch(
     let mut settled = Vec::with_capacity(jobs.len());
     loop {
         match stage_all(db, wal, &mut jobs) {
-            Ok((
-                txn,
-                Staging {
-                    staged,
-                    written: held,
-                },
-                mut frame,
-            )) => {
+            Ok((txn, staging, mut frame)) => {
                 let ending = Ending {
-                    staged,
+                    staged: staging.staged,
                     frame: &mut frame,
-                    held,
+                    held: staging.written,
                     jobs: jobs.len(),
                 };
                 let outcome = end(txn, ending, wal, shared, on_commit);
