@@ -294,19 +294,15 @@ fn create_private(path: &Path, text: &str) -> std::io::Result<()> {
     file.sync_all()
 }
 
-/// Lowercase hex of a digest, as `hex::encode` writes it: two digits per byte written into
-/// pairs of the output (`hex::encode` builds the string a char at a time, and its
-/// `encode_to_slice` steps through the output by index; this runs several times per
-/// request).
+/// Lowercase hex of a digest, as `hex::encode` writes it, through its table-driven
+/// `encode_to_slice` (`hex::encode` builds the string a char at a time; this runs several
+/// times per request).
 pub fn lower_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = vec![0u8; bytes.len() * 2];
-    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
-        pair[0] = DIGITS[usize::from(byte >> 4)];
-        pair[1] = DIGITS[usize::from(byte & 0x0f)];
+    if hex::encode_to_slice(bytes, &mut out).is_err() {
+        return hex::encode(bytes);
     }
-    // Only ASCII digits were written.
-    String::from_utf8(out).unwrap_or_default()
+    String::from_utf8(out).unwrap_or_else(|_| hex::encode(bytes))
 }
 
 #[cfg(test)]
