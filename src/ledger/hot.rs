@@ -95,17 +95,17 @@ impl Hot {
 
     /// Drops the entries of `ids`, whose new versions a commit wrote: called once they are
     /// released, and before anyone can read them without the writer.
-    pub(super) fn forget<'a>(&self, ids: impl IntoIterator<Item = &'a str>) {
+    pub(super) fn forget(&self, ids: &[String]) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         self.epoch.fetch_add(1, Ordering::AcqRel);
         for id in ids {
-            if let Some((_, freed)) = entries.map.remove(id) {
+            if let Some((_, freed)) = entries.map.remove(id.as_str()) {
                 entries.bytes -= freed;
             }
         }
     }
 
-    /// Drops every entry: a commit changed operations it does not name.
+    /// Drops every entry: the file was reopened, and holds what the disk does.
     pub(super) fn clear(&self) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         self.epoch.fetch_add(1, Ordering::AcqRel);
@@ -163,7 +163,7 @@ mod tests {
         hot.fill("a", epoch, succeeded("a", b"{}"));
         hot.fill("b", epoch, succeeded("b", b"{}"));
         assert!(hot.get("a").is_some());
-        hot.forget(["a"]);
+        hot.forget(&["a".to_owned()]);
         assert!(hot.get("a").is_none());
         assert!(hot.get("b").is_some());
         hot.clear();
@@ -175,7 +175,7 @@ mod tests {
         let hot = Hot::new();
         let before = hot.epoch();
         // The writer released a new version of some operation while the read ran.
-        hot.forget(["other"]);
+        hot.forget(&["other".to_owned()]);
         let answer = hot.fill("a", before, succeeded("a", b"{}"));
         assert_eq!(answer.0.id, "a", "the reader still gets what it read");
         assert!(hot.get("a").is_none(), "but it is not kept");

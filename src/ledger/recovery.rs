@@ -144,7 +144,7 @@ impl Shared {
             .map(|(id, _)| id)
             .collect();
         if !ids.is_empty() {
-            self.hot.forget(ids.iter().map(String::as_str));
+            self.hot.forget(&ids);
         }
     }
 
