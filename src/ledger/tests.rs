@@ -1055,7 +1055,7 @@ async fn a_held_operation_is_not_replayed_from_a_snapshot() {
 }
 
 /// What a replay read once is answered from memory (`hot`), and never outlives a change of its
-/// operation: a rewrite once its batch is synced, a prune once it commits.
+/// operation: a rewrite or a prune, each once its batch is synced (both are held until then).
 #[tokio::test]
 async fn a_kept_replay_answer_follows_every_change_of_its_operation() {
     let dir = TempDir::new().unwrap();
