@@ -135,11 +135,9 @@ impl Redb {
         let shared = &self.inner.shared;
         // Taken before the snapshot begins (see `hot`).
         let epoch = shared.hot.epoch();
-        if shared.held(id) {
-            return Ok(None);
-        }
         if let Some(kept) = shared.hot.get(id) {
-            return Ok(Some(kept));
+            // Held: a later batch rewrote it and is not yet synced; the writer answers.
+            return Ok((!shared.held(id)).then_some(kept));
         }
         self.read_here(|txn| {
             // Checked after the snapshot began: a batch holds its operations before it
