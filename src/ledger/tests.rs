@@ -1048,10 +1048,16 @@ async fn a_held_operation_is_not_replayed_from_a_snapshot() {
         "another frame's failed commit releases nothing"
     );
     shared.unhold(11);
+    // Checked without a read, which would keep the answer again.
     assert!(
-        replayable(&ledger).await,
+        !shared.held("p/r/held"),
         "its own failed commit releases it"
     );
+    // Released, its kept answer is gone: held again now, the read snapshot's check refuses it.
+    shared.hold(held(), 13);
+    assert!(!replayable(&ledger).await, "held by frame 13, not kept");
+    shared.release_upto(13);
+    assert!(replayable(&ledger).await, "frame 13 synced");
 }
 
 /// What a replay read once is answered from memory (`hot`), and never outlives a change of its
