@@ -217,3 +217,100 @@ async fn a_log_that_cannot_be_synced_sends_nothing() {
     // Broken as by any storage error (logged once) and reopened from what the disk holds.
     assert_eq!(log.matches("the ledger cannot write").count(), 1, "{log}");
 }
+
+/// Runs the proxy under strace when `FAIL_SYNC_OF` names a file: the first `fdatasync` of
+/// that file (the log) really fails with `EIO` (strace injects it into the system call; every
+/// other system call, and every later sync, is the kernel's own). Without it, the proxy as is.
+const FIRST_SYNC_FAILS: &str = r#"
+if [ -n "$FAIL_SYNC_OF" ]; then
+  command -v strace >/dev/null || { echo "this test needs strace (apt-get install strace)" >&2; exit 3; }
+  exec strace -f -qq --seccomp-bpf -o /dev/null -e trace=fdatasync \
+    -e inject=fdatasync:error=EIO:when=1 -P "$FAIL_SYNC_OF" -- "$0" "$@"
+fi
+exec "$0" "$@""#;
+
+/// Polls `/healthz` (bounded) until it answers 200.
+async fn until_healthy(proxy: &Proxy) {
+    for _ in 0..200 {
+        let health = common::send(http::Method::GET, &proxy.admin_url("/healthz"), &[], "")
+            .await
+            .expect("the admin API answers");
+        if health.status == StatusCode::OK {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!(
+        "/healthz never answered 200 again; log:\n{}",
+        proxy.log_text()
+    );
+}
+
+/// A real failed `fdatasync` of the log (EIO from the kernel's call, injected by strace):
+/// the claim is not durable, so its request is never sent and the agent is told so (`503`,
+/// "nothing was sent ... retry later"). When the ledger can write again, the agent's retry is
+/// sent, once, and succeeds: the claim that never left is not taken for an attempt whose
+/// outcome is unknown (which, at a provider that cannot deduplicate, would hold the retry
+/// for a person although nothing was ever sent). Its history says what happened.
+#[tokio::test]
+async fn a_claim_whose_log_sync_failed_is_sent_once_when_the_agent_retries() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "refunded")).await;
+    let bin = env!("CARGO_BIN_EXE_idemproxy");
+    let mut proxy = builder(&provider, "dedupe = \"none\"", &refund_route(""))
+        .bin("sh", &["-c", FIRST_SYNC_FAILS, bin])
+        .start()
+        .await;
+    // The first start created the log (and synced it); the injection starts with the next.
+    let wal = log_of(&proxy.ledger_path());
+    proxy.set_env("FAIL_SYNC_OF", &wal.display().to_string());
+    proxy.restart().await;
+
+    let refused = refund(&proxy, "wf-eio", "amount=500").await;
+    let body = problem(
+        &refused,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ledger-unavailable",
+    );
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("nothing was sent"), "{detail}");
+    assert_eq!(provider.request_count(), 0, "the provider got nothing");
+    assert!(
+        proxy.log_text().contains("Input/output error"),
+        "the real error is logged: {}",
+        proxy.log_text()
+    );
+
+    until_healthy(&proxy).await;
+    let retried = refund(&proxy, "wf-eio", "amount=500").await;
+    assert_eq!(
+        retried.status,
+        StatusCode::OK,
+        "{retried:?}\n{}",
+        proxy.log_text()
+    );
+    assert_eq!(retried.text(), "refunded");
+    assert_op_headers(&retried, &op_id("wf-eio"), "succeeded", false);
+    assert_eq!(provider.request_count(), 1, "sent once, on the retry");
+    let again = refund(&proxy, "wf-eio", "amount=500").await;
+    assert_op_headers(&again, &op_id("wf-eio"), "succeeded", true);
+    assert_eq!(provider.request_count(), 1, "never twice");
+
+    let url = proxy.admin_url(&format!("/ops/{}", op_id("wf-eio").replace('/', "%2F")));
+    let shown = common::send(http::Method::GET, &url, &[], "")
+        .await
+        .expect("the admin API answers");
+    let op: serde_json::Value = serde_json::from_slice(&shown.body).expect("an operation");
+    let events = op["events"].as_array().expect("events");
+    let details: Vec<&str> = events
+        .iter()
+        .map(|e| e["detail"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        details.iter().any(|d| d.contains("nothing was sent")),
+        "the history tells of the attempt that never left: {op}"
+    );
+    assert_eq!(
+        op["attempts"], 2,
+        "the refused attempt and the sent one: {op}"
+    );
+}

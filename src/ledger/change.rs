@@ -29,6 +29,50 @@ pub(super) fn unrecorded_reason() -> &'static str {
      is unknown"
 }
 
+/// The error and event detail of a claim whose own commit failed: its caller was refused
+/// and sent nothing.
+pub(super) fn unsent_reason() -> &'static str {
+    "the ledger could not make this attempt's claim durable, so nothing was sent; the \
+     operation may be sent again"
+}
+
+/// What is known of a claim nobody will finish, for the sweep that settles it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Left {
+    /// Its request may have reached the provider: its result could not be recorded.
+    Maybe,
+    /// Its own commit failed (or was not made durable), so its caller was refused and sent
+    /// nothing. `clean`: the operation was new, or plainly `failed`, before this claim, so
+    /// nothing of it can have taken effect.
+    Never { clean: bool },
+}
+
+impl Left {
+    /// A claim over `before` whose commit failed.
+    pub(super) fn never(before: Option<&Operation>) -> Left {
+        Left::Never {
+            clean: before.is_none_or(|b| b.state == State::Failed),
+        }
+    }
+}
+
+/// `old`, still `in_flight` under a claim nobody will finish, as the sweep leaves it: `failed`
+/// when nothing of it can have taken effect (its last claim never left, and before it there
+/// was nothing or a plain failure), so the agent's retry is sent; else `unknown`, as any
+/// attempt that may have taken effect. Either way with the `operation.orphaned` event.
+pub(super) fn abandoned(old: &Operation, left: Left, now: Timestamp) -> (Operation, Event) {
+    if left != (Left::Never { clean: true }) {
+        return orphaned(old, now, unrecorded_reason());
+    }
+    let mut op = old.clone();
+    op.state = State::Failed;
+    op.fence = 0;
+    op.updated_at = now;
+    op.error = Some(unsent_reason().to_owned());
+    let event = orphan_event(&op);
+    (op, event)
+}
+
 /// `old`, made `unknown` (fence 0, `updated_at = now`) with `reason` as its error, and the
 /// `operation.orphaned` event to append with it.
 pub(super) fn orphaned(old: &Operation, now: Timestamp, reason: &str) -> (Operation, Event) {
@@ -123,5 +167,56 @@ pub(super) fn first_replay(op: &Operation, note: &ReplayNote) -> Event {
         kind: EventKind::Replayed,
         attempt: op.attempts,
         detail: FIRST_REPLAY.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: Timestamp = Timestamp(1_000);
+    const NOW: Timestamp = Timestamp(2_000);
+
+    fn claimed(fence: u64) -> Operation {
+        let mut op = Operation::example("p/r/x", State::InFlight, T0);
+        op.fence = fence;
+        op
+    }
+
+    #[test]
+    fn a_claim_that_never_left_is_clean_only_over_nothing_or_a_plain_failure() {
+        assert_eq!(Left::never(None), Left::Never { clean: true });
+        let before = |state| Operation::example("p/r/x", state, T0);
+        assert_eq!(
+            Left::never(Some(&before(State::Failed))),
+            Left::Never { clean: true }
+        );
+        for state in [State::Unknown, State::Prepared, State::InFlight] {
+            assert_eq!(
+                Left::never(Some(&before(state))),
+                Left::Never { clean: false },
+                "{state:?}: an earlier attempt may have taken effect, or a gate was passed"
+            );
+        }
+    }
+
+    #[test]
+    fn a_clean_claim_that_never_left_fails_and_every_other_becomes_unknown() {
+        let (op, event) = abandoned(&claimed(7), Left::Never { clean: true }, NOW);
+        assert_eq!((op.state, op.fence, op.updated_at), (State::Failed, 0, NOW));
+        assert_eq!(op.error.as_deref(), Some(unsent_reason()));
+        assert_eq!(op.maybe_effect_at, None, "nothing can have taken effect");
+        assert_eq!(
+            (event.kind, event.detail.as_str()),
+            (EventKind::Orphaned, unsent_reason())
+        );
+
+        for left in [Left::Maybe, Left::Never { clean: false }] {
+            let (op, event) = abandoned(&claimed(7), left, NOW);
+            assert_eq!((op.state, op.fence), (State::Unknown, 0), "{left:?}");
+            assert_eq!(op.maybe_effect_at, Some(NOW), "{left:?}");
+            assert_eq!(op.error.as_deref(), Some(unrecorded_reason()), "{left:?}");
+            assert_eq!(event.kind, EventKind::Orphaned);
+        }
     }
 }

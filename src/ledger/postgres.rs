@@ -25,7 +25,7 @@ mod update;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
@@ -36,6 +36,7 @@ use self::lease::Lease;
 use self::update::Appended;
 use super::at::PgUrl;
 use super::batch::{Commit, OnCommit};
+use super::change::Left;
 use super::feed::{Feed, Published};
 use super::hot::Replayable;
 use super::replays::{ReplayNote, Replays};
@@ -250,7 +251,7 @@ impl Postgres {
         let task = tokio::spawn(async move {
             // Set just before a new claim's COMMIT is sent: from then on a failure may hide a
             // commit that landed, a claim nobody will finish, so it is abandoned.
-            let staged = AtomicU64::new(0);
+            let staged = Mutex::new(None);
             let work = update::run(&core, &id, f, &staged);
             let outcome = match tokio::time::timeout(OP_TIMEOUT, work).await {
                 Ok(outcome) => outcome,
@@ -267,9 +268,9 @@ impl Postgres {
                     Ok(value)
                 }
                 Err(e) => {
-                    let fence = staged.load(Ordering::Relaxed);
-                    if fence != 0 {
-                        tokio::spawn(lease::abandon(Arc::clone(&core), id, fence));
+                    let staged = staged.into_inner().unwrap_or_else(PoisonError::into_inner);
+                    if let Some(claim) = staged {
+                        tokio::spawn(lease::abandon(Arc::clone(&core), id, claim));
                     }
                     Err(e)
                 }
@@ -288,7 +289,7 @@ impl Postgres {
 
     pub fn abandon(&self, id: &str, fence: u64) {
         let core = Arc::clone(self.core());
-        tokio::spawn(lease::abandon(core, id.to_owned(), fence));
+        tokio::spawn(lease::abandon(core, id.to_owned(), (fence, Left::Maybe)));
     }
 
     /// `Ledger::release` on this database: the heartbeat and the sweep stop first, so

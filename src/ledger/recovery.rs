@@ -11,7 +11,8 @@
 //! commits the recovery sweep. Only when that commit stands is the ledger writable again.
 //! Every reopen replays the write-ahead log (`wal`) onto the file before anyone reads it: a
 //! reopened file holds only its last durable commit, the log the batches answered since.
-//! This module never decides what a request means; it only turns dead claims `unknown`.
+//! This module never decides what a request means; it only settles dead claims
+//! (`change::abandoned`: `unknown`, or `failed` when nothing of the operation was sent).
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 use redb::{Database, Durability};
 
 use super::LedgerError;
+use super::change::Left;
 use super::hot::Hot;
 use super::redo::Redo;
 use super::store::{Fault, Tables};
@@ -37,11 +39,12 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// A claim (operation ID and fence) that nobody will finish: its result write failed, or the
-/// commit that made it failed and may still have landed.
+/// commit that made it failed and may still have landed (`left` tells which).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct DeadClaim {
     pub(super) id: String,
     pub(super) fence: u64,
+    pub(super) left: Left,
 }
 
 /// The state the writer thread and the readers share.
@@ -83,6 +86,22 @@ impl Shared {
 
     pub(super) fn writable(&self) -> bool {
         self.writable.load(Ordering::Acquire)
+    }
+
+    /// Stops every write (and turns `/healthz` 503) after a storage error, logged once;
+    /// whether the ledger was writable until now. Only the writer's recovery makes it
+    /// writable again.
+    pub(super) fn stop_writes(&self, why: &str) -> bool {
+        let was = self.writable.swap(false, Ordering::AcqRel);
+        if was {
+            tracing::warn!(
+                ledger = %self.path.display(),
+                error = %why,
+                "the ledger cannot write (is its disk full?); new operations are refused with \
+                 503 and /healthz answers 503 until it reopens itself"
+            );
+        }
+        was
     }
 
     /// The error every write gets while the ledger is unwritable.
@@ -168,7 +187,8 @@ impl Shared {
 }
 
 /// Stages the sweep: every dead claim whose operation is still `in_flight` under its fence
-/// becomes `unknown` with an `operation.orphaned` event.
+/// becomes `unknown`, or `failed` if nothing of it can have taken effect
+/// (`change::abandoned`), with an `operation.orphaned` event.
 pub(super) fn stage_sweep(
     tables: &mut Tables<'_>,
     claims: &[DeadClaim],
@@ -176,7 +196,7 @@ pub(super) fn stage_sweep(
 ) -> Result<Vec<Operation>, Fault> {
     let mut orphaned = Vec::new();
     for claim in claims {
-        if let Some(op) = tables.orphan_claim(&claim.id, claim.fence, now)? {
+        if let Some(op) = tables.orphan_claim(&claim.id, claim.fence, claim.left, now)? {
             orphaned.push(op);
         }
     }
@@ -269,26 +289,22 @@ impl Recovery {
         self.next_try.saturating_duration_since(Instant::now())
     }
 
-    /// A write failed and the database refuses new ones: stop writing, reopen for the readers.
+    /// A write failed and the database refuses new ones (or a sync failed): stop writing,
+    /// reopen for the readers. Already broken (or stopped by the syncer), it is reopened
+    /// again: what the log holds wins.
     pub(super) fn broken(&mut self, why: &str) {
-        if !self.shared.writable.swap(false, Ordering::AcqRel) {
-            // Already broken: reopened again (what the log holds wins), logged once.
-            if let Err(e) = self.reopen() {
-                tracing::debug!(error = %e, "the ledger could not be reopened yet");
-            }
-            return;
+        if self.shared.stop_writes(why) {
+            self.first_wait();
         }
-        tracing::warn!(
-            ledger = %self.shared.path.display(),
-            error = %why,
-            "the ledger cannot write (is its disk full?); new operations are refused with 503 \
-             and /healthz answers 503 until it reopens itself"
-        );
-        self.backoff = FIRST_BACKOFF;
-        self.next_try = Instant::now() + self.backoff;
         if let Err(e) = self.reopen() {
             tracing::debug!(error = %e, "the ledger could not be reopened yet");
         }
+    }
+
+    /// The first recovery attempt after a new failure waits `FIRST_BACKOFF`.
+    pub(super) fn first_wait(&mut self) {
+        self.backoff = FIRST_BACKOFF;
+        self.next_try = Instant::now() + self.backoff;
     }
 
     /// One recovery attempt; on success the ledger is writable again.
@@ -300,7 +316,7 @@ impl Recovery {
                     ledger = %self.shared.path.display(),
                     orphaned = orphaned.len(),
                     "the ledger can write again; attempts whose result could not be recorded \
-                     are now unknown"
+                     are now unknown, claims that never left failed"
                 );
             }
             Err(e) => {

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
 
+use super::change::Left;
 use super::feed::{Feed, Published};
 use super::hot::Replayable;
 use super::recovery::{DeadClaim, Shared};
@@ -113,6 +114,7 @@ impl Redb {
         shared.bury(DeadClaim {
             id: id.to_owned(),
             fence,
+            left: Left::Maybe,
         });
         let sweep = SweepJob::new(Arc::clone(shared), self.inner.fail_writes);
         self.inner.writer.submit(Box::new(sweep));

@@ -17,7 +17,7 @@ use std::ops::Bound;
 
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 
-use super::change::{self, leaves_tombstone, orphan_reason, unrecorded_reason};
+use super::change::{self, Left, leaves_tombstone, orphan_reason};
 use super::codec;
 use super::copy::Live;
 use super::redo::{Logged, Redo, Tag};
@@ -523,17 +523,22 @@ impl<'t> Tables<'t> {
         Ok(orphaned)
     }
 
-    /// Turns `id` into `unknown` if it is still `in_flight` under `fence` (a claim nobody
-    /// will finish); returns it as it now is, or `None` when something else happened since.
+    /// Settles `id` if it is still `in_flight` under `fence` (a claim nobody will finish;
+    /// `change::abandoned`); returns it as it now is, or `None` when something else happened
+    /// since.
     pub(super) fn orphan_claim(
         &mut self,
         id: &str,
         fence: u64,
+        left: Left,
         now: Timestamp,
     ) -> Result<Option<Operation>, Fault> {
         match self.get_op(id)? {
             Some(old) if old.state == State::InFlight && old.fence == fence => {
-                self.orphan(old, now, unrecorded_reason()).map(Some)
+                let (op, event) = change::abandoned(&old, left, now);
+                self.put_op(Some(&old), &op)?;
+                self.append_events(&op.id, &[event])?;
+                Ok(Some(op))
             }
             _ => Ok(None),
         }

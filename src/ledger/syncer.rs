@@ -14,9 +14,10 @@
 //! are held (`Shared::hold`): a replay of one of them is not answered from a read snapshot
 //! but goes through the writer, whose answer waits for the sync. It never stages or commits.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 
@@ -46,14 +47,23 @@ enum Msg {
 pub(super) struct Syncer {
     queue: Option<Sender<Msg>>,
     thread: Option<JoinHandle<()>>,
-    failed: Arc<AtomicBool>,
+    /// Failed syncs so far, and how many of them the writer has taken (`take_failure`).
+    failures: Arc<AtomicU64>,
+    taken: Cell<u64>,
 }
 
+/// Wakes the writer (it may be waiting for a job) after a failed sync.
+pub(super) type Wake = Box<dyn Fn() + Send>;
+
 impl Syncer {
-    pub(super) fn start(log: File, shared: Arc<Shared>, feed: Feed) -> Result<Syncer, String> {
+    pub(super) fn start(
+        log: File,
+        shared: Arc<Shared>,
+        feed: Feed,
+        wake: Wake,
+    ) -> Result<Syncer, String> {
         let (queue, inbox) = channel();
-        let failed = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&failed);
+        let failures = Arc::new(AtomicU64::new(0));
         let mut state = Thread {
             log: Log {
                 file: log,
@@ -61,7 +71,8 @@ impl Syncer {
             },
             shared,
             feed,
-            failed: flag,
+            failures: Arc::clone(&failures),
+            wake,
             broken: None,
         };
         let thread = std::thread::Builder::new()
@@ -71,7 +82,8 @@ impl Syncer {
         Ok(Syncer {
             queue: Some(queue),
             thread: Some(thread),
-            failed,
+            failures,
+            taken: Cell::new(0),
         })
     }
 
@@ -89,9 +101,13 @@ impl Syncer {
         }
     }
 
-    /// Whether a sync failed since the last `reset`: the ledger must be reopened.
-    pub(super) fn failed(&self) -> bool {
-        self.failed.load(Ordering::Acquire)
+    /// Whether a sync failed that the writer has not yet taken: the ledger must be reopened
+    /// and the syncer `reset`. True once per failure.
+    pub(super) fn take_failure(&self) -> bool {
+        let failures = self.failures.load(Ordering::Acquire);
+        let new = failures > self.taken.get();
+        self.taken.set(failures);
+        new
     }
 
     /// The ledger was reopened after a failed sync, with `last` the last frame appended
@@ -117,8 +133,9 @@ struct Thread {
     log: Log,
     shared: Arc<Shared>,
     feed: Feed,
-    /// Tells the writer that a sync failed (until the writer's reset).
-    failed: Arc<AtomicBool>,
+    /// Counts the failed syncs, for the writer (`Syncer::take_failure`).
+    failures: Arc<AtomicU64>,
+    wake: Wake,
     /// Why a sync failed, from then until the writer's reset: every batch in between fails.
     broken: Option<String>,
 }
@@ -138,7 +155,6 @@ impl Thread {
                         self.flush(std::mem::take(&mut batches));
                         self.shared.release_upto(last);
                         self.broken = None;
-                        self.failed.store(false, Ordering::Release);
                     }
                 }
                 next = inbox.try_recv().ok();
@@ -154,10 +170,13 @@ impl Thread {
             && let Err(e) = self.log.sync()
         {
             tracing::warn!(error = %e, "the ledger's write-ahead log could not be synced");
-            self.broken = Some(format!(
-                "the ledger's write-ahead log could not be synced: {e}"
-            ));
-            self.failed.store(true, Ordering::Release);
+            let why = format!("the ledger's write-ahead log could not be synced: {e}");
+            // Before anyone is answered: from now on `/healthz` is 503 and every write is
+            // refused, until the writer has reopened the ledger and its recovery commits.
+            self.shared.stop_writes(&why);
+            self.broken = Some(why);
+            self.failures.fetch_add(1, Ordering::AcqRel);
+            (self.wake)();
         }
         // Durable now, all of them: what they wrote may be replayed from a snapshot, even by
         // the callers about to be answered. After a failed sync, replays of it wait for the

@@ -19,11 +19,11 @@ use tokio::sync::oneshot;
 
 use super::LedgerError;
 use super::batch::{OnCommit, gather, run_batch};
-use super::change::{self, orphan_event};
+use super::change::{self, Left, orphan_event};
 use super::feed::Feed;
 use super::recovery::{DeadClaim, Recovery, Shared, refuses_writes, stage_sweep};
 use super::store::{PruneBatch, Pruned, Tables};
-use super::syncer::{Pending, Syncer};
+use super::syncer::{Pending, Syncer, Wake};
 use super::wal::Wal;
 use crate::clock::Timestamp;
 use crate::operation::{Operation, Write};
@@ -68,7 +68,9 @@ pub(super) trait Job: Send {
 /// The handle to the writer thread; dropping it stops the thread after its queued jobs and
 /// waits for it, so the database file is released when the last `Ledger` goes away.
 pub(super) struct Writer {
-    jobs: Option<Sender<Box<dyn Job>>>,
+    /// Shared only with the syncer's wake, which holds it weakly: dropping this closes the
+    /// queue.
+    jobs: Option<Arc<Sender<Box<dyn Job>>>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -79,11 +81,18 @@ impl Writer {
         on_commit: Option<OnCommit>,
         feed: Feed,
     ) -> Result<Writer, String> {
-        let (jobs, queue) = channel();
+        let (jobs, queue) = channel::<Box<dyn Job>>();
+        let jobs = Arc::new(jobs);
+        let to_writer = Arc::downgrade(&jobs);
+        let wake: Wake = Box::new(move || {
+            if let Some(jobs) = to_writer.upgrade() {
+                let _ = jobs.send(Box::new(WakeJob));
+            }
+        });
         let hooks = Hooks { on_commit, feed };
         let thread = std::thread::Builder::new()
             .name("idemproxy-ledger-writer".to_owned())
-            .spawn(move || run(shared, wal, &queue, &hooks))
+            .spawn(move || run(shared, wal, wake, &queue, &hooks))
             .map_err(|e| format!("cannot start the writer thread: {e}"))?;
         Ok(Writer {
             jobs: Some(jobs),
@@ -125,11 +134,11 @@ struct Hooks {
     feed: Feed,
 }
 
-fn run(shared: Arc<Shared>, wal: Wal, queue: &Receiver<Box<dyn Job>>, hooks: &Hooks) {
+fn run(shared: Arc<Shared>, wal: Wal, wake: Wake, queue: &Receiver<Box<dyn Job>>, hooks: &Hooks) {
     let syncer = match wal
         .handle()
         .map_err(|e| e.to_string())
-        .and_then(|log| Syncer::start(log, Arc::clone(&shared), hooks.feed.clone()))
+        .and_then(|log| Syncer::start(log, Arc::clone(&shared), hooks.feed.clone(), wake))
     {
         Ok(syncer) => syncer,
         Err(why) => {
@@ -142,6 +151,7 @@ fn run(shared: Arc<Shared>, wal: Wal, queue: &Receiver<Box<dyn Job>>, hooks: &Ho
     };
     let mut recovery = Recovery::new(shared, wal);
     loop {
+        after_failed_sync(&mut recovery, &syncer);
         let job = if recovery.shared().writable() {
             let next = match recovery.checkpoint_in() {
                 None => queue.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -174,18 +184,39 @@ fn run(shared: Arc<Shared>, wal: Wal, queue: &Receiver<Box<dyn Job>>, hooks: &Ho
     recovery.checkpoint();
 }
 
+/// After a failed sync (the syncer has already stopped writes, and wakes the writer with a
+/// `WakeJob`), once per failure: the file may hold batches the log lost, so it is reopened
+/// (then it holds what the log holds) and the syncer starts over after the log's last frame.
+/// Recovery follows as after any storage error.
+fn after_failed_sync(recovery: &mut Recovery, syncer: &Syncer) {
+    if syncer.take_failure() {
+        let last = recovery.wal().last();
+        recovery.broken("the ledger's write-ahead log could not be synced");
+        // The syncer stopped writes itself, so `broken` saw no new failure.
+        recovery.first_wait();
+        syncer.reset(last);
+    }
+}
+
+/// Nothing to write: sent by the syncer after a failed sync so that a writer waiting for a
+/// job reopens the ledger and starts its recovery at once, not at the next request.
+struct WakeJob;
+
+impl Job for WakeJob {
+    fn stage(&mut self, _tables: &mut Tables<'_>) -> Result<Staged, LedgerError> {
+        Ok(Staged::Nothing)
+    }
+
+    fn finish(self: Box<Self>, _outcome: Result<(), LedgerError>) {}
+}
+
 /// Runs one batch, or refuses it while the ledger cannot write, and hands it to the syncer,
 /// which answers its jobs once its log frame is synced. A failure after which the database
 /// refuses new transactions (or after which it and the log may disagree, or a sync failed)
 /// breaks the ledger, so the callers of later batches see `/healthz` at 503. Every job that
 /// failed leaves its claim for the sweep.
 fn serve(recovery: &mut Recovery, syncer: &Syncer, batch: Vec<Box<dyn Job>>, hooks: &Hooks) {
-    if syncer.failed() {
-        // The file may hold batches the log lost: reopened, it holds what the log holds.
-        let last = recovery.wal().last();
-        recovery.broken("the ledger's write-ahead log could not be synced");
-        syncer.reset(last);
-    }
+    after_failed_sync(recovery, syncer);
     let db = match recovery.db() {
         Some(db) if recovery.shared().writable() => db,
         _ => {
@@ -278,9 +309,11 @@ where
             return Err(injected());
         }
         if let Some(fence) = change::new_claim(existing.as_ref(), write) {
+            // Buried only if this job's commit fails: its caller is refused and sends nothing.
             self.claimed = Some(DeadClaim {
                 id: self.id.clone(),
                 fence,
+                left: Left::never(existing.as_ref()),
             });
         }
         let changed = tables.apply(&self.id, existing.as_ref(), write)?;

@@ -17,13 +17,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::change::{lapsed_reason, unrecorded_reason};
+use super::super::change::{self, Left, lapsed_reason};
 use super::super::store::Fault;
 use super::Core;
 use super::connect::{Conn, Tx};
 use super::update::{self, Appended};
 use crate::clock::Timestamp;
-use crate::operation::{Operation, State};
+use crate::operation::{Event, Operation, State};
 
 /// Replica rows lapsed for this many leases (and owning nothing in flight) are deleted.
 const FORGET_AFTER: u32 = 10;
@@ -194,45 +194,37 @@ pub(super) async fn sweep(core: &Core) -> Result<Vec<Operation>, Fault> {
 pub(super) async fn orphan_one(
     core: &Core,
     id: &str,
-    fence: Option<u64>,
+    claim: Option<(u64, Left)>,
 ) -> Result<Option<Operation>, Fault> {
     let tx = core.begin().await?;
     tx.lock(id).await?;
     let found = update::read(&tx, id, core.me).await?;
     let now = Timestamp::now();
-    let reason = match (&found.op, fence) {
-        (Some(op), Some(fence)) if op.state == State::InFlight && op.fence == fence => {
-            unrecorded_reason()
+    let settled = match (found.op, claim) {
+        (Some(old), Some((fence, left))) if old.state == State::InFlight && old.fence == fence => {
+            change::abandoned(&old, left, now)
         }
-        (Some(_), None) if found.lapsed => lapsed_reason(),
+        (Some(old), None) if found.lapsed => change::orphaned(&old, now, lapsed_reason()),
         _ => {
             tx.rollback().await;
             return Ok(None);
         }
     };
-    let Some(old) = found.op else {
-        return Ok(None);
-    };
-    let written = orphan_in(&tx, &old, now, reason).await?;
+    let written = store_in(&tx, settled).await?;
     core.commit(tx, true).await?;
     core.publish(&written);
     Ok(written.into_iter().next().map(|(op, _)| op))
 }
 
-async fn orphan_in(
-    tx: &Tx,
-    old: &Operation,
-    now: Timestamp,
-    reason: &str,
-) -> Result<Appended, Fault> {
-    let (op, event) = update::orphan(tx, old, now, reason).await?;
+async fn store_in(tx: &Tx, (op, event): (Operation, Event)) -> Result<Appended, Fault> {
+    update::store_changed(tx, &op, &event).await?;
     Ok(vec![(op, vec![event])])
 }
 
 /// Retries, until it is written or found moot, the orphaning of a claim its holder abandoned.
-pub(super) async fn abandon(core: Arc<Core>, id: String, fence: u64) {
+pub(super) async fn abandon(core: Arc<Core>, id: String, claim: (u64, Left)) {
     loop {
-        match core.timed(orphan_one(&core, &id, Some(fence))).await {
+        match core.timed(orphan_one(&core, &id, Some(claim))).await {
             Ok(_) => return,
             Err(fault) => tracing::warn!(
                 operation = %id,

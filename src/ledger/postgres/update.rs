@@ -9,10 +9,10 @@
 //! own lease is live. It never decides what a request means.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use super::super::LedgerError;
-use super::super::change::{self, lapsed_reason};
+use super::super::change::{self, Left, lapsed_reason};
 use super::super::codec;
 use super::super::store::Fault;
 use super::Core;
@@ -121,9 +121,14 @@ pub(super) async fn orphan(
     reason: &str,
 ) -> Result<(Operation, Event), Fault> {
     let (op, event) = change::orphaned(old, now, reason);
-    put_op(tx, &op).await?;
-    append_events(tx, &op.id, std::slice::from_ref(&event)).await?;
+    store_changed(tx, &op, &event).await?;
     Ok((op, event))
+}
+
+/// Stores `op`, changed by one of `change`'s rules, with its one `event`.
+pub(super) async fn store_changed(tx: &Tx, op: &Operation, event: &Event) -> Result<(), Fault> {
+    put_op(tx, op).await?;
+    append_events(tx, &op.id, std::slice::from_ref(event)).await
 }
 
 /// Applies one `Write` to `id` (`old` is what is stored now); whether it changed the
@@ -182,13 +187,13 @@ async fn lease_live(tx: &Tx, me: i64) -> Result<bool, Fault> {
 
 /// `Ledger::update` as one transaction: lock, read (orphaning a lapsed owner's operation),
 /// decide, write, commit. Returns `f`'s value, what the commit appended and the operation it
-/// orphaned first, if any. `staged` gets the fence of a new claim just before its COMMIT is
-/// sent.
+/// orphaned first, if any. `staged` gets the fence of a new claim (and what a sweep must know
+/// of it, `Left`) just before its COMMIT is sent.
 pub(super) async fn run<T, F>(
     core: &Core,
     id: &str,
     f: F,
-    staged: &AtomicU64,
+    staged: &Mutex<Option<(u64, Left)>>,
 ) -> Result<(T, Appended, Vec<Operation>), LedgerError>
 where
     F: FnOnce(Option<Operation>) -> (Option<Write>, T),
@@ -233,7 +238,8 @@ where
             tx.rollback().await;
             return Err(lease_lapsed());
         }
-        staged.store(fence, Ordering::Relaxed);
+        let left = Left::never(existing.as_ref());
+        *staged.lock().unwrap_or_else(PoisonError::into_inner) = Some((fence, left));
     }
     let durable = changed || !appended.is_empty();
     core.commit(tx, durable).await?;
