@@ -452,6 +452,35 @@ async fn an_abandoned_claim_becomes_unknown_only_under_its_own_fence() {
     );
 }
 
+/// A claim whose COMMIT was sent but not acknowledged was never sent by its caller (it was
+/// refused): when the operation was new, it fails, so a retry is sent; over an `unknown`
+/// operation it stays `unknown`. The same rule as redb's sweep (`change::abandoned`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_never_left_fails_when_nothing_before_it_can_have_taken_effect() {
+    use super::super::change::{Left, unrecorded_reason, unsent_reason};
+    let db = TestDb::new().await;
+    let (a, _) = replica(&db, Duration::from_secs(10), "a").await;
+    let core = Arc::clone(a.postgres().core());
+    let new = claim(&a, "p/r/new").await.unwrap().expect("claimed");
+    let resent = claim(&a, "p/r/resent").await.unwrap().expect("claimed");
+    super::lease::abandon(
+        Arc::clone(&core),
+        "p/r/new".into(),
+        (new, Left::never(None)),
+    )
+    .await;
+    let before = Operation::example("p/r/resent", State::Unknown, Timestamp(T0));
+    let left = Left::never(Some(&before));
+    super::lease::abandon(core, "p/r/resent".into(), (resent, left)).await;
+
+    let failed = a.get("p/r/new").await.unwrap().expect("stored");
+    assert_eq!((failed.state, failed.fence), (State::Failed, 0));
+    assert_eq!(failed.error.as_deref(), Some(unsent_reason()));
+    let unknown = a.get("p/r/resent").await.unwrap().expect("stored");
+    assert_eq!((unknown.state, unknown.fence), (State::Unknown, 0));
+    assert_eq!(unknown.error.as_deref(), Some(unrecorded_reason()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_pruning_at_once_delete_each_operation_once() {
     let db = TestDb::new().await;
