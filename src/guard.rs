@@ -103,7 +103,7 @@ async fn run(
         Identity::Op(named) => *named,
         Identity::Pass(outgoing) => {
             return Ok((
-                dispatch::unguarded(app, provider, *outgoing).await,
+                Box::pin(dispatch::unguarded(app, provider, *outgoing)).await,
                 "passthrough",
             ));
         }
@@ -148,7 +148,7 @@ async fn run(
             replay(stored, &ctx.with_state(State::Succeeded)),
             "replayed",
         )),
-        Next::Wait => wait(app, ctx).await,
+        Next::Wait => Box::pin(wait(app, ctx)).await,
         Next::Refuse(problem, state) => {
             ctx.state = Some(state);
             Err(problem)

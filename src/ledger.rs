@@ -447,7 +447,9 @@ impl Ledger {
     pub async fn replayable(&self, id: &str) -> Result<Option<Arc<Replayable>>, LedgerError> {
         match &self.0 {
             Backend::Redb(redb) => redb.replayable(id),
-            Backend::Postgres(pg) => pg.replayable(id).await,
+            // Boxed: the database's query future is large, and inline it would make every
+            // replay's future that large on redb too, where nothing is awaited.
+            Backend::Postgres(pg) => Box::pin(pg.replayable(id)).await,
         }
     }
 
