@@ -88,12 +88,10 @@ impl Shared {
         self.writable.load(Ordering::Acquire)
     }
 
-    /// Stops every write (and turns `/healthz` 503) after a storage error, logged once;
-    /// whether the ledger was writable until now. Only the writer's recovery makes it
-    /// writable again.
-    pub(super) fn stop_writes(&self, why: &str) -> bool {
-        let was = self.writable.swap(false, Ordering::AcqRel);
-        if was {
+    /// Stops every write (and turns `/healthz` 503) after a storage error, logged once until
+    /// the writer's recovery makes it writable again.
+    pub(super) fn stop_writes(&self, why: &str) {
+        if self.writable.swap(false, Ordering::AcqRel) {
             tracing::warn!(
                 ledger = %self.path.display(),
                 error = %why,
@@ -101,7 +99,6 @@ impl Shared {
                  503 and /healthz answers 503 until it reopens itself"
             );
         }
-        was
     }
 
     /// The error every write gets while the ledger is unwritable.
@@ -289,22 +286,16 @@ impl Recovery {
         self.next_try.saturating_duration_since(Instant::now())
     }
 
-    /// A write failed and the database refuses new ones (or a sync failed): stop writing,
-    /// reopen for the readers. Already broken (or stopped by the syncer), it is reopened
-    /// again: what the log holds wins.
+    /// A write failed and the database refuses new ones, or a sync failed (the syncer then
+    /// stopped writes already): stop writing, reopen for the readers (what the log holds
+    /// wins), and try to recover after `FIRST_BACKOFF`.
     pub(super) fn broken(&mut self, why: &str) {
-        if self.shared.stop_writes(why) {
-            self.first_wait();
-        }
+        self.shared.stop_writes(why);
+        self.backoff = FIRST_BACKOFF;
+        self.next_try = Instant::now() + self.backoff;
         if let Err(e) = self.reopen() {
             tracing::debug!(error = %e, "the ledger could not be reopened yet");
         }
-    }
-
-    /// The first recovery attempt after a new failure waits `FIRST_BACKOFF`.
-    pub(super) fn first_wait(&mut self) {
-        self.backoff = FIRST_BACKOFF;
-        self.next_try = Instant::now() + self.backoff;
     }
 
     /// One recovery attempt; on success the ledger is writable again.

@@ -14,10 +14,9 @@
 //! are held (`Shared::hold`): a replay of one of them is not answered from a read snapshot
 //! but goes through the writer, whose answer waits for the sync. It never stages or commits.
 
-use std::cell::Cell;
 use std::fs::File;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 
@@ -47,9 +46,8 @@ enum Msg {
 pub(super) struct Syncer {
     queue: Option<Sender<Msg>>,
     thread: Option<JoinHandle<()>>,
-    /// Failed syncs so far, and how many of them the writer has taken (`take_failure`).
-    failures: Arc<AtomicU64>,
-    taken: Cell<u64>,
+    /// Set by a failed sync, taken by the writer (`take_failure`).
+    failed: Arc<AtomicBool>,
 }
 
 /// Wakes the writer (it may be waiting for a job) after a failed sync.
@@ -63,7 +61,7 @@ impl Syncer {
         wake: Wake,
     ) -> Result<Syncer, String> {
         let (queue, inbox) = channel();
-        let failures = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicBool::new(false));
         let mut state = Thread {
             log: Log {
                 file: log,
@@ -71,7 +69,7 @@ impl Syncer {
             },
             shared,
             feed,
-            failures: Arc::clone(&failures),
+            failed: Arc::clone(&failed),
             wake,
             broken: None,
         };
@@ -82,8 +80,7 @@ impl Syncer {
         Ok(Syncer {
             queue: Some(queue),
             thread: Some(thread),
-            failures,
-            taken: Cell::new(0),
+            failed,
         })
     }
 
@@ -102,12 +99,10 @@ impl Syncer {
     }
 
     /// Whether a sync failed that the writer has not yet taken: the ledger must be reopened
-    /// and the syncer `reset`. True once per failure.
+    /// and the syncer `reset`. True once per failure (the syncer syncs nothing more until
+    /// that reset, so it cannot fail again before).
     pub(super) fn take_failure(&self) -> bool {
-        let failures = self.failures.load(Ordering::Acquire);
-        let new = failures > self.taken.get();
-        self.taken.set(failures);
-        new
+        self.failed.swap(false, Ordering::AcqRel)
     }
 
     /// The ledger was reopened after a failed sync, with `last` the last frame appended
@@ -133,8 +128,8 @@ struct Thread {
     log: Log,
     shared: Arc<Shared>,
     feed: Feed,
-    /// Counts the failed syncs, for the writer (`Syncer::take_failure`).
-    failures: Arc<AtomicU64>,
+    /// Tells the writer that a sync failed (`Syncer::take_failure`).
+    failed: Arc<AtomicBool>,
     wake: Wake,
     /// Why a sync failed, from then until the writer's reset: every batch in between fails.
     broken: Option<String>,
@@ -175,7 +170,7 @@ impl Thread {
             // refused, until the writer has reopened the ledger and its recovery commits.
             self.shared.stop_writes(&why);
             self.broken = Some(why);
-            self.failures.fetch_add(1, Ordering::AcqRel);
+            self.failed.store(true, Ordering::Release);
             (self.wake)();
         }
         // Durable now, all of them: what they wrote may be replayed from a snapshot, even by

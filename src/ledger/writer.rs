@@ -192,8 +192,6 @@ fn after_failed_sync(recovery: &mut Recovery, syncer: &Syncer) {
     if syncer.take_failure() {
         let last = recovery.wal().last();
         recovery.broken("the ledger's write-ahead log could not be synced");
-        // The syncer stopped writes itself, so `broken` saw no new failure.
-        recovery.first_wait();
         syncer.reset(last);
     }
 }
