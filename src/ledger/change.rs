@@ -61,27 +61,28 @@ impl Left {
 /// was nothing or a plain failure), so the agent's retry is sent; else `unknown`, as any
 /// attempt that may have taken effect. Either way with the `operation.orphaned` event.
 pub(super) fn abandoned(old: &Operation, left: Left, now: Timestamp) -> (Operation, Event) {
-    if left != (Left::Never { clean: true }) {
-        return orphaned(old, now, unrecorded_reason());
+    match left {
+        Left::Never { clean: true } => released(old, State::Failed, now, unsent_reason()),
+        Left::Never { clean: false } | Left::Maybe => orphaned(old, now, unrecorded_reason()),
     }
-    let mut op = old.clone();
-    op.state = State::Failed;
-    op.fence = 0;
-    op.updated_at = now;
-    op.error = Some(unsent_reason().to_owned());
-    let event = orphan_event(&op);
-    (op, event)
 }
 
 /// `old`, made `unknown` (fence 0, `updated_at = now`) with `reason` as its error, and the
 /// `operation.orphaned` event to append with it.
 pub(super) fn orphaned(old: &Operation, now: Timestamp, reason: &str) -> (Operation, Event) {
-    let mut op = old.clone();
-    op.state = State::Unknown;
-    op.fence = 0;
-    op.updated_at = now;
+    let (mut op, event) = released(old, State::Unknown, now, reason);
     // The attempt may have taken effect, as late as now.
     op.maybe_effect_at = Some(now);
+    (op, event)
+}
+
+/// `old`, its claim released (fence 0) into `state` at `now` with `reason` as its error, and
+/// its `operation.orphaned` event.
+fn released(old: &Operation, state: State, now: Timestamp, reason: &str) -> (Operation, Event) {
+    let mut op = old.clone();
+    op.state = state;
+    op.fence = 0;
+    op.updated_at = now;
     op.error = Some(reason.to_owned());
     let event = orphan_event(&op);
     (op, event)

@@ -518,7 +518,8 @@ impl<'t> Tables<'t> {
             let Some(old) = self.get_op(id)? else {
                 return Err(Fault(format!("index names a missing operation {id}")));
             };
-            orphaned.push(self.orphan(old, now, orphan_reason())?);
+            let settled = change::orphaned(&old, now, orphan_reason());
+            orphaned.push(self.put_settled(&old, settled)?);
         }
         Ok(orphaned)
     }
@@ -535,19 +536,20 @@ impl<'t> Tables<'t> {
     ) -> Result<Option<Operation>, Fault> {
         match self.get_op(id)? {
             Some(old) if old.state == State::InFlight && old.fence == fence => {
-                let (op, event) = change::abandoned(&old, left, now);
-                self.put_op(Some(&old), &op)?;
-                self.append_events(&op.id, &[event])?;
-                Ok(Some(op))
+                let settled = change::abandoned(&old, left, now);
+                self.put_settled(&old, settled).map(Some)
             }
             _ => Ok(None),
         }
     }
 
-    /// `old`, made `unknown` (see `change::orphaned`) and stored with its orphaned event.
-    fn orphan(&mut self, old: Operation, now: Timestamp, reason: &str) -> Result<Operation, Fault> {
-        let (op, event) = change::orphaned(&old, now, reason);
-        self.put_op(Some(&old), &op)?;
+    /// Stores `op`, which one of `change`'s rules made of `old`, with its one `event`.
+    fn put_settled(
+        &mut self,
+        old: &Operation,
+        (op, event): (Operation, Event),
+    ) -> Result<Operation, Fault> {
+        self.put_op(Some(old), &op)?;
         self.append_events(&op.id, &[event])?;
         Ok(op)
     }
