@@ -299,10 +299,8 @@ fn create_private(path: &Path, text: &str) -> std::io::Result<()> {
 /// times per request).
 pub fn lower_hex(bytes: &[u8]) -> String {
     let mut out = vec![0u8; bytes.len() * 2];
-    if hex::encode_to_slice(bytes, &mut out).is_err() {
-        return hex::encode(bytes);
-    }
-    String::from_utf8(out).unwrap_or_else(|_| hex::encode(bytes))
+    hex::encode_to_slice(bytes, &mut out).expect("the output is twice the input's length");
+    String::from_utf8(out).expect("hex digits are ASCII")
 }
 
 #[cfg(test)]

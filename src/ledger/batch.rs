@@ -4,10 +4,11 @@
 //! A batch is made durable through the write-ahead log (`wal`): its redo records are appended
 //! as one frame before the transaction commits (without an fsync of its own), so no reader
 //! sees a change the log does not hold, and the syncer (`syncer`) syncs the frame before any
-//! job is answered; until then the operations it wrote are held from replays. A batch that only appended history is appended unsynced, like the commit without
-//! an fsync it had before the log. A failed append or commit leaves the log and the database
-//! possibly apart: the batch reports it, and the writer reopens the ledger (which replays the
-//! log) before writing again.
+//! job is answered; until then the operations it wrote are held from replays. A batch that
+//! only appended history is appended unsynced, like the commit without an fsync it had before
+//! the log. A failed append or commit leaves the log and the database possibly apart: the
+//! batch reports it, and the writer reopens the ledger (which replays the log) before writing
+//! again.
 //!
 //! A job that fails or panics while staging is rolled back with the transaction and set aside
 //! with its error; the batch then runs again without it, so the others still commit (redb's
