@@ -13,7 +13,6 @@ mod guarded;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use common::{Behavior, FakeProvider, Proxy, Resp, send};
 use guarded::*;
@@ -78,29 +77,6 @@ async fn healthz(proxy: &Proxy) -> Resp {
         .expect("the admin listener answers")
 }
 
-async fn show(proxy: &Proxy, id: &str) -> serde_json::Value {
-    let url = proxy.admin_url(&format!("/ops/{}", id.replace('/', "%2F")));
-    let resp = send(Method::GET, &url, &[], "")
-        .await
-        .expect("admin answers");
-    assert_eq!(resp.status, StatusCode::OK, "{resp:?}");
-    resp.json()
-}
-
-/// Polls `/healthz` (bounded) until it answers 200 again.
-async fn await_healthy(proxy: &Proxy) {
-    for _ in 0..400 {
-        if healthz(proxy).await.status == StatusCode::OK {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "/healthz never answered 200 again after the disk was freed; log:\n{}",
-        proxy.log_text()
-    );
-}
-
 async fn assert_replayed(proxy: &Proxy, id: &str) {
     let replay = refund(proxy, "wf-done", "amount=100").await;
     assert_eq!(replay.status, StatusCode::OK, "{replay:?}");
@@ -161,8 +137,8 @@ async fn a_full_disk_makes_the_unrecorded_attempt_unknown_and_the_ledger_recover
     assert_replayed(&proxy, &done).await;
 
     std::fs::remove_file(&filler).expect("free the disk");
-    await_healthy(&proxy).await;
-    let stuck = show(&proxy, &lost).await;
+    proxy.until_healthy().await;
+    let stuck = proxy.op_json(&lost).await;
     assert_eq!(stuck["state"], "unknown", "{stuck}");
     let events = stuck["events"].as_array().expect("events");
     let orphaned = events

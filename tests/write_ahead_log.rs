@@ -229,23 +229,6 @@ if [ -n "$FAIL_SYNC_OF" ]; then
 fi
 exec "$0" "$@""#;
 
-/// Polls `/healthz` (bounded) until it answers 200.
-async fn until_healthy(proxy: &Proxy) {
-    for _ in 0..200 {
-        let health = common::send(http::Method::GET, &proxy.admin_url("/healthz"), &[], "")
-            .await
-            .expect("the admin API answers");
-        if health.status == StatusCode::OK {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!(
-        "/healthz never answered 200 again; log:\n{}",
-        proxy.log_text()
-    );
-}
-
 /// A real failed `fdatasync` of the log (EIO from the kernel's call, injected by strace):
 /// the claim is not durable, so its request is never sent and the agent is told so (`503`,
 /// "nothing was sent ... retry later"). When the ledger can write again, the agent's retry is
@@ -280,7 +263,12 @@ async fn a_claim_whose_log_sync_failed_is_sent_once_when_the_agent_retries() {
         proxy.log_text()
     );
 
-    until_healthy(&proxy).await;
+    proxy.until_healthy().await;
+    // Settled as what it was: an attempt that never left, nothing of which can have taken
+    // effect.
+    let settled = proxy.op_json(&op_id("wf-eio")).await;
+    assert_eq!(settled["state"], "failed", "{settled}");
+    assert_eq!(settled["attempts"], 1, "{settled}");
     let retried = refund(&proxy, "wf-eio", "amount=500").await;
     assert_eq!(
         retried.status,
@@ -295,11 +283,7 @@ async fn a_claim_whose_log_sync_failed_is_sent_once_when_the_agent_retries() {
     assert_op_headers(&again, &op_id("wf-eio"), "succeeded", true);
     assert_eq!(provider.request_count(), 1, "never twice");
 
-    let url = proxy.admin_url(&format!("/ops/{}", op_id("wf-eio").replace('/', "%2F")));
-    let shown = common::send(http::Method::GET, &url, &[], "")
-        .await
-        .expect("the admin API answers");
-    let op: serde_json::Value = serde_json::from_slice(&shown.body).expect("an operation");
+    let op = proxy.op_json(&op_id("wf-eio")).await;
     let events = op["events"].as_array().expect("events");
     let details: Vec<&str> = events
         .iter()

@@ -317,14 +317,41 @@ impl Proxy {
         &self.config
     }
 
-    /// The state of operation `id` as `GET /ops/{id}` shows it (the admin call must succeed).
-    pub async fn op_state(&self, id: &str) -> String {
+    /// Operation `id` as `GET /ops/{id}` shows it, events included (the call must succeed).
+    pub async fn op_json(&self, id: &str) -> serde_json::Value {
         let url = self.admin_url(&format!("/ops/{}", id.replace('/', "%2F")));
         let resp = super::client::send(http::Method::GET, &url, &[], "")
             .await
             .expect("admin answers");
         assert_eq!(resp.status, http::StatusCode::OK, "{}", resp.text());
-        resp.json()["state"].as_str().unwrap_or_default().to_owned()
+        resp.json()
+    }
+
+    /// The state of operation `id` as `GET /ops/{id}` shows it (the admin call must succeed).
+    pub async fn op_state(&self, id: &str) -> String {
+        self.op_json(id).await["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Waits (bounded, 20 s) until `GET /healthz` answers 200: a ledger that could not write
+    /// has recovered.
+    pub async fn until_healthy(&self) {
+        for _ in 0..400 {
+            let health =
+                super::client::send(http::Method::GET, &self.admin_url("/healthz"), &[], "")
+                    .await
+                    .expect("admin answers");
+            if health.status == http::StatusCode::OK {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!(
+            "/healthz never answered 200 again; log:\n{}",
+            self.log_text()
+        );
     }
 
     /// Waits (bounded, 20 s) until operation `id` is in state `want`: for verdicts written
