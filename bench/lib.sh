@@ -88,8 +88,12 @@ to_ms() { awk '{v=$1; u=v; sub(/[0-9.]+/,"",u); sub(/[a-z]+$/,"",v);
 # CPU time (user + system, in clock ticks) of the processes in $measured: the proxy under test.
 # CPU per request does not depend on what else the machine runs, unlike req/s.
 measured=""
-ticks() { local t=0 p; for p in $measured; do
-  t=$(( t + $(awk '{print $14 + $15}' "/proc/$p/stat") )); done; echo "$t"; }
+# "user system": the clock ticks the processes PIDS... spent in user space and in the kernel.
+user_system_ticks() { local u=0 s=0 p a b; for p in "$@"; do
+  read -r a b < <(awk '{print $14, $15}' "/proc/$p/stat"); u=$((u + a)); s=$((s + b)); done
+  echo "$u $s"; }
+# shellcheck disable=SC2086
+ticks() { local u s; read -r u s < <(user_system_ticks $measured); echo $((u + s)); }
 nginx_workers() { pgrep -P "$(cat "$work/nginx-$1.pid")" | tr '\n' ' '; }
 declare -A rps_of
 rows=()

@@ -21,21 +21,16 @@ source bench/lib.sh
 
 start_proxy split
 hz=$(getconf CLK_TCK)
-ticks_of() { # pids...: "user system" clock ticks
-  local u=0 s=0 p
-  for p in "$@"; do read -r a b < <(awk '{print $14, $15}' "/proc/$p/stat"); u=$((u + a)); s=$((s + b)); done
-  echo "$u $s"
-}
 measure() { # name url script pids...
   local name=$1 url=$2 script=$3; shift 3
   wrk -t1 -c"$conns" -d2s ${script:+-s "$script"} "$url" >/dev/null
-  read -r u0 s0 < <(ticks_of "$@")
+  read -r u0 s0 < <(user_system_ticks "$@")
   perf stat -e raw_syscalls:sys_enter -p "$(echo "$@" | tr ' ' ',')" -o "$work/stat" -- sleep 5 &
   local stat=$!
   local n
   n=$(wrk -t1 -c"$conns" -d"$duration" ${script:+-s "$script"} "$url" | awk '/requests in/ {print $1}')
   wait "$stat"
-  read -r u1 s1 < <(ticks_of "$@")
+  read -r u1 s1 < <(user_system_ticks "$@")
   awk -v name="$name" -v n="$n" -v u="$((u1 - u0))" -v s="$((s1 - s0))" -v hz="$hz" \
     -v calls="$(awk '/raw_syscalls/ {gsub(",", "", $1); print $1}' "$work/stat")" \
     'BEGIN { printf "| %s | %d | %.2f | %.2f | %.2f |\n", name, n / 5, calls / n, u / hz * 1e6 / n, s / hz * 1e6 / n }'
