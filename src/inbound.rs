@@ -3,22 +3,30 @@
 //! `Gate` accepts from one listener: for the agents' listener it holds a permit per open
 //! connection (at most `max_connections`; further connections wait in the listen backlog),
 //! and after a failed `accept` (no file descriptors left, most often) it logs and pauses,
-//! growing the pause while failures go on, instead of retrying in a hot loop. `FirstRequest`
-//! closes a connection whose first request head has not arrived within `header_timeout`
-//! (hyper's own header timeout only starts once it has told HTTP/1 from h2, which a client
-//! that sends nothing never lets it do). This module never reads or answers a request.
+//! growing the pause while failures go on, instead of retrying in a hot loop. `HeadTimeout`
+//! closes a connection that waits longer than `header_timeout` for a request head: from
+//! accepting it, and on HTTP/1.1 from the end of each answer. It is the only header timer:
+//! hyper's own starts only once it has told HTTP/1 from h2 (which a client that sends nothing
+//! never lets it do), and it makes, registers and drops a new timer for every request, which
+//! cost about 5% of a forwarded request's instructions; this one keeps one timer per
+//! connection and moves its deadline on. This module never reads or answers a request.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::Version;
+use http_body::{Body, Frame, SizeHint};
 use hyper::rt::{Read, ReadBufCursor, Write};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
+
+use crate::wire::{BoxError, ProxyBody};
 
 /// The first pause after a failed accept, and the longest one.
 const FIRST_PAUSE: Duration = Duration::from_millis(10);
@@ -103,44 +111,165 @@ impl Gate {
     }
 }
 
-/// A connection's IO that fails reads once `timeout` has passed without its first request
-/// head, which the service reports through `started`.
-pub struct FirstRequest<I> {
-    io: I,
-    deadline: Option<Pin<Box<Sleep>>>,
-    started: Arc<AtomicBool>,
+/// Where a connection is, for its header timer: shared by its IO (`HeadTimeout`), the service
+/// that takes its requests (`begin`) and the bodies of its answers (`Answer`).
+pub struct Phase {
+    state: AtomicU8,
+    /// When the current wait for a head began, in nanoseconds from `base`.
+    since: AtomicU64,
+    base: Instant,
 }
 
-impl<I> FirstRequest<I> {
-    /// Wraps `io`; the clock starts now. Set the returned flag when a request arrives.
-    pub fn new(io: I, timeout: Duration) -> (FirstRequest<I>, Arc<AtomicBool>) {
-        let started = Arc::new(AtomicBool::new(false));
-        let io = FirstRequest {
-            io,
-            deadline: Some(Box::pin(tokio::time::sleep(timeout))),
-            started: started.clone(),
+/// Waiting for a request head: the timer runs.
+const WAITING: u8 = 0;
+/// An HTTP/1.1 request is being served, until its answer's body is dropped (hyper drops it
+/// once it has written it, or given up on it): no timer.
+const SERVING: u8 = 1;
+/// h2: `header_timeout` bounds only the first request, so no timer from then on.
+const MULTIPLEXED: u8 = 2;
+
+impl Phase {
+    /// A request head arrived; its answer's body (wrapped by `answer`) ends the serving.
+    pub fn begin(&self, version: Version) {
+        let next = if version == Version::HTTP_2 {
+            MULTIPLEXED
+        } else {
+            SERVING
         };
-        (io, started)
+        // Never back from h2 (a later request on it is h2 too).
+        let _ = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                (now != MULTIPLEXED).then_some(next)
+            });
     }
 
-    /// Err(TimedOut) once the deadline passed with no request; arms the timer's wake-up.
-    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        let Some(deadline) = &mut self.deadline else {
-            return Ok(());
+    /// The answer's body, which ends the serving (HTTP/1.1) when it is dropped.
+    pub fn answer(self: &Arc<Self>, body: ProxyBody) -> Answer {
+        Answer {
+            body,
+            phase: self.clone(),
+        }
+    }
+
+    /// When the current wait for a head began.
+    fn waiting_since(&self) -> Instant {
+        self.base + Duration::from_nanos(self.since.load(Ordering::Acquire))
+    }
+}
+
+/// An answer's body: the body itself, and the connection's `Phase`, which waits for the next
+/// head from when hyper drops the body.
+pub struct Answer {
+    body: ProxyBody,
+    phase: Arc<Phase>,
+}
+
+impl Body for Answer {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        let phase = &self.phase;
+        if phase.state.load(Ordering::Acquire) != SERVING {
+            return;
+        }
+        let since = phase.base.elapsed().as_nanos();
+        phase
+            .since
+            .store(u64::try_from(since).unwrap_or(u64::MAX), Ordering::Release);
+        let _ = phase
+            .state
+            .compare_exchange(SERVING, WAITING, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+/// A connection's IO that fails reads once it has waited `timeout` for a request head (see
+/// `Phase`): the wait starts at accept, and on HTTP/1.1 again when an answer's body is
+/// dropped.
+///
+/// It keeps one timer for the connection's life and never cancels it: a wait for a head
+/// moves its deadline later (one atomic write while it is registered), and a timer that
+/// goes off while a request is served is registered again (at most once per `timeout`). So
+/// the timer always wakes the connection by the end of the current wait, and the read hyper
+/// makes then tells whether the wait has lasted `timeout`, even when hyper, having dropped
+/// the answer's body, reads nothing until the agent sends more.
+pub struct HeadTimeout<I> {
+    io: I,
+    clock: Pin<Box<Sleep>>,
+    timeout: Duration,
+    /// Whether `clock` holds the deadline of the current wait.
+    armed: bool,
+    phase: Arc<Phase>,
+}
+
+impl<I> HeadTimeout<I> {
+    /// Wraps `io`; the first wait starts now. The service tells the returned `Phase` of each
+    /// request and wraps each answer's body with it.
+    pub fn new(io: I, timeout: Duration) -> (HeadTimeout<I>, Arc<Phase>) {
+        let phase = Arc::new(Phase {
+            state: AtomicU8::new(WAITING),
+            since: AtomicU64::new(0),
+            base: Instant::now(),
+        });
+        let io = HeadTimeout {
+            io,
+            clock: Box::pin(tokio::time::sleep_until(phase.base + timeout)),
+            timeout,
+            armed: true,
+            phase: phase.clone(),
         };
-        if self.started.load(Ordering::Acquire) {
-            self.deadline = None;
-        } else if deadline.as_mut().poll(cx).is_ready() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "no request head within header_timeout",
-            ));
+        (io, phase)
+    }
+
+    /// Err(TimedOut) once the current wait for a head has lasted `timeout`; keeps the timer
+    /// registered to wake this connection.
+    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        match self.phase.state.load(Ordering::Acquire) {
+            WAITING => {
+                if !self.armed {
+                    let deadline = self.phase.waiting_since() + self.timeout;
+                    self.clock.as_mut().reset(deadline);
+                    self.armed = true;
+                }
+                if self.clock.as_mut().poll(cx).is_ready() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no request head within header_timeout",
+                    ));
+                }
+            }
+            SERVING => {
+                self.armed = false;
+                if self.clock.is_elapsed() {
+                    self.clock.as_mut().reset(Instant::now() + self.timeout);
+                    let _ = self.clock.as_mut().poll(cx);
+                }
+            }
+            _ => {}
         }
         Ok(())
     }
 }
 
-impl<I: Read + Unpin> Read for FirstRequest<I> {
+impl<I: Read + Unpin> Read for HeadTimeout<I> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -154,7 +283,7 @@ impl<I: Read + Unpin> Read for FirstRequest<I> {
     }
 }
 
-impl<I: Write + Unpin> Write for FirstRequest<I> {
+impl<I: Write + Unpin> Write for HeadTimeout<I> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

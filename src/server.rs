@@ -28,7 +28,7 @@ use tokio::runtime::Handle;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::app::App;
-use crate::inbound::{FirstRequest, Gate};
+use crate::inbound::{Gate, HeadTimeout};
 use crate::shard::Shards;
 use crate::wire::ProxyBody;
 
@@ -91,7 +91,7 @@ impl Server {
         } = self;
         let graceful = GracefulShutdown::new();
         let inbound = &app.config.limits.inbound;
-        let builder = builder(inbound.header_timeout);
+        let builder = builder();
         let mut agents = Gate::limited("listen", inbound.max_connections);
         let mut operators = Gate::open("admin_listen");
         tokio::pin!(shutdown);
@@ -176,12 +176,12 @@ fn announce(bound: Bound) {
     tracing::info!(proxy = %bound.proxy, admin = %bound.admin, "listening");
 }
 
-fn builder(header_timeout: Duration) -> auto::Builder<TokioExecutor> {
+/// hyper's HTTP/1.1 header timer is off: `HeadTimeout` times every wait for a head.
+fn builder() -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout)
+        .header_read_timeout(None::<Duration>)
         // One buffer per write (the head and a small body copied together), not a queue of
         // buffers for `writev`: fewer instructions per answer, the same bytes.
         .writev(false)
@@ -225,12 +225,13 @@ fn serve_conn<H, F>(
         }
     };
     let timeout = app.config.limits.inbound.header_timeout;
-    let (io, started) = FirstRequest::new(TokioIo::new(stream), timeout);
+    let (io, phase) = HeadTimeout::new(TokioIo::new(stream), timeout);
     let app = app.clone();
-    let svc = service_fn(move |req| {
-        started.store(true, std::sync::atomic::Ordering::Release);
+    let svc = service_fn(move |req: Request<Incoming>| {
+        phase.begin(req.version());
         let response = handler(app.clone(), req);
-        async move { Ok::<_, Infallible>(response.await) }
+        let phase = phase.clone();
+        async move { Ok::<_, Infallible>(response.await.map(|body| phase.answer(body))) }
     });
     let conn = builder.serve_connection(io, svc);
     let conn = graceful.watch(conn.into_owned());

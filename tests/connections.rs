@@ -9,8 +9,11 @@ mod raw;
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use common::{Behavior, FakeProvider, Proxy, send};
 use http::{Method, StatusCode};
+use http_body_util::Full;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use raw::{closed_by_server, connect, log_line, read_answer, write};
 
 async fn start(limits: &str) -> (FakeProvider, Proxy) {
@@ -59,6 +62,80 @@ async fn a_head_that_stops_midway_is_closed_after_header_timeout() {
     assert_eq!(read_answer(&mut idle).await.status, 200);
     closed_by_server(&mut idle).await;
     assert_eq!(provider.request_count(), 1);
+}
+
+/// Waiting for an answer, or for the rest of its body, is not waiting for a head: a slow
+/// answer (its head and each half of its body later than `header_timeout`) is not cut, the
+/// next request on the connection is served, and the wait after that answer is timed again.
+#[tokio::test]
+async fn a_slow_answer_is_not_cut_and_the_wait_after_it_is_timed_again() {
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = upstream.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = upstream.accept().await.unwrap();
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let (mut buf, mut chunk) = (Vec::new(), [0u8; 4096]);
+                loop {
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buf.clear();
+                    let pause = Duration::from_millis(500);
+                    tokio::time::sleep(pause).await;
+                    let head = b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nabc";
+                    s.write_all(head).await.unwrap();
+                    tokio::time::sleep(pause).await;
+                    s.write_all(b"def").await.unwrap();
+                }
+            });
+        }
+    });
+    let policy = common::files::policy_with_ca("p", &format!("http://{addr}"), None, "");
+    let proxy = Proxy::builder()
+        .policy("p", &policy)
+        .config("[limits]\nheader_timeout = \"300ms\"\n")
+        .start()
+        .await;
+    let mut conn = connect(proxy.proxy_addr()).await;
+    for _ in 0..2 {
+        write(&mut conn, GET).await;
+        let answer = read_answer(&mut conn).await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.body, b"abcdef");
+    }
+    closed_by_server(&mut conn).await;
+}
+
+/// On h2, `header_timeout` bounds only the first request: a connection idle longer than it
+/// afterwards stays open and serves the next request.
+#[tokio::test]
+async fn an_h2_connection_idle_after_its_first_request_stays_open() {
+    let (provider, proxy) = start("header_timeout = \"300ms\"\n").await;
+    let stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
+        .await
+        .unwrap();
+    let (mut h2, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake::<_, Full<Bytes>>(TokioIo::new(stream))
+        .await
+        .expect("an h2c connection");
+    tokio::spawn(conn);
+    for _ in 0..2 {
+        let req = http::Request::get(proxy.url("/p/x"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let resp = h2
+            .send_request(req)
+            .await
+            .expect("served on the same connection");
+        assert_eq!(resp.status(), StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    assert_eq!(provider.request_count(), 2);
 }
 
 /// Decision: beyond `max_connections` a connection is not refused but left in the listen
