@@ -572,6 +572,130 @@ mod tests {
         assert_eq!(pool.idle_count(), 0, "a timed-out connection is not reused");
     }
 
+    /// A connection the upstream closed while it was idle (without saying so in its answer)
+    /// is not used again: the next request goes on a new connection instead of into the
+    /// closed one, where it would be lost after it was sent.
+    #[tokio::test]
+    async fn an_idle_connection_the_upstream_closed_is_not_used_again() {
+        let (addr, heads, conns) = server(OK, true).await;
+        let pool = pool_for(addr);
+        for _ in 0..3 {
+            let resp = pool.send(get(addr, "/"), None).await.unwrap();
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(&body[..], b"ok");
+            // The upstream's close reaches the idle connection.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(*conns.lock().unwrap(), 3);
+        assert_eq!(heads.lock().unwrap().len(), 3);
+    }
+
+    /// A body that arrives in pieces over time, with a length and chunked, is read to its end,
+    /// and the connection is then reused.
+    #[tokio::test]
+    async fn a_body_that_arrives_in_pieces_is_read_to_its_end_and_its_connection_reused() {
+        const PIECE: &[u8] = &[b'x'; 40_000];
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let conns = Arc::new(Mutex::new(0));
+        let counted = conns.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                *counted.lock().unwrap() += 1;
+                tokio::spawn(async move {
+                    let mut chunk = [0u8; 4096];
+                    let mut chunked = false;
+                    loop {
+                        let n = s.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        let head = if chunked {
+                            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_owned()
+                        } else {
+                            format!(
+                                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n",
+                                4 * PIECE.len()
+                            )
+                        };
+                        s.write_all(head.as_bytes()).await.unwrap();
+                        for _ in 0..4 {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            if chunked {
+                                s.write_all(format!("{:x}\r\n", PIECE.len()).as_bytes())
+                                    .await
+                                    .unwrap();
+                                s.write_all(PIECE).await.unwrap();
+                                s.write_all(b"\r\n").await.unwrap();
+                            } else {
+                                s.write_all(PIECE).await.unwrap();
+                            }
+                        }
+                        if chunked {
+                            s.write_all(b"0\r\n\r\n").await.unwrap();
+                        }
+                        chunked = !chunked;
+                    }
+                });
+            }
+        });
+        let pool = pool_for(addr);
+        for _ in 0..4 {
+            let resp = pool.send(get(addr, "/"), None).await.unwrap();
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(body.len(), 4 * PIECE.len());
+            assert!(body.iter().all(|b| *b == b'x'));
+        }
+        assert_eq!(*conns.lock().unwrap(), 1);
+    }
+
+    /// A request body that is still being produced is sent while the exchange waits for the
+    /// answer, and the answer comes once it has all arrived.
+    #[tokio::test]
+    async fn a_request_body_produced_over_time_is_sent_while_the_exchange_waits() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let kept = received.clone();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            // Chunked: the body ends with its zero-length chunk.
+            while !buf.ends_with(b"0\r\n\r\n") {
+                let n = s.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "the request ended early");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            *kept.lock().unwrap() = buf;
+            s.write_all(OK).await.unwrap();
+            while s.read(&mut chunk).await.is_ok_and(|n| n > 0) {}
+        });
+        let pieces = futures_util::stream::unfold(0, |n| async move {
+            if n == 3 {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            let frame = Frame::data(Bytes::from(format!("piece{n};")));
+            Some((Ok::<_, crate::wire::BoxError>(frame), n + 1))
+        });
+        let mut req = Request::new(http_body_util::BodyExt::boxed(
+            http_body_util::StreamBody::new(pieces),
+        ));
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = format!("http://{addr}/slow").parse().unwrap();
+        let pool = pool_for(addr);
+        let within = Some(Duration::from_secs(5));
+        let resp = pool.send(req, within).await.unwrap();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"ok");
+        let received = String::from_utf8(received.lock().unwrap().clone()).unwrap();
+        for n in 0..3 {
+            assert!(received.contains(&format!("piece{n};")), "{received}");
+        }
+    }
+
     #[tokio::test]
     async fn a_refused_connection_is_a_connect_error() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
