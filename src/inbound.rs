@@ -211,6 +211,11 @@ impl Drop for Answer {
 /// the timer always wakes the connection by the end of the current wait, and the read hyper
 /// makes then tells whether the wait has lasted `timeout`, even when hyper, having dropped
 /// the answer's body, reads nothing until the agent sends more.
+///
+/// The server takes no upgrades (`CONNECT` is refused, `Upgrade` is not served), so every
+/// read here is hyper's. A connection handed on as a tunnel would still be timed as if it
+/// waited for a head: serving upgrades needs its answer to end the timing for good, as h2's
+/// first request does.
 pub struct HeadTimeout<I> {
     io: I,
     clock: Pin<Box<Sleep>>,
