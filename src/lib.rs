@@ -22,7 +22,8 @@
 //! - `decide`: the pure state machine of a guarded request (docs/reference.md section 5.3).
 //! - `answer`: replays, refusals and the `Idem-*` headers of every guarded answer.
 //! - `app`: the shared immutable state of a running proxy.
-//! - `server`: listeners, connections, graceful shutdown.
+//! - `server`: listeners, connections, the stop.
+//! - `drain`: graceful shutdown of the served connections.
 //! - `shard`: one single-threaded runtime per core serving the agents' connections.
 //! - `inbound`: connection limits: the first-request deadline, the connection cap, accept backoff.
 //! - `budget`: the budget of buffered request bytes, and reading a guarded body under it.
@@ -56,6 +57,7 @@ pub mod config;
 pub mod decide;
 pub mod demo;
 pub mod dispatch;
+pub mod drain;
 pub mod fingerprint;
 pub mod guard;
 pub mod identity;

@@ -22,12 +22,12 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::runtime::Handle;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::app::App;
+use crate::drain::Drain;
 use crate::inbound::{Gate, HeadTimeout};
 use crate::shard::Shards;
 use crate::wire::ProxyBody;
@@ -89,7 +89,7 @@ impl Server {
             shards,
             ..
         } = self;
-        let graceful = GracefulShutdown::new();
+        let graceful = Drain::new();
         let inbound = &app.config.limits.inbound;
         let builder = builder();
         let mut agents = Gate::limited("listen", inbound.max_connections);
@@ -200,7 +200,7 @@ fn builder() -> auto::Builder<TokioExecutor> {
 /// watched by the graceful shutdown; its permit (if any) is given back when it ends.
 fn serve_conn<H, F>(
     builder: &auto::Builder<TokioExecutor>,
-    graceful: &GracefulShutdown,
+    graceful: &Drain,
     (stream, permit): (tokio::net::TcpStream, Option<OwnedSemaphorePermit>),
     on: Option<&Handle>,
     app: &Arc<App>,

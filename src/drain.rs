@@ -1,0 +1,228 @@
+//! Graceful shutdown of the served connections: at a stop, each connection is told to finish
+//! the request it is serving and close, and the server waits until all of them have.
+//!
+//! It does what hyper-util's `GracefulShutdown` does, without its cost on every request: that
+//! one polls a `watch` channel's change on every poll of every connection, and tokio's
+//! `Notify` under it takes one mutex, shared by all connections on all shards, to look at its
+//! waker each time. Here a connection registers its waker once (again only if its task's
+//! waker changes), and a poll reads one flag that nothing writes until the stop.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use hyper::body::{Body, Incoming};
+use hyper::rt::{Read, Write};
+use hyper::service::HttpService;
+use hyper_util::server::conn::auto;
+use tokio::sync::Notify;
+
+use crate::wire::BoxError;
+
+/// A connection that can be told to finish its current request and close.
+pub trait Graceful: Future {
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I, S, E, B> Graceful for auto::Connection<'static, I, S, E>
+where
+    Self: Future,
+    S: HttpService<Incoming, ResBody = B>,
+    S::Error: Into<BoxError>,
+    I: Read + Write + Unpin,
+    B: Body + 'static,
+    B::Error: Into<BoxError>,
+    E: auto::HttpServerConnExec<S::Future, B>,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        auto::Connection::graceful_shutdown(self);
+    }
+}
+
+/// The served connections, for the stop.
+#[derive(Default)]
+pub struct Drain {
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Set once, at the stop; read on every poll of every connection.
+    stopping: AtomicBool,
+    /// The wakers of the connections polled so far and not yet ended, by key.
+    wakers: Mutex<Wakers>,
+    /// Connections watched and not yet ended.
+    open: AtomicUsize,
+    /// Told when the last connection ends after the stop.
+    ended: Notify,
+}
+
+#[derive(Default)]
+struct Wakers {
+    next: u64,
+    by_key: HashMap<u64, Waker>,
+}
+
+impl Drain {
+    pub fn new() -> Drain {
+        Drain::default()
+    }
+
+    /// `conn`, told to finish and close at the stop.
+    pub fn watch<C: Graceful>(&self, conn: C) -> Watched<C> {
+        self.shared.open.fetch_add(1, Ordering::AcqRel);
+        Watched {
+            conn: Box::pin(conn),
+            shared: self.shared.clone(),
+            registered: None,
+            told: false,
+        }
+    }
+
+    /// Tells every connection to finish and close, and waits until all have ended.
+    pub async fn shutdown(&self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        let wakers: Vec<Waker> = {
+            let wakers = self.shared.lock();
+            wakers.by_key.values().cloned().collect()
+        };
+        for waker in wakers {
+            waker.wake();
+        }
+        loop {
+            let ended = self.shared.ended.notified();
+            if self.shared.open.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            ended.await;
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Wakers> {
+        self.wakers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A connection being served, watched by its `Drain`. Boxed, so the (large) connection is not
+/// moved with it.
+pub struct Watched<C> {
+    conn: Pin<Box<C>>,
+    shared: Arc<Shared>,
+    /// The key and waker it registered, until the stop reached it.
+    registered: Option<(u64, Waker)>,
+    told: bool,
+}
+
+impl<C: Graceful> Future for Watched<C> {
+    type Output = C::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
+        let this = self.get_mut();
+        if !this.told {
+            let current = this.registered.as_ref().map(|(key, waker)| (*key, waker));
+            match current {
+                Some((_, waker)) if waker.will_wake(cx.waker()) => {}
+                // First poll, or another task's waker: (re)registered under the lock, before
+                // the flag is read, so a stop either sees it or is seen.
+                _ => {
+                    let mut wakers = this.shared.lock();
+                    let key = match current {
+                        Some((key, _)) => key,
+                        None => {
+                            wakers.next += 1;
+                            wakers.next
+                        }
+                    };
+                    wakers.by_key.insert(key, cx.waker().clone());
+                    this.registered = Some((key, cx.waker().clone()));
+                }
+            }
+            if this.shared.stopping.load(Ordering::SeqCst) {
+                this.told = true;
+                this.conn.as_mut().graceful_shutdown();
+            }
+        }
+        this.conn.as_mut().poll(cx)
+    }
+}
+
+impl<C> Drop for Watched<C> {
+    fn drop(&mut self) {
+        if let Some((key, _)) = self.registered.take() {
+            self.shared.lock().by_key.remove(&key);
+        }
+        let left = self.shared.open.fetch_sub(1, Ordering::AcqRel) - 1;
+        if left == 0 && self.shared.stopping.load(Ordering::SeqCst) {
+            self.shared.ended.notify_waiters();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A connection that ends only once told to, counting its polls.
+    struct Idle {
+        told: bool,
+        polls: Arc<AtomicUsize>,
+    }
+
+    impl Future for Idle {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+            self.polls.fetch_add(1, Ordering::Relaxed);
+            if self.told {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        }
+    }
+
+    impl Graceful for Idle {
+        fn graceful_shutdown(mut self: Pin<&mut Self>) {
+            self.told = true;
+        }
+    }
+
+    /// Idle connections (polled once, waiting for nothing) are woken, told and waited for;
+    /// one watched after the stop began is told at its first poll.
+    #[tokio::test]
+    async fn the_stop_wakes_tells_and_waits_for_every_connection() {
+        let drain = Drain::new();
+        let polls = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..3 {
+            let conn = drain.watch(Idle {
+                told: false,
+                polls: polls.clone(),
+            });
+            tasks.push(tokio::spawn(conn));
+        }
+        while polls.load(Ordering::Relaxed) < 3 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::timeout(std::time::Duration::from_secs(5), drain.shutdown())
+            .await
+            .expect("every connection ended");
+        for task in tasks {
+            assert!(task.is_finished());
+        }
+        let late = drain.watch(Idle {
+            told: false,
+            polls: polls.clone(),
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(5), late)
+            .await
+            .expect("told at its first poll");
+        assert_eq!(drain.shared.lock().by_key.len(), 0);
+        assert_eq!(drain.shared.open.load(Ordering::Acquire), 0);
+    }
+}
