@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
@@ -52,18 +52,14 @@ pub struct Drain {
 struct Shared {
     /// Set once, at the stop; read on every poll of every connection.
     stopping: AtomicBool,
-    /// The wakers of the connections polled so far and not yet ended, by key.
-    wakers: Mutex<Wakers>,
+    /// The wakers of the connections polled so far and not yet ended, by their keys.
+    wakers: Mutex<HashMap<u64, Waker>>,
+    /// The last key given to a connection.
+    keys: AtomicU64,
     /// Connections watched and not yet ended.
     open: AtomicUsize,
     /// Told when the last connection ends after the stop.
     ended: Notify,
-}
-
-#[derive(Default)]
-struct Wakers {
-    next: u64,
-    by_key: HashMap<u64, Waker>,
 }
 
 impl Drain {
@@ -76,8 +72,9 @@ impl Drain {
         self.shared.open.fetch_add(1, Ordering::AcqRel);
         Watched {
             conn: Box::pin(conn),
+            key: self.shared.keys.fetch_add(1, Ordering::Relaxed),
             shared: self.shared.clone(),
-            registered: None,
+            waker: None,
             told: false,
         }
     }
@@ -87,7 +84,7 @@ impl Drain {
         self.shared.stopping.store(true, Ordering::SeqCst);
         let wakers: Vec<Waker> = {
             let wakers = self.shared.lock();
-            wakers.by_key.values().cloned().collect()
+            wakers.values().cloned().collect()
         };
         for waker in wakers {
             waker.wake();
@@ -103,7 +100,7 @@ impl Drain {
 }
 
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Wakers> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Waker>> {
         self.wakers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -112,9 +109,11 @@ impl Shared {
 /// moved with it.
 pub struct Watched<C> {
     conn: Pin<Box<C>>,
+    key: u64,
     shared: Arc<Shared>,
-    /// The key and waker it registered, until the stop reached it.
-    registered: Option<(u64, Waker)>,
+    /// The waker it registered under `key`, if it has been polled.
+    waker: Option<Waker>,
+    /// Whether the stop has reached it.
     told: bool,
 }
 
@@ -124,23 +123,11 @@ impl<C: Graceful> Future for Watched<C> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
         let this = self.get_mut();
         if !this.told {
-            let current = this.registered.as_ref().map(|(key, waker)| (*key, waker));
-            match current {
-                Some((_, waker)) if waker.will_wake(cx.waker()) => {}
-                // First poll, or another task's waker: (re)registered under the lock, before
-                // the flag is read, so a stop either sees it or is seen.
-                _ => {
-                    let mut wakers = this.shared.lock();
-                    let key = match current {
-                        Some((key, _)) => key,
-                        None => {
-                            wakers.next += 1;
-                            wakers.next
-                        }
-                    };
-                    wakers.by_key.insert(key, cx.waker().clone());
-                    this.registered = Some((key, cx.waker().clone()));
-                }
+            if !this.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                // First poll, or another task's waker: registered under the lock before the
+                // flag is read, so a stop either sees it or is seen.
+                this.shared.lock().insert(this.key, cx.waker().clone());
+                this.waker = Some(cx.waker().clone());
             }
             if this.shared.stopping.load(Ordering::SeqCst) {
                 this.told = true;
@@ -153,8 +140,8 @@ impl<C: Graceful> Future for Watched<C> {
 
 impl<C> Drop for Watched<C> {
     fn drop(&mut self) {
-        if let Some((key, _)) = self.registered.take() {
-            self.shared.lock().by_key.remove(&key);
+        if self.waker.is_some() {
+            self.shared.lock().remove(&self.key);
         }
         let left = self.shared.open.fetch_sub(1, Ordering::AcqRel) - 1;
         if left == 0 && self.shared.stopping.load(Ordering::SeqCst) {
@@ -166,7 +153,6 @@ impl<C> Drop for Watched<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
 
     /// A connection that ends only once told to, counting its polls.
     struct Idle {
@@ -222,7 +208,7 @@ mod tests {
         tokio::time::timeout(std::time::Duration::from_secs(5), late)
             .await
             .expect("told at its first poll");
-        assert_eq!(drain.shared.lock().by_key.len(), 0);
+        assert!(drain.shared.lock().is_empty());
         assert_eq!(drain.shared.open.load(Ordering::Acquire), 0);
     }
 }

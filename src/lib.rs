@@ -25,7 +25,7 @@
 //! - `server`: listeners, connections, the stop.
 //! - `drain`: graceful shutdown of the served connections.
 //! - `shard`: one single-threaded runtime per core serving the agents' connections.
-//! - `inbound`: connection limits: the first-request deadline, the connection cap, accept backoff.
+//! - `inbound`: connection limits: the wait for each request head, the connection cap, accept backoff.
 //! - `budget`: the budget of buffered request bytes, and reading a guarded body under it.
 //! - `proxy`: the request path: routing and unguarded streaming.
 //! - `guard`: the ledger protocol for guarded routes, step by step.

@@ -89,7 +89,7 @@ impl Server {
             shards,
             ..
         } = self;
-        let graceful = Drain::new();
+        let drain = Drain::new();
         let inbound = &app.config.limits.inbound;
         let builder = builder();
         let mut agents = Gate::limited("listen", inbound.max_connections);
@@ -116,10 +116,10 @@ impl Server {
             tokio::select! {
                 conn = agents.accept(&proxy) => {
                     let on = Some(shards.next());
-                    serve_conn(&builder, &graceful, conn, on, &app, crate::proxy::handle);
+                    serve_conn(&builder, &drain, conn, on, &app, crate::proxy::handle);
                 },
                 conn = operators.accept(&admin) => {
-                    serve_conn(&builder, &graceful, conn, None, &app, crate::admin::handle::<Incoming>);
+                    serve_conn(&builder, &drain, conn, None, &app, crate::admin::handle::<Incoming>);
                 },
                 () = &mut shutdown => break,
             }
@@ -132,7 +132,7 @@ impl Server {
         let grace = app.config.limits.shutdown_grace;
         tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down");
         let drained = async {
-            graceful.shutdown().await;
+            drain.shutdown().await;
             app.background.close();
             app.background.wait().await;
             drop(stop_replays);
@@ -200,7 +200,7 @@ fn builder() -> auto::Builder<TokioExecutor> {
 /// watched by the graceful shutdown; its permit (if any) is given back when it ends.
 fn serve_conn<H, F>(
     builder: &auto::Builder<TokioExecutor>,
-    graceful: &Drain,
+    drain: &Drain,
     (stream, permit): (tokio::net::TcpStream, Option<OwnedSemaphorePermit>),
     on: Option<&Handle>,
     app: &Arc<App>,
@@ -234,7 +234,7 @@ fn serve_conn<H, F>(
         async move { Ok::<_, Infallible>(response.await.map(|body| phase.answer(body))) }
     });
     let conn = builder.serve_connection(io, svc);
-    let conn = graceful.watch(conn.into_owned());
+    let conn = drain.watch(conn.into_owned());
     let serving = async move {
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "connection ended with an error");
