@@ -131,17 +131,14 @@ const MULTIPLEXED: u8 = 2;
 impl Phase {
     /// A request head arrived; its answer's body (wrapped by `answer`) ends the serving.
     pub fn begin(&self, version: Version) {
-        let next = if version == Version::HTTP_2 {
-            MULTIPLEXED
+        if version == Version::HTTP_2 {
+            self.state.store(MULTIPLEXED, Ordering::Release);
         } else {
-            SERVING
-        };
-        // Never back from h2 (a later request on it is h2 too).
-        let _ = self
-            .state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
-                (now != MULTIPLEXED).then_some(next)
-            });
+            // Only a wait ends here (an HTTP/1.1 connection serves one request at a time).
+            let _ =
+                self.state
+                    .compare_exchange(WAITING, SERVING, Ordering::AcqRel, Ordering::Acquire);
+        }
     }
 
     /// The answer's body, which ends the serving (HTTP/1.1) when it is dropped.
