@@ -26,6 +26,26 @@ fn huge_pages_off_unless_asked() {
     }
 }
 
+/// mimalloc's `mi_option_purge_delay`, by its place in the `mi_option_t` enum of the mimalloc
+/// this build links (`libmimalloc-sys` 0.1.49, mimalloc v3, `include/mimalloc.h`), which the
+/// Rust bindings do not name.
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// How long freed memory stays with the process before mimalloc gives it back to the kernel,
+/// unless `MIMALLOC_PURGE_DELAY` says otherwise: 10 ms, the delay mimalloc documents, not the
+/// 1 s its v3 sources default to. Under 256 concurrent fresh operations on a
+/// 1,000,000-operation ledger, memory freed by one burst of requests stayed resident for that
+/// second while the next burst took new memory: peak RSS 55-57 MiB, against 50-52 MiB with
+/// 10 ms (README, "Performance").
+fn purge_freed_memory_sooner_unless_asked() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: `mi_option_set` only stores the value in mimalloc's option table; it is
+        // safe to call from any thread at any time, and the purge delay is read afresh at
+        // every purge.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 10) };
+    }
+}
+
 #[derive(Parser)]
 #[command(
     name = "idemproxy",
@@ -84,6 +104,7 @@ enum LedgerVerb {
 
 fn main() -> ExitCode {
     huge_pages_off_unless_asked();
+    purge_freed_memory_sooner_unless_asked();
     let cli = Cli::parse();
     // The demo's output is its story; only warnings and worse interrupt it.
     let default_filter = match cli.command {
@@ -276,5 +297,25 @@ fn demo() -> ExitCode {
             eprintln!("idemproxy demo: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MI_OPTION_PURGE_DELAY;
+
+    /// `MI_OPTION_PURGE_DELAY` names the purge delay: of mimalloc's options, only it defaults
+    /// to 1000 (ms) in the v3 this build links, and it reads `MIMALLOC_PURGE_DELAY`. A newer
+    /// mimalloc that moves or changes it fails here, not silently in production.
+    #[test]
+    fn the_purge_delay_option_is_the_one_mimalloc_reads_from_its_variable() {
+        // SAFETY: `mi_option_get` only reads mimalloc's option table (and the environment
+        // once, for an option not read before).
+        let value = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+        let expected = std::env::var("MIMALLOC_PURGE_DELAY")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1000);
+        assert_eq!(value, expected);
     }
 }
