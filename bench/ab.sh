@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Two builds of idemproxy side by side: each round starts build A, then build B, on a fresh
 # ledger and measures one scenario with wrk (-t1, CONNS connections, 5 s, after a 1 s warm-up),
-# so the machine's drift from minute to minute falls on both alike. Prints req/s, the proxy's
-# CPU time per request and its peak RSS for every run, then B's medians over A's (req/s, CPU).
+# so the machine's drift from minute to minute falls on both alike. Prints req/s, p50, the
+# proxy's CPU time per request and its peak RSS for every run, then B's medians over A's (req/s,
+# CPU per request, p50).
 #
 #   bench/ab.sh BIN_A BIN_B [SCENARIO] [ROUNDS] [CONNS]
 #       SCENARIO: replay (default), fresh or pass; ROUNDS default 3; CONNS default 64
 #   AB_LEDGER=PATH starts each run on a copy of that ledger (e.g. target/bench/ledger-1000000.redb
 #   from bench/run.sh) instead of an empty one.
+#   BIN_A = nginx measures nginx as a reverse proxy on side A instead, as bench/run.sh's
+#   nginx-proxy rows do (GET /v1/ping through it to the same upstream, whatever the scenario):
+#   `bench/ab.sh nginx ./target/release/idemproxy pass 6` is a target of bench/run.sh in
+#   alternating rounds, each ratio taken between runs a few seconds apart.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
@@ -16,29 +21,39 @@ duration=5s; conns_list=$conns; workers=$(nproc); bench_dir=target/bench
 mkdir -p "$bench_dir"
 source bench/lib.sh
 
-declare -A cpu_of reqs_of
+declare -A cpu_of reqs_of p50_of
 for round in $(seq "$rounds"); do
   for side in A B; do
     if [ "$side" = A ]; then bin=$bin_a; else bin=$bin_b; fi
-    start_proxy "$side$round" ${AB_LEDGER:+"$AB_LEDGER"}
-    measured=$proxy_pid
-    base="http://127.0.0.1:$proxy_port/bench"
-    case $scenario in
-      replay) url="$base/v1/refunds"; script="$work/same.lua"; arg="" ;;
-      fresh) url="$base/v1/refunds"; script="$work/fresh.lua"; arg="$side$round" ;;
-      pass) url="$base/v1/ping"; script=""; arg="" ;;
-      *) echo "ab: unknown scenario $scenario" >&2; exit 2 ;;
-    esac
+    if [ "$bin" = nginx ]; then
+      measured=$(nginx_workers proxy)
+      url="http://127.0.0.1:$ngx_port/v1/ping"; script=""; arg=""
+    else
+      start_proxy "$side$round" ${AB_LEDGER:+"$AB_LEDGER"}
+      measured=$proxy_pid
+      base="http://127.0.0.1:$proxy_port/bench"
+      case $scenario in
+        replay) url="$base/v1/refunds"; script="$work/same.lua"; arg="" ;;
+        fresh) url="$base/v1/refunds"; script="$work/fresh.lua"; arg="$side$round" ;;
+        pass) url="$base/v1/ping"; script=""; arg="" ;;
+        *) echo "ab: unknown scenario $scenario" >&2; exit 2 ;;
+      esac
+    fi
     wrk -t1 -c"$conns" -d1s ${script:+-s "$script"} "$url" ${arg:+-- "warm$arg"} >/dev/null
     run "$side" "$conns" "$url" "$script" "$arg"
-    read -r _ _ rps _ _ errs cpu <<<"${rows[-1]}"
-    printf '%s round %d: %7d req/s  %6.1f µs CPU/req  %d errors  peak RSS %s\n' "$side" "$round" "$rps" "$cpu" "$errs" "$(peak_rss)"
-    reqs_of[$side]+="$rps "; cpu_of[$side]+="$cpu "
-    stop_proxy
-    rm -f "$work/$side$round/ledger.redb"
+    read -r _ _ rps p50 _ errs cpu <<<"${rows[-1]}"
+    if [ "$bin" = nginx ]; then rss=-; else rss=$(peak_rss); fi
+    printf '%s round %d: %7d req/s  p50 %5.2f ms  %6.1f µs CPU/req  %d errors  peak RSS %s\n' \
+      "$side" "$round" "$rps" "$p50" "$cpu" "$errs" "$rss"
+    reqs_of[$side]+="$rps "; cpu_of[$side]+="$cpu "; p50_of[$side]+="$p50 "
+    if [ "$bin" != nginx ]; then
+      stop_proxy
+      rm -f "$work/$side$round/ledger.redb"
+    fi
   done
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 awk -v ra="$(median <<<"${reqs_of[A]}")" -v rb="$(median <<<"${reqs_of[B]}")" \
-    -v ca="$(median <<<"${cpu_of[A]}")" -v cb="$(median <<<"${cpu_of[B]}")" -v s="$scenario" -v c="$conns" \
-  'BEGIN {printf "%s at %d connections, B over A (medians): req/s %.3f, CPU per request %.3f\n", s, c, rb/ra, cb/ca}'
+    -v ca="$(median <<<"${cpu_of[A]}")" -v cb="$(median <<<"${cpu_of[B]}")" \
+    -v pa="$(median <<<"${p50_of[A]}")" -v pb="$(median <<<"${p50_of[B]}")" -v s="$scenario" -v c="$conns" \
+  'BEGIN {printf "%s at %d connections, B over A (medians): req/s %.3f, CPU per request %.3f, p50 %.2f vs %.2f ms\n", s, c, rb/ra, cb/ca, pb, pa}'
