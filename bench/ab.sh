@@ -15,7 +15,7 @@
 #   alternating rounds, each ratio taken between runs a few seconds apart.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 2 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
 bin_a=$1; bin_b=$2; scenario=${3:-replay}; rounds=${4:-3}; conns=${5:-64}
 duration=5s; conns_list=$conns; workers=$(nproc); bench_dir=target/bench
 mkdir -p "$bench_dir"
