@@ -56,7 +56,10 @@ struct Shared {
     wakers: Mutex<HashMap<u64, Waker>>,
     /// The last key given to a connection.
     keys: AtomicU64,
-    /// Connections watched and not yet ended.
+    /// Connections watched and not yet ended. Its last decrement and the stop's check of it
+    /// pair with `stopping` (each side writes one and reads the other), so all four accesses
+    /// are `SeqCst`: with weaker orders both sides could miss the other's write, and the stop
+    /// would wait out its whole grace for a notice nobody sends.
     open: AtomicUsize,
     /// Told when the last connection ends after the stop.
     ended: Notify,
@@ -69,7 +72,7 @@ impl Drain {
 
     /// `conn`, told to finish and close at the stop.
     pub fn watch<C: Graceful>(&self, conn: C) -> Watched<C> {
-        self.shared.open.fetch_add(1, Ordering::AcqRel);
+        self.shared.open.fetch_add(1, Ordering::SeqCst);
         Watched {
             conn: Box::pin(conn),
             key: self.shared.keys.fetch_add(1, Ordering::Relaxed),
@@ -91,7 +94,7 @@ impl Drain {
         }
         loop {
             let ended = self.shared.ended.notified();
-            if self.shared.open.load(Ordering::Acquire) == 0 {
+            if self.shared.open.load(Ordering::SeqCst) == 0 {
                 return;
             }
             ended.await;
@@ -143,7 +146,7 @@ impl<C> Drop for Watched<C> {
         if self.waker.is_some() {
             self.shared.lock().remove(&self.key);
         }
-        let left = self.shared.open.fetch_sub(1, Ordering::AcqRel) - 1;
+        let left = self.shared.open.fetch_sub(1, Ordering::SeqCst) - 1;
         if left == 0 && self.shared.stopping.load(Ordering::SeqCst) {
             self.shared.ended.notify_waiters();
         }
