@@ -19,6 +19,10 @@ cd "$(dirname "$0")/.."
 bin_a=$1; bin_b=$2; scenario=${3:-replay}; rounds=${4:-3}; conns=${5:-64}
 duration=5s; conns_list=$conns; workers=$(nproc); bench_dir=target/bench
 mkdir -p "$bench_dir"
+case $scenario in
+  replay | fresh | pass) ;;
+  *) echo "ab: unknown scenario $scenario" >&2; exit 2 ;;
+esac
 source bench/lib.sh
 
 declare -A cpu_of reqs_of p50_of
@@ -36,7 +40,6 @@ for round in $(seq "$rounds"); do
         replay) url="$base/v1/refunds"; script="$work/same.lua"; arg="" ;;
         fresh) url="$base/v1/refunds"; script="$work/fresh.lua"; arg="$side$round" ;;
         pass) url="$base/v1/ping"; script=""; arg="" ;;
-        *) echo "ab: unknown scenario $scenario" >&2; exit 2 ;;
       esac
     fi
     wrk -t1 -c"$conns" -d1s ${script:+-s "$script"} "$url" ${arg:+-- "warm$arg"} >/dev/null
