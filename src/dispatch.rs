@@ -472,16 +472,25 @@ pub async fn unguarded(app: &App, provider: &Provider, outgoing: Outgoing) -> Re
 /// Sends a request unguarded and streams the answer back, or the problem to answer instead
 /// (its context, only needed then, is the caller's). `timeout` bounds the wait for the
 /// response head, not the download.
-pub async fn stream(
+///
+/// Not an `async fn`: the exchange's future is mapped where it is, so a pass-through's future
+/// holds no copy of the request beside the one the exchange holds.
+pub fn stream(
     app: &App,
     provider: &Provider,
     out: Request<ProxyBody>,
-) -> Result<Response<ProxyBody>, Problem> {
-    match app
+) -> impl Future<Output = Result<Response<ProxyBody>, Problem>> {
+    let sending = app
         .upstreams
-        .send_within(&provider.name, out, provider.timeout)
-        .await
-    {
+        .send_within(&provider.name, out, provider.timeout);
+    futures_util::FutureExt::map(sending, streamed)
+}
+
+/// What `stream` answers for the exchange's outcome.
+fn streamed(
+    sent: Result<Response<upstream::Body>, SendError>,
+) -> Result<Response<ProxyBody>, Problem> {
+    match sent {
         Ok(resp) => {
             let (mut parts, body) = resp.into_parts();
             upstream::strip_hop_by_hop(&mut parts.headers);

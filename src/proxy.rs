@@ -24,28 +24,14 @@ use crate::upstream;
 use crate::wire::{BoxError, ProxyBody};
 
 /// Serves one agent request.
-pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Response<ProxyBody> {
+pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<ProxyBody> {
     let started = Instant::now();
-    let method = req.method().clone();
-    let target = match resolve(&app, &req) {
-        Ok(target) => target,
-        Err((problem, provider)) => {
-            tracing::info!(%method, status = problem.status().as_u16(), outcome = problem.kind(), "refused");
-            let mut resp = problem.into_response(&Context {
-                provider: provider.clone(),
-                ..Context::default()
-            });
-            if let Some(provider) = provider.as_deref().and_then(|name| app.provider(name)) {
-                crate::shape::apply(provider, &mut resp);
-            }
-            return resp;
-        }
+    let (target, method, req) = match routed(&app, req) {
+        Ok(routed) => routed,
+        Err((problem, provider)) => return refusal(&app, problem, provider),
     };
     let provider = target.provider.name.as_str();
     let route_name = target.route.as_ref().map(|(r, _)| r.name.as_str());
-    let guarded = target.route.as_ref().is_some_and(|(r, _)| r.is_guarded());
-    let version = req.version();
-    upstream::forwarding_headers(req.headers_mut(), &app.via, version, guarded);
     let (mut resp, outcome) = match &target.route {
         None if target.provider.unmatched == Unmatched::Reject => {
             let ctx = Context {
@@ -80,6 +66,37 @@ pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Response<Proxy
         ms = started.elapsed().as_millis() as u64,
         "request"
     );
+    resp
+}
+
+/// Where `req` goes, its method (for the access log) and the request with the headers that
+/// change with what the proxy is (`upstream::forwarding_headers`); or why it is refused.
+/// Apart from `handle`, whose future every request's is: a request borrowed there would keep a
+/// copy of itself in that future across every await.
+fn routed(
+    app: &App,
+    mut req: Request<Incoming>,
+) -> Result<(Target<'_>, Method, Request<Incoming>), Refused> {
+    let method = req.method().clone();
+    let target = resolve(app, &req).inspect_err(|(problem, _)| {
+        tracing::info!(%method, status = problem.status().as_u16(), outcome = problem.kind(), "refused");
+    })?;
+    let guarded = target.route.as_ref().is_some_and(|(r, _)| r.is_guarded());
+    let version = req.version();
+    upstream::forwarding_headers(req.headers_mut(), &app.via, version, guarded);
+    Ok((target, method, req))
+}
+
+/// The answer to a request refused before it was routed, shaped for its provider's SDK once
+/// the provider is known.
+fn refusal(app: &App, problem: Problem, provider: Option<String>) -> Response<ProxyBody> {
+    let mut resp = problem.into_response(&Context {
+        provider: provider.clone(),
+        ..Context::default()
+    });
+    if let Some(provider) = provider.as_deref().and_then(|name| app.provider(name)) {
+        crate::shape::apply(provider, &mut resp);
+    }
     resp
 }
 
@@ -210,18 +227,10 @@ pub(crate) async fn passthrough(
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let provider = target.provider;
-    let (mut parts, body) = req.into_parts();
-    let uri = match upstream::origin_target(provider, &target.rel_path, parts.uri.query()) {
-        Ok(uri) => uri,
-        Err(e) => {
-            return Problem::InvalidBody(format!("the request path is not valid: {e}"))
-                .into_response(&Context::default());
-        }
+    let out = match outbound(target, req) {
+        Ok(out) => out,
+        Err(problem) => return problem.into_response(&Context::default()),
     };
-    upstream::outbound_headers(&mut parts.headers, provider);
-    parts.uri = uri;
-    parts.version = Version::HTTP_11;
-    let out = Request::from_parts(parts, body.map_err(BoxError::from).boxed());
     crate::dispatch::stream(app, provider, out)
         .await
         .unwrap_or_else(|problem| {
@@ -231,4 +240,55 @@ pub(crate) async fn passthrough(
                 ..Context::default()
             })
         })
+}
+
+/// The request a pass-through sends, or the problem refusing it. Apart from `passthrough`, so
+/// that what it builds takes no room in the future of every pass-through (a local borrowed
+/// inside an `async fn` keeps its room there across every await after it).
+fn outbound(target: &Target<'_>, req: Request<Incoming>) -> Result<Request<ProxyBody>, Problem> {
+    let provider = target.provider;
+    let (mut parts, body) = req.into_parts();
+    let uri = upstream::origin_target(provider, &target.rel_path, parts.uri.query())
+        .map_err(|e| Problem::InvalidBody(format!("the request path is not valid: {e}")))?;
+    upstream::outbound_headers(&mut parts.headers, provider);
+    parts.uri = uri;
+    parts.version = Version::HTTP_11;
+    Ok(Request::from_parts(
+        parts,
+        body.map_err(BoxError::from).boxed(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of the future `f` returns (never called).
+    fn future_of<'a, F, Fut>(_: F) -> usize
+    where
+        F: Fn(&'a App, &'a Target<'a>, Request<Incoming>) -> Fut,
+    {
+        size_of::<Fut>()
+    }
+
+    fn handler_future_of<F, Fut>(_: F) -> usize
+    where
+        F: Fn(Arc<App>, Request<Incoming>) -> Fut,
+    {
+        size_of::<Fut>()
+    }
+
+    /// hyper moves a request's future (the handler's) for every request, and builds the
+    /// pass-through's inside it: `handle` holds the request it is given (its argument) and a
+    /// few words beside the pass-through's future, and no second copy of the request.
+    #[test]
+    fn the_handlers_future_holds_the_pass_through_and_one_request() {
+        let request = size_of::<Request<Incoming>>();
+        let (handle, passthrough) = (handler_future_of(handle), future_of(passthrough));
+        assert!(
+            handle <= passthrough + request + 256,
+            "handle's future is {handle} bytes: the pass-through's {passthrough}, the \
+             request's {request}, and more"
+        );
+    }
 }

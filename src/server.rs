@@ -14,7 +14,9 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::io::Write as _;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -28,7 +30,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use crate::app::App;
 use crate::drain::Drain;
-use crate::inbound::{Gate, HeadTimeout};
+use crate::inbound::{Answer, Gate, HeadTimeout, Phase};
 use crate::shard::Shards;
 use crate::wire::ProxyBody;
 
@@ -231,7 +233,7 @@ fn serve_conn<H, F>(
         phase.begin(req.version());
         let response = handler(app.clone(), req);
         let phase = phase.clone();
-        async move { Ok::<_, Infallible>(response.await.map(|body| phase.answer(body))) }
+        Answering { response, phase }
     });
     let conn = builder.serve_connection(io, svc);
     let conn = drain.watch(conn.into_owned());
@@ -244,6 +246,30 @@ fn serve_conn<H, F>(
     match on {
         Some(shard) => drop(shard.spawn(serving)),
         None => drop(tokio::spawn(serving)),
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request's future as hyper holds it: the handler's, with its answer's body handed to
+    /// the connection's `Phase`. Not an `async` block, which would hold the handler's future
+    /// twice (the one it captured and the one it awaits), and hyper moves the whole of it for
+    /// every request.
+    struct Answering<F> {
+        #[pin]
+        response: F,
+        phase: Arc<Phase>,
+    }
+}
+
+impl<F: Future<Output = Response<ProxyBody>>> Future for Answering<F> {
+    type Output = Result<Response<Answer>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let phase = this.phase;
+        this.response
+            .poll(cx)
+            .map(|resp| Ok(resp.map(|body| phase.answer(body))))
     }
 }
 

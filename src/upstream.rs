@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures_util::future::Either;
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue, Request, Response, Uri, Version};
 use hyper_rustls::HttpsConnector;
@@ -123,36 +124,58 @@ impl Upstreams {
         self.exchange(provider, req, Some(timeout))
     }
 
-    async fn exchange(
+    /// Not an `async fn` either: a pooled exchange returns the pool's future as it is, so a
+    /// pass-through carries no wrapper of its own around it (and no second copy of the
+    /// request beside the pool's).
+    fn exchange(
         &self,
         provider: &str,
-        mut req: Request<ProxyBody>,
+        req: Request<ProxyBody>,
         within: Option<Duration>,
-    ) -> Result<Response<Body>, SendError> {
-        let Some((_, upstream)) = self.clients.iter().find(|(name, _)| name == provider) else {
-            return Err(SendError::Connect(format!("no client for {provider}")));
-        };
-        if let Some(pool) = upstream.pool.as_ref().filter(|p| p.takes(&req)) {
-            return pool.send(req, within).await;
+    ) -> impl Future<Output = Result<Response<Body>, SendError>> {
+        let upstream = self
+            .clients
+            .iter()
+            .find(|(name, _)| name == provider)
+            .map(|(_, upstream)| upstream);
+        match upstream
+            .and_then(|u| u.pool.as_ref())
+            .filter(|p| p.takes(&req))
+        {
+            Some(pool) => Either::Left(pool.send(req, within)),
+            None => Either::Right(through_client(upstream, provider, req, within)),
         }
-        if req.uri().scheme().is_none() {
-            absolute(req.uri_mut(), upstream.origin.as_ref())?;
-        }
-        // Boxed, as the pool's connecting is: hyper-util's future is large, and inline it
-        // would make every exchange's future that large, the pool's too.
-        let sending = Box::pin(upstream.client.request(req));
-        let sent = match within {
-            None => sending.await,
-            Some(within) => match tokio::time::timeout(within, sending).await {
-                Ok(sent) => sent,
-                Err(_) => return Err(SendError::Timeout(within)),
-            },
-        };
-        match sent {
-            Ok(resp) => Ok(resp.map(Body::unpooled)),
-            Err(e) if e.is_connect() => Err(SendError::Connect(describe(&e))),
-            Err(e) => Err(SendError::Lost(describe(&e))),
-        }
+    }
+}
+
+/// An exchange through hyper-util's client: a request the pool does not take (TLS, h2, another
+/// host in absolute form), or none at all (`upstream` is `None`: refused).
+async fn through_client(
+    upstream: Option<&Upstream>,
+    provider: &str,
+    mut req: Request<ProxyBody>,
+    within: Option<Duration>,
+) -> Result<Response<Body>, SendError> {
+    let Some(upstream) = upstream else {
+        return Err(SendError::Connect(format!("no client for {provider}")));
+    };
+    if req.uri().scheme().is_none() {
+        absolute(req.uri_mut(), upstream.origin.as_ref())?;
+    }
+    // Boxed, as the pool's connecting is: hyper-util's future is large, and inline it
+    // would make every exchange's future that large, the pool's too.
+    let sending = Box::pin(upstream.client.request(req));
+    let sent = match within {
+        None => sending.await,
+        Some(within) => match tokio::time::timeout(within, sending).await {
+            Ok(sent) => sent,
+            Err(_) => return Err(SendError::Timeout(within)),
+        },
+    };
+    match sent {
+        Ok(resp) => Ok(resp.map(Body::unpooled)),
+        Err(e) if e.is_connect() => Err(SendError::Connect(describe(&e))),
+        Err(e) => Err(SendError::Lost(describe(&e))),
     }
 }
 
