@@ -149,7 +149,7 @@ impl Upstreams {
 }
 
 /// An exchange through hyper-util's client: a request the pool does not take (TLS, h2, another
-/// host in absolute form), or none at all (`upstream` is `None`: refused).
+/// host in absolute form), or a provider without an upstream (`None`: refused).
 async fn through_client(
     upstream: Option<&Upstream>,
     provider: &str,
