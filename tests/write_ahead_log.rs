@@ -221,11 +221,13 @@ async fn a_log_that_cannot_be_synced_sends_nothing() {
 /// Runs the proxy under strace when `FAIL_SYNC_OF` names a file: the first `fdatasync` of
 /// that file (the log) really fails with `EIO` (strace injects it into the system call; every
 /// other system call, and every later sync, is the kernel's own). Without it, the proxy as is.
+/// The proxy dies with strace (`setpriv --pdeathsig`, util-linux): the harness stops the
+/// process it started, strace, and a tracer's death only detaches its tracee.
 const FIRST_SYNC_FAILS: &str = r#"
 if [ -n "$FAIL_SYNC_OF" ]; then
   command -v strace >/dev/null || { echo "this test needs strace (apt-get install strace)" >&2; exit 3; }
   exec strace -f -qq --seccomp-bpf -o /dev/null -e trace=fdatasync \
-    -e inject=fdatasync:error=EIO:when=1 -P "$FAIL_SYNC_OF" -- "$0" "$@"
+    -e inject=fdatasync:error=EIO:when=1 -P "$FAIL_SYNC_OF" -- setpriv --pdeathsig KILL "$0" "$@"
 fi
 exec "$0" "$@""#;
 
@@ -297,4 +299,45 @@ async fn a_claim_whose_log_sync_failed_is_sent_once_when_the_agent_retries() {
         op["attempts"], 2,
         "the refused attempt and the sent one: {op}"
     );
+
+    // Nothing outlives the test: the harness SIGKILLs the process it started, here strace,
+    // and a tracer's death detaches its tracee, which would serve on with nobody to stop it.
+    let tracer = proxy.pid().expect("the proxy runs");
+    let traced = children_of(tracer);
+    assert_eq!(traced.len(), 1, "strace traces one process: {traced:?}");
+    drop(proxy);
+    for pid in traced {
+        if !gone_within(pid, std::time::Duration::from_secs(10)).await {
+            common::process::signal(pid, "KILL");
+            panic!("the proxy {pid} outlived strace, its parent");
+        }
+    }
+}
+
+/// The children of process `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let list =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    list.split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Whether process `pid` has ended (gone, or a zombie nobody reaped yet) within `limit`.
+async fn gone_within(pid: u32, limit: std::time::Duration) -> bool {
+    let until = std::time::Instant::now() + limit;
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state follows the command name, which is in parentheses.
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        if matches!(state, None | Some('Z' | 'X')) {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
