@@ -221,13 +221,11 @@ async fn a_log_that_cannot_be_synced_sends_nothing() {
 /// Runs the proxy under strace when `FAIL_SYNC_OF` names a file: the first `fdatasync` of
 /// that file (the log) really fails with `EIO` (strace injects it into the system call; every
 /// other system call, and every later sync, is the kernel's own). Without it, the proxy as is.
-/// The proxy dies with strace (`setpriv --pdeathsig`, util-linux): the harness stops the
-/// process it started, strace, and a tracer's death only detaches its tracee.
 const FIRST_SYNC_FAILS: &str = r#"
 if [ -n "$FAIL_SYNC_OF" ]; then
   command -v strace >/dev/null || { echo "this test needs strace (apt-get install strace)" >&2; exit 3; }
   exec strace -f -qq --seccomp-bpf -o /dev/null -e trace=fdatasync \
-    -e inject=fdatasync:error=EIO:when=1 -P "$FAIL_SYNC_OF" -- setpriv --pdeathsig KILL "$0" "$@"
+    -e inject=fdatasync:error=EIO:when=1 -P "$FAIL_SYNC_OF" -- "$0" "$@"
 fi
 exec "$0" "$@""#;
 
@@ -300,10 +298,10 @@ async fn a_claim_whose_log_sync_failed_is_sent_once_when_the_agent_retries() {
         "the refused attempt and the sent one: {op}"
     );
 
-    // Nothing outlives the test: the harness SIGKILLs the process it started, here strace,
-    // and a tracer's death detaches its tracee, which would serve on with nobody to stop it.
+    // Nothing outlives the test: the process the harness started is strace, and a tracer's
+    // death only detaches its tracee, which would serve on with nobody to stop it.
     let tracer = proxy.pid().expect("the proxy runs");
-    let traced = children_of(tracer);
+    let traced = common::process::descendants(tracer);
     assert_eq!(traced.len(), 1, "strace traces one process: {traced:?}");
     drop(proxy);
     for pid in traced {
@@ -312,15 +310,6 @@ async fn a_claim_whose_log_sync_failed_is_sent_once_when_the_agent_retries() {
             panic!("the proxy {pid} outlived strace, its parent");
         }
     }
-}
-
-/// The children of process `pid`.
-fn children_of(pid: u32) -> Vec<u32> {
-    let list =
-        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    list.split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
 }
 
 /// Whether process `pid` has ended (gone, or a zombie nobody reaped yet) within `limit`.

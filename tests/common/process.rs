@@ -81,6 +81,41 @@ pub fn signal(pid: u32, name: &str) {
     assert!(status.success(), "kill -{name} {pid} failed");
 }
 
+/// SIGKILLs `child` and every process under it. Killing the child alone is not enough when
+/// it is a wrapper that did not `exec` the proxy: strace, killed, only detaches the proxy it
+/// traces, which would then serve on, orphaned, after the test.
+pub fn kill_tree(child: &mut Child) -> std::io::Result<()> {
+    let under = descendants(child.id());
+    if !under.is_empty() {
+        // Some may have ended meanwhile: `kill` then fails for them, which is what we want.
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .args(under.iter().map(u32::to_string))
+            .status();
+    }
+    child.kill()
+}
+
+/// Every process under `pid` (its children, theirs, ...), from `/proc`.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut next = vec![pid];
+    while let Some(parent) = next.pop() {
+        let tasks = std::fs::read_dir(format!("/proc/{parent}/task"))
+            .into_iter()
+            .flatten();
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+                found.push(child);
+                next.push(child);
+            }
+        }
+    }
+    found
+}
+
 /// Waits for the child off the async workers; SIGKILLs it and fails after the timeout.
 pub async fn wait_exit(mut child: Child) -> ExitStatus {
     let pid = child.id();

@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 
 use super::database::{Database, LedgerMode, ledger_mode, random_secret};
-use super::process::{NotReady, PROCESS_TIMEOUT, run_to_end, signal, wait_exit, wait_ready};
+use super::process::{
+    NotReady, PROCESS_TIMEOUT, kill_tree, run_to_end, signal, wait_exit, wait_ready,
+};
 
 const LOG_FILE: &str = "proxy.log";
 /// The default proxy.toml's ledger line, which the PostgreSQL mode replaces.
@@ -251,7 +253,7 @@ impl ConfigDir {
                 admin,
             },
             Err(why) => {
-                let _ = child.kill();
+                let _ = kill_tree(&mut child);
                 let _ = child.wait();
                 panic!("idemproxy {why}; stderr:\n{}", self.log_text())
             }
@@ -264,7 +266,7 @@ impl ConfigDir {
         match wait_ready(&mut child).await {
             Err(NotReady::Exited) => (wait_exit(child).await, self.log_text()),
             outcome => {
-                let _ = child.kill();
+                let _ = kill_tree(&mut child);
                 let _ = child.wait();
                 panic!("idemproxy should have refused to start but {outcome:?}")
             }
@@ -272,7 +274,7 @@ impl ConfigDir {
     }
 }
 
-/// A running proxy; dropping it SIGKILLs the process and removes its dir.
+/// A running proxy; dropping it SIGKILLs the process (and any under it) and removes its dir.
 pub struct Proxy {
     config: ConfigDir,
     child: Option<Child>,
@@ -283,7 +285,7 @@ pub struct Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
+            let _ = kill_tree(&mut child);
             let _ = child.wait();
         }
     }
@@ -399,7 +401,7 @@ impl Proxy {
     /// SIGKILL: a crash, no chance to clean up. Returns once the process is gone.
     pub async fn kill(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("proxy is running");
-        child.kill().expect("SIGKILL idemproxy");
+        kill_tree(&mut child).expect("SIGKILL idemproxy");
         wait_exit(child).await
     }
 
@@ -433,7 +435,7 @@ impl Proxy {
                 self.child = Some(child);
             }
             Err(why) => {
-                let _ = child.kill();
+                let _ = kill_tree(&mut child);
                 let _ = child.wait();
                 panic!("idemproxy restart: {why}; stderr:\n{}", self.log_text())
             }
