@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::client::{Body, full};
 use common::pattern;
-use common::process::parse_ready;
+use common::process::{gone_within, parse_ready, run_to_end, wait_exit_within};
 use common::tls::TestPki;
 use common::{Behavior, Database, FakeProvider, Proxy, Relay, send, send_h2c, send_with};
 use http::{Method, StatusCode, Version};
@@ -303,6 +303,59 @@ async fn launcher_reports_a_refused_start_and_runs_the_cli() {
         .await;
     assert_eq!(status.code(), Some(3));
     assert!(stderr.contains("args: serve -c "), "{stderr}");
+}
+
+/// A wrapper that hangs with a process under it (as a proxy run under strace can): the
+/// wrapper writes that process's pid to `pid_file`, then waits for it.
+fn hanging_wrapper(pid_file: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg(r#"sleep 300 & echo $! > "$1"; wait"#)
+        .arg("sh")
+        .arg(pid_file);
+    command
+}
+
+/// Runs `waiting` (which must time out and panic), then checks that the process under the
+/// wrapper went with it: killing the wrapper alone would leave it running, orphaned.
+async fn timed_out_wait_leaves_nothing_under_it(
+    pid_file: &std::path::Path,
+    waiting: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let waited = tokio::spawn(waiting).await;
+    assert!(waited.is_err_and(|e| e.is_panic()), "the wait timed out");
+    let under: u32 = std::fs::read_to_string(pid_file)
+        .expect("the wrapper wrote its child's pid")
+        .trim()
+        .parse()
+        .unwrap();
+    if !gone_within(under, Duration::from_secs(10)).await {
+        common::process::signal(under, "KILL");
+        panic!("process {under} outlived the wrapper the harness killed");
+    }
+}
+
+#[tokio::test]
+async fn a_cli_run_that_times_out_is_killed_with_every_process_under_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let command = hanging_wrapper(&pid_file);
+    timed_out_wait_leaves_nothing_under_it(&pid_file, async move {
+        run_to_end(command, Duration::from_secs(2), "the hanging wrapper").await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_process_that_does_not_exit_is_killed_with_every_process_under_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let child = hanging_wrapper(&pid_file).spawn().expect("start sh");
+    timed_out_wait_leaves_nothing_under_it(&pid_file, async move {
+        wait_exit_within(child, Duration::from_secs(2)).await;
+    })
+    .await;
 }
 
 /// The PostgreSQL side of the harness: a database of its own, reached through a relay that

@@ -305,28 +305,9 @@ async fn a_claim_whose_log_sync_failed_is_sent_once_when_the_agent_retries() {
     assert_eq!(traced.len(), 1, "strace traces one process: {traced:?}");
     drop(proxy);
     for pid in traced {
-        if !gone_within(pid, std::time::Duration::from_secs(10)).await {
+        if !common::process::gone_within(pid, std::time::Duration::from_secs(10)).await {
             common::process::signal(pid, "KILL");
             panic!("the proxy {pid} outlived strace, its parent");
         }
-    }
-}
-
-/// Whether process `pid` has ended (gone, or a zombie nobody reaped yet) within `limit`.
-async fn gone_within(pid: u32, limit: std::time::Duration) -> bool {
-    let until = std::time::Instant::now() + limit;
-    loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // The state follows the command name, which is in parentheses.
-        let state = stat
-            .rsplit_once(") ")
-            .and_then(|(_, rest)| rest.chars().next());
-        if matches!(state, None | Some('Z' | 'X')) {
-            return true;
-        }
-        if std::time::Instant::now() >= until {
-            return false;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }

@@ -85,15 +85,30 @@ pub fn signal(pid: u32, name: &str) {
 /// it is a wrapper that did not `exec` the proxy: strace, killed, only detaches the proxy it
 /// traces, which would then serve on, orphaned, after the test.
 pub fn kill_tree(child: &mut Child) -> std::io::Result<()> {
-    let under = descendants(child.id());
+    kill_under(child.id());
+    child.kill()
+}
+
+/// SIGKILLs every process under `pid` (not `pid` itself). Some may have ended meanwhile:
+/// `kill` then fails for them, which is what we want.
+fn kill_under(pid: u32) {
+    let under = descendants(pid);
     if !under.is_empty() {
-        // Some may have ended meanwhile: `kill` then fails for them, which is what we want.
         let _ = Command::new("kill")
             .arg("-KILL")
             .args(under.iter().map(u32::to_string))
             .status();
     }
-    child.kill()
+}
+
+/// `kill_tree` for a child that another thread is waiting on (so it is not reaped, and its
+/// pid is still its own): everything under `pid`, then `pid`.
+fn kill_tree_of(pid: u32) {
+    kill_under(pid);
+    let _ = Command::new("kill")
+        .arg("-KILL")
+        .arg(pid.to_string())
+        .status();
 }
 
 /// Every process under `pid` (its children, theirs, ...), from `/proc`.
@@ -116,22 +131,29 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     found
 }
 
-/// Waits for the child off the async workers; SIGKILLs it and fails after the timeout.
-pub async fn wait_exit(mut child: Child) -> ExitStatus {
+/// Waits for the child off the async workers; SIGKILLs it, and every process under it, and
+/// fails after the timeout.
+pub async fn wait_exit(child: Child) -> ExitStatus {
+    wait_exit_within(child, PROCESS_TIMEOUT).await
+}
+
+/// `wait_exit` with a limit of the caller's.
+pub async fn wait_exit_within(mut child: Child, limit: Duration) -> ExitStatus {
     let pid = child.id();
     let waited = tokio::task::spawn_blocking(move || child.wait());
-    match tokio::time::timeout(PROCESS_TIMEOUT, waited).await {
+    match tokio::time::timeout(limit, waited).await {
         Ok(Ok(Ok(status))) => status,
         Ok(failed) => panic!("waiting for idemproxy: {failed:?}"),
         Err(_) => {
-            signal(pid, "KILL");
-            panic!("idemproxy (pid {pid}) did not exit within {PROCESS_TIMEOUT:?}")
+            kill_tree_of(pid);
+            panic!("idemproxy (pid {pid}) did not exit within {limit:?}")
         }
     }
 }
 
 /// Runs `command` to its end with stdout and stderr captured, without blocking the async
-/// workers; kills it and panics (naming `what`) if it takes longer than `limit`.
+/// workers; kills it, and every process under it, and panics (naming `what`) if it takes
+/// longer than `limit`.
 pub async fn run_to_end(mut command: Command, limit: Duration, what: &str) -> Output {
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = command
@@ -143,8 +165,27 @@ pub async fn run_to_end(mut command: Command, limit: Duration, what: &str) -> Ou
         Ok(Ok(Ok(output))) => output,
         Ok(failed) => panic!("waiting for {what}: {failed:?}"),
         Err(_) => {
-            signal(pid, "KILL");
+            kill_tree_of(pid);
             panic!("{what} did not finish within {limit:?}")
         }
+    }
+}
+
+/// Whether process `pid` has ended (gone, or a zombie nobody reaped yet) within `limit`.
+pub async fn gone_within(pid: u32, limit: Duration) -> bool {
+    let until = std::time::Instant::now() + limit;
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state follows the command name, which is in parentheses.
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        if matches!(state, None | Some('Z' | 'X')) {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
