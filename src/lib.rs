@@ -25,6 +25,8 @@
 //! - `server`: listeners, connections, the stop.
 //! - `drain`: graceful shutdown of the served connections.
 //! - `shard`: one single-threaded runtime per core serving the agents' connections.
+//! - `handoff`: each shard's inbox, where answers from other threads (the ledger's) wait for
+//!   one wake-up of the shard per bunch.
 //! - `inbound`: connection limits: the wait for each request head, the connection cap, accept backoff.
 //! - `budget`: the budget of buffered request bytes, and reading a guarded body under it.
 //! - `proxy`: the request path: routing and unguarded streaming.
@@ -60,6 +62,7 @@ pub mod dispatch;
 pub mod drain;
 pub mod fingerprint;
 pub mod guard;
+pub mod handoff;
 pub mod identity;
 pub mod inbound;
 pub mod kept;

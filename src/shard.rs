@@ -113,6 +113,7 @@ impl Shard {
             .name(format!("idemproxy-shard-{index}"))
             .spawn(move || {
                 INDEX.with(|i| i.set(Some(index)));
+                runtime.spawn(crate::handoff::install());
                 // A dropped sender stops the shard too.
                 let _ = runtime.block_on(stopped);
                 // What still runs is dropped here, on this thread; a read still running on

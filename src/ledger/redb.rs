@@ -280,9 +280,10 @@ impl Redb {
 
     async fn submit<T, J>(&self, job: impl FnOnce(Reply<T>) -> J) -> Result<T, LedgerError>
     where
+        T: Send + 'static,
         J: Job + 'static,
     {
-        let (reply, answer) = tokio::sync::oneshot::channel();
+        let (reply, answer) = Reply::new();
         self.inner.writer.submit(Box::new(job(reply)));
         answer.await.unwrap_or_else(|_| {
             Err(LedgerError::Unavailable(

@@ -138,7 +138,7 @@ impl Job for NoteJob {
     fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
         let job = *self;
         let answer = outcome.map(|()| job.noted.unwrap_or_default());
-        let _ = job.reply.send(answer);
+        job.reply.send(answer);
     }
 }
 

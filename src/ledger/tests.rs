@@ -1108,3 +1108,45 @@ async fn a_kept_replay_answer_follows_every_change_of_its_operation() {
     );
     assert_eq!(ledger.replayable(id).await.unwrap(), None);
 }
+
+/// A task on a shard gets the writer's answers through the shard's inbox (`handoff`): every
+/// one of fifty concurrent updates is answered, on the shard's thread, and the inbox took
+/// them (in as many bunches as the syncer's answers found it empty).
+#[tokio::test]
+async fn updates_from_a_shard_are_answered_through_its_inbox() {
+    let dir = TempDir::new().unwrap();
+    let ledger = open(&dir).await;
+    let shards = crate::shard::Shards::start(1).unwrap();
+    let on_shard = shards.next().spawn(async move {
+        let tasks: Vec<_> = (0..50)
+            .map(|n| {
+                let ledger = ledger.clone();
+                tokio::spawn(async move {
+                    let id = format!("p/r/inbox-{n}");
+                    let write = Write {
+                        op: op(&id, State::InFlight, T0),
+                        events: vec![],
+                        response: None,
+                        request: Default::default(),
+                    };
+                    let answer = ledger.update(&id, move |_| (Some(write), n)).await;
+                    (answer, std::thread::current().id())
+                })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for task in tasks {
+            answers.push(task.await.unwrap());
+        }
+        let inbox = crate::handoff::home().expect("a shard's thread has an inbox");
+        (answers, std::thread::current().id(), inbox)
+    });
+    let (answers, shard_thread, inbox) = on_shard.await.unwrap();
+    for (n, (answer, thread)) in answers.into_iter().enumerate() {
+        assert_eq!(answer.unwrap(), n);
+        assert_eq!(thread, shard_thread);
+    }
+    let bunches = inbox.bunches.load(Ordering::Relaxed);
+    assert!((1..=50).contains(&bunches), "{bunches} bunches");
+    shards.stop().await;
+}

@@ -26,6 +26,7 @@ use super::store::{PruneBatch, Pruned, Tables};
 use super::syncer::{Pending, Syncer, Wake};
 use super::wal::Wal;
 use crate::clock::Timestamp;
+use crate::handoff::{self, Inbox};
 use crate::operation::{Operation, Write};
 
 /// What a job staged, which decides how its transaction ends. Ordered by weight: a batch ends
@@ -253,8 +254,34 @@ fn unanswered() -> LedgerError {
     LedgerError::Unavailable("the job produced no answer".to_owned())
 }
 
-/// Where a job's answer goes.
-pub(super) type Reply<T> = oneshot::Sender<Result<T, LedgerError>>;
+/// Where a job's answer goes: to the task that submitted it, through its shard's inbox when
+/// it runs on a shard (`handoff`), so that one wake-up of the shard serves a bunch of answers.
+pub(super) struct Reply<T> {
+    answer: oneshot::Sender<Result<T, LedgerError>>,
+    home: Option<Arc<Inbox>>,
+}
+
+impl<T: Send + 'static> Reply<T> {
+    /// A reply to the calling task, and the receiver it awaits.
+    pub(super) fn new() -> (Reply<T>, oneshot::Receiver<Result<T, LedgerError>>) {
+        let (answer, receiver) = oneshot::channel();
+        let home = handoff::home();
+        (Reply { answer, home }, receiver)
+    }
+
+    /// Answers. The caller may have gone away; what was written stands either way.
+    pub(super) fn send(self, result: Result<T, LedgerError>) {
+        let Reply { answer, home } = self;
+        match home {
+            Some(inbox) => inbox.deliver(Box::new(move || {
+                let _ = answer.send(result);
+            })),
+            None => {
+                let _ = answer.send(result);
+            }
+        }
+    }
+}
 
 /// An `update` on its way through the writer.
 pub(super) struct UpdateJob<T, F> {
@@ -285,7 +312,7 @@ impl<T, F> UpdateJob<T, F> {
 impl<T, F> Job for UpdateJob<T, F>
 where
     F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send,
-    T: Send,
+    T: Send + 'static,
 {
     fn stage(&mut self, tables: &mut Tables<'_>) -> Result<Staged, LedgerError> {
         // The closure runs between redb calls, never inside one: its panic (caught by the
@@ -325,8 +352,7 @@ where
     fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
         let job = *self;
         let answer = outcome.and_then(|()| job.value.ok_or_else(unanswered));
-        // The caller may have gone away; the write stands either way.
-        let _ = job.reply.send(answer);
+        job.reply.send(answer);
     }
 
     fn claim(&self) -> Option<DeadClaim> {
@@ -377,7 +403,7 @@ impl Job for PruneJob {
     fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
         let job = *self;
         let answer = outcome.and_then(|()| job.result.ok_or_else(unanswered));
-        let _ = job.reply.send(answer);
+        job.reply.send(answer);
     }
 }
 
@@ -476,6 +502,6 @@ impl Job for TombJob {
     fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
         let job = *self;
         let answer = outcome.and_then(|()| job.deleted.ok_or_else(unanswered));
-        let _ = job.reply.send(answer);
+        job.reply.send(answer);
     }
 }
