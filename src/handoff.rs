@@ -86,14 +86,19 @@ pub fn home() -> Option<Arc<Inbox>> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn answers_from_another_thread_arrive_on_the_shards_thread_in_order() {
+    /// A shard's runtime on the calling thread, with its inbox installed.
+    fn shard() -> (tokio::runtime::Runtime, Arc<Inbox>) {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         runtime.spawn(install());
-        let inbox = home().expect("installed on this thread");
+        (runtime, home().expect("installed on this thread"))
+    }
+
+    #[test]
+    fn answers_from_another_thread_arrive_on_the_shards_thread_in_order() {
+        let (runtime, inbox) = shard();
         let here = std::thread::current().id();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let sender = std::thread::spawn(move || {
@@ -120,12 +125,7 @@ mod tests {
 
     #[test]
     fn answers_queued_while_the_shard_is_busy_wake_it_once() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.spawn(install());
-        let inbox = home().unwrap();
+        let (runtime, inbox) = shard();
         // The delivering task waits for its first answer...
         runtime.block_on(async {
             for _ in 0..3 {
