@@ -22,14 +22,14 @@ source bench/lib.sh
 start_proxy syscalls
 script=""
 case $scenario in
-  fresh) url="http://127.0.0.1:$proxy_port/bench/v1/refunds"; script="$work/fresh.lua"; pids=$proxy_pid ;;
-  replay) url="http://127.0.0.1:$proxy_port"; script="$work/same.lua"; pids=$proxy_pid ;;
-  pass) url="http://127.0.0.1:$proxy_port/bench/v1/ping"; pids=$proxy_pid ;;
-  nginx) url="http://127.0.0.1:$ngx_port/v1/ping"; pids=$(nginx_workers proxy | xargs | tr ' ' ',') ;;
+  fresh) url="http://127.0.0.1:$proxy_port/bench/v1/refunds"; script="$work/fresh.lua"; traced=$proxy_pid ;;
+  replay) url="http://127.0.0.1:$proxy_port"; script="$work/same.lua"; traced=$proxy_pid ;;
+  pass) url="http://127.0.0.1:$proxy_port/bench/v1/ping"; traced=$proxy_pid ;;
+  nginx) url="http://127.0.0.1:$ngx_port/v1/ping"; traced=$(nginx_workers proxy | xargs | tr ' ' ',') ;;
   *) echo "syscalls: unknown scenario $scenario" >&2; exit 2 ;;
 esac
 wrk -t1 -c"$conns" -d2s ${script:+-s "$script"} "$url" -- syscalls-warm >/dev/null
-perf stat -e 'syscalls:sys_enter_*' -p "$pids" -o "$work/stat" -- sleep 5 &
+perf stat -e 'syscalls:sys_enter_*' -p "$traced" -o "$work/stat" -- sleep 5 &
 stat=$!
 n=$(wrk -t1 -c"$conns" -d"$duration" ${script:+-s "$script"} "$url" -- syscalls | awk '/requests in/ {print $1}')
 wait "$stat"
