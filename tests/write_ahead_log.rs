@@ -311,3 +311,25 @@ async fn a_claim_whose_log_sync_failed_is_sent_once_when_the_agent_retries() {
         }
     }
 }
+
+/// A sync that fails while the writer is busy with other writes: the writer must take the
+/// failure (and reopen the ledger from what the log holds) before any recovery. It once could
+/// see the ledger unwritable a moment before it saw the failure, recover at once without that
+/// reopen, and break again on the next sync: two breaks for one failure.
+#[tokio::test]
+async fn a_sync_failing_under_concurrent_writes_breaks_the_ledger_once() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = builder(&provider, "", &refund_route(""))
+        .env("IDEMPROXY_FAIL", "ledger.sync")
+        .start()
+        .await;
+    let ids: Vec<String> = (0..48).map(|n| format!("wf-busy-{n}")).collect();
+    let answers =
+        futures_util::future::join_all(ids.iter().map(|id| refund(&proxy, id, "amount=5"))).await;
+    for resp in &answers {
+        assert_eq!(resp.status, StatusCode::SERVICE_UNAVAILABLE, "{resp:?}");
+    }
+    assert_eq!(provider.request_count(), 0, "the provider got nothing");
+    let log = proxy.log_text();
+    assert_eq!(log.matches("the ledger cannot write").count(), 1, "{log}");
+}

@@ -166,11 +166,14 @@ impl Thread {
         {
             tracing::warn!(error = %e, "the ledger's write-ahead log could not be synced");
             let why = format!("the ledger's write-ahead log could not be synced: {e}");
+            // The failure is marked before writes stop, so a writer that finds the ledger
+            // unwritable finds the failure too, and reopens the ledger before any recovery
+            // (a recovery without that reopen would make durable what the log lost).
+            self.failed.store(true, Ordering::Release);
             // Before anyone is answered: from now on `/healthz` is 503 and every write is
             // refused, until the writer has reopened the ledger and its recovery commits.
             self.shared.stop_writes(&why);
             self.broken = Some(why);
-            self.failed.store(true, Ordering::Release);
             (self.wake)();
         }
         // Durable now, all of them: what they wrote may be replayed from a snapshot, even by
