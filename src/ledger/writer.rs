@@ -192,8 +192,7 @@ fn run(shared: Arc<Shared>, wal: Wal, wake: Wake, queue: &Receiver<Box<dyn Job>>
 /// After a failed sync (the syncer has already stopped writes, and wakes the writer with a
 /// `WakeJob`), once per failure: the file may hold batches the log lost, so it is reopened
 /// (then it holds what the log holds) and the syncer starts over after the log's last frame.
-/// Recovery follows as after any storage error.
-/// Whether there was such a failure.
+/// Recovery follows as after any storage error. Returns whether there was such a failure.
 fn after_failed_sync(recovery: &mut Recovery, syncer: &Syncer) -> bool {
     if !syncer.take_failure() {
         return false;
