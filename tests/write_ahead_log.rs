@@ -333,3 +333,54 @@ async fn a_sync_failing_under_concurrent_writes_breaks_the_ledger_once() {
     let log = proxy.log_text();
     assert_eq!(log.matches("the ledger cannot write").count(), 1, "{log}");
 }
+
+/// The same race held open on purpose: `IDEMPROXY_SYNC_FAILURE_PAUSE_MS` makes the syncer
+/// wait after a failed sync has stopped writes, before it wakes the writer or answers anyone,
+/// and a second claim is sent into that wait. The writer must take the failure (reopen the
+/// ledger from what the log holds) before any recovery, and recover only once the syncer has
+/// answered the failed batch and left its claim for the sweep: one break, and the first claim
+/// ends `failed` (it never left). The syncer once stopped writes and marked the failure for
+/// the writer in two steps; a writer that came between them, or a syncer stalled between them
+/// longer than the first backoff, made the ledger recover and then break again.
+#[tokio::test]
+async fn a_write_while_the_syncer_handles_a_failed_sync_breaks_the_ledger_once() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = builder(&provider, "", &refund_route(""))
+        .env("IDEMPROXY_FAIL", "ledger.sync")
+        .env("IDEMPROXY_SYNC_FAILURE_PAUSE_MS", "1500")
+        .start()
+        .await;
+    let first = refund_in_background(&proxy, "wf-first", "amount=5");
+    // The first claim's sync has failed; the syncer is inside its pause.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !proxy.log_text().contains("could not be synced") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no failed sync: {}",
+            proxy.log_text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let second = refund(&proxy, "wf-second", "amount=5").await;
+    assert_eq!(second.status, StatusCode::SERVICE_UNAVAILABLE, "{second:?}");
+    let first = first
+        .await
+        .expect("the task ends")
+        .expect("the proxy answers");
+    assert_eq!(first.status, StatusCode::SERVICE_UNAVAILABLE, "{first:?}");
+    proxy.until_healthy().await;
+    assert_eq!(
+        proxy
+            .op_state(&format!("{PROVIDER}/{ROUTE}/wf-first"))
+            .await,
+        "failed"
+    );
+    assert_eq!(provider.request_count(), 0, "the provider got nothing");
+    let log = proxy.log_text();
+    assert_eq!(log.matches("the ledger cannot write (").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("the ledger can write again").count(),
+        1,
+        "{log}"
+    );
+}

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,17 @@ const HEADROOM: usize = 1 << 20;
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
+/// Whether the ledger can write (`Shared::state`). One atomic value, so that the syncer stops
+/// writes and tells the writer why in one step: a writer that finds the ledger unwritable
+/// finds a failed sync with it, and the syncer can never stop writes again after the writer
+/// has taken its failure and recovered.
+const WRITABLE: u8 = 0;
+/// Stopped by a storage error; the writer's recovery makes it writable again.
+const STOPPED: u8 = 1;
+/// Stopped by a failed sync of the log that the writer has not yet taken: it must reopen the
+/// ledger (which then holds what the log holds) before any recovery.
+const SYNC_FAILED: u8 = 2;
+
 /// A claim (operation ID and fence) that nobody will finish: its result write failed, or the
 /// commit that made it failed and may still have landed (`left` tells which).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +63,12 @@ pub(super) struct Shared {
     path: PathBuf,
     /// `None` while a reopen has not yet succeeded.
     db: RwLock<Option<Arc<Database>>>,
-    writable: AtomicBool,
+    /// `WRITABLE`, `STOPPED` or `SYNC_FAILED`.
+    state: AtomicU8,
+    /// Set by the writer when it hands the syncer a reset after a failed sync, cleared by the
+    /// syncer once every batch before that reset is answered (and its claims buried): no
+    /// recovery sweeps before then, or it would miss their claims.
+    resetting: AtomicBool,
     dead: Mutex<Vec<DeadClaim>>,
     /// The operations written by committed batches whose log frame is not yet synced, with
     /// the last such frame of each (see `syncer`).
@@ -66,7 +82,8 @@ impl Shared {
         Shared {
             path: path.to_path_buf(),
             db: RwLock::new(Some(Arc::new(db))),
-            writable: AtomicBool::new(true),
+            state: AtomicU8::new(WRITABLE),
+            resetting: AtomicBool::new(false),
             dead: Mutex::new(Vec::new()),
             held: Mutex::new(HashMap::new()),
             hot: Hot::new(),
@@ -85,20 +102,54 @@ impl Shared {
     }
 
     pub(super) fn writable(&self) -> bool {
-        self.writable.load(Ordering::Acquire)
+        self.state.load(Ordering::Acquire) == WRITABLE
     }
 
     /// Stops every write (and turns `/healthz` 503) after a storage error, logged once until
     /// the writer's recovery makes it writable again.
     pub(super) fn stop_writes(&self, why: &str) {
-        if self.writable.swap(false, Ordering::AcqRel) {
-            tracing::warn!(
-                ledger = %self.path.display(),
-                error = %why,
-                "the ledger cannot write (is its disk full?); new operations are refused with \
-                 503 and /healthz answers 503 until it reopens itself"
-            );
+        if self
+            .state
+            .compare_exchange(WRITABLE, STOPPED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.stopped(why);
         }
+    }
+
+    /// The syncer's one step after a failed sync of the log: writes stop, and the writer is
+    /// told to reopen the ledger before any recovery (`take_sync_failure`).
+    pub(super) fn sync_failed(&self, why: &str) {
+        if self.state.swap(SYNC_FAILED, Ordering::AcqRel) == WRITABLE {
+            self.stopped(why);
+        }
+    }
+
+    /// Whether a sync failed that the writer has not yet taken; true once per failure (the
+    /// syncer syncs nothing more until the writer's reset, so it cannot fail again before).
+    pub(super) fn take_sync_failure(&self) -> bool {
+        self.state
+            .compare_exchange(SYNC_FAILED, STOPPED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The writer is about to hand the syncer a reset (after a failed sync); until the syncer
+    /// has answered every batch before it (`reset_done`), no recovery may sweep.
+    pub(super) fn resetting(&self) {
+        self.resetting.store(true, Ordering::Release);
+    }
+
+    pub(super) fn reset_done(&self) {
+        self.resetting.store(false, Ordering::Release);
+    }
+
+    fn stopped(&self, why: &str) {
+        tracing::warn!(
+            ledger = %self.path.display(),
+            error = %why,
+            "the ledger cannot write (is its disk full?); new operations are refused with 503 \
+             and /healthz answers 503 until it reopens itself"
+        );
     }
 
     /// The error every write gets while the ledger is unwritable.
@@ -302,7 +353,16 @@ impl Recovery {
     pub(super) fn attempt(&mut self) {
         match self.try_recover() {
             Ok(orphaned) => {
-                self.shared.writable.store(true, Ordering::Release);
+                // Only from `STOPPED`: a failed sync marked meanwhile is taken (and the
+                // ledger reopened) first.
+                if self
+                    .shared
+                    .state
+                    .compare_exchange(STOPPED, WRITABLE, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    return;
+                }
                 tracing::info!(
                     ledger = %self.shared.path.display(),
                     orphaned = orphaned.len(),
@@ -319,6 +379,9 @@ impl Recovery {
     }
 
     fn try_recover(&mut self) -> Result<Vec<Operation>, String> {
+        if self.shared.resetting.load(Ordering::Acquire) {
+            return Err("the syncer has not yet answered the batches of a failed sync".to_owned());
+        }
         if self.db.as_deref().is_none_or(refuses_writes) {
             self.reopen()?;
         }

@@ -16,9 +16,9 @@
 
 use std::fs::File;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use super::LedgerError;
 use super::batch::Settled;
@@ -46,8 +46,6 @@ enum Msg {
 pub(super) struct Syncer {
     queue: Option<Sender<Msg>>,
     thread: Option<JoinHandle<()>>,
-    /// Set by a failed sync, taken by the writer (`take_failure`).
-    failed: Arc<AtomicBool>,
 }
 
 /// Wakes the writer (it may be waiting for a job) after a failed sync.
@@ -61,15 +59,14 @@ impl Syncer {
         wake: Wake,
     ) -> Result<Syncer, String> {
         let (queue, inbox) = channel();
-        let failed = Arc::new(AtomicBool::new(false));
         let mut state = Thread {
             log: Log {
                 file: log,
                 fail: super::fault_point("ledger.sync"),
+                pause_after_failure: pause_after_failure(),
             },
             shared,
             feed,
-            failed: Arc::clone(&failed),
             wake,
             broken: None,
         };
@@ -80,7 +77,6 @@ impl Syncer {
         Ok(Syncer {
             queue: Some(queue),
             thread: Some(thread),
-            failed,
         })
     }
 
@@ -96,13 +92,6 @@ impl Syncer {
                 )));
             }
         }
-    }
-
-    /// Whether a sync failed that the writer has not yet taken: the ledger must be reopened
-    /// and the syncer `reset`. True once per failure (the syncer syncs nothing more until
-    /// that reset, so it cannot fail again before).
-    pub(super) fn take_failure(&self) -> bool {
-        self.failed.swap(false, Ordering::AcqRel)
     }
 
     /// The ledger was reopened after a failed sync, with `last` the last frame appended
@@ -128,8 +117,6 @@ struct Thread {
     log: Log,
     shared: Arc<Shared>,
     feed: Feed,
-    /// Tells the writer that a sync failed (`Syncer::take_failure`).
-    failed: Arc<AtomicBool>,
     wake: Wake,
     /// Why a sync failed, from then until the writer's reset: every batch in between fails.
     broken: Option<String>,
@@ -150,6 +137,7 @@ impl Thread {
                         self.flush(std::mem::take(&mut batches));
                         self.shared.release_upto(last);
                         self.broken = None;
+                        self.shared.reset_done();
                     }
                 }
                 next = inbox.try_recv().ok();
@@ -160,20 +148,38 @@ impl Thread {
 
     /// Syncs the log once for `batches` (unless it is already broken), then answers them.
     fn flush(&mut self, batches: Vec<Pending>) {
-        if batches.iter().any(|b| b.sync)
+        let failed_now = batches.iter().any(|b| b.sync)
             && self.broken.is_none()
-            && let Err(e) = self.log.sync()
-        {
-            tracing::warn!(error = %e, "the ledger's write-ahead log could not be synced");
-            let why = format!("the ledger's write-ahead log could not be synced: {e}");
-            // The failure is marked before writes stop, so a writer that finds the ledger
-            // unwritable finds the failure too, and reopens the ledger before any recovery
-            // (a recovery without that reopen would make durable what the log lost).
-            self.failed.store(true, Ordering::Release);
-            // Before anyone is answered: from now on `/healthz` is 503 and every write is
-            // refused, until the writer has reopened the ledger and its recovery commits.
-            self.shared.stop_writes(&why);
-            self.broken = Some(why);
+            && match self.log.sync() {
+                Ok(()) => false,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the ledger's write-ahead log could not be synced");
+                    self.broken = Some(format!(
+                        "the ledger's write-ahead log could not be synced: {e}"
+                    ));
+                    true
+                }
+            };
+        if self.broken.is_some() {
+            // Their claims are not durable: left for the sweep, before the writer can learn
+            // of the failure, so the recovery that follows it sweeps them.
+            for batch in &batches {
+                for (job, outcome) in &batch.settled {
+                    if outcome.is_ok()
+                        && let Some(claim) = job.claim()
+                    {
+                        self.shared.bury(claim);
+                    }
+                }
+            }
+        }
+        if failed_now && let Some(why) = &self.broken {
+            // One step, before anyone is answered: writes stop (`/healthz` is 503) and the
+            // writer is told to reopen the ledger before any recovery.
+            self.shared.sync_failed(why);
+            if let Some(pause) = self.log.pause_after_failure {
+                std::thread::sleep(pause);
+            }
             (self.wake)();
         }
         // Durable now, all of them: what they wrote may be replayed from a snapshot, even by
@@ -190,16 +196,11 @@ impl Thread {
     }
 
     /// Answers the jobs of `batch`: with their own outcome if the log is sound, else with the
-    /// failure (and their claims left for the sweep).
+    /// failure (their claims were left for the sweep in `flush`).
     fn settle(&self, batch: Pending) {
         for (job, outcome) in batch.settled {
             let outcome = match (&self.broken, outcome) {
-                (Some(why), Ok(())) => {
-                    if let Some(claim) = job.claim() {
-                        self.shared.bury(claim);
-                    }
-                    Err(LedgerError::Unavailable(why.clone()))
-                }
+                (Some(why), Ok(())) => Err(LedgerError::Unavailable(why.clone())),
                 (_, outcome) => outcome,
             };
             if outcome.is_ok() {
@@ -214,6 +215,17 @@ impl Thread {
 struct Log {
     file: File,
     fail: bool,
+    /// How long the syncer waits after a failed sync has stopped writes, before it wakes the
+    /// writer and answers anyone, as `IDEMPROXY_SYNC_FAILURE_PAUSE_MS` asks (a test hook): it
+    /// holds that window open so a test can send a write into it.
+    pause_after_failure: Option<Duration>,
+}
+
+fn pause_after_failure() -> Option<Duration> {
+    std::env::var("IDEMPROXY_SYNC_FAILURE_PAUSE_MS")
+        .ok()
+        .and_then(|ms| ms.trim().parse().ok())
+        .map(Duration::from_millis)
 }
 
 impl Log {

@@ -189,16 +189,18 @@ fn run(shared: Arc<Shared>, wal: Wal, wake: Wake, queue: &Receiver<Box<dyn Job>>
     recovery.checkpoint();
 }
 
-/// After a failed sync (the syncer has already stopped writes, and wakes the writer with a
-/// `WakeJob`), once per failure: the file may hold batches the log lost, so it is reopened
-/// (then it holds what the log holds) and the syncer starts over after the log's last frame.
-/// Recovery follows as after any storage error. Returns whether there was such a failure.
+/// After a failed sync (the syncer has stopped writes and marked the failure in one step,
+/// and wakes the writer with a `WakeJob`), once per failure: the file may hold batches the
+/// log lost, so it is reopened (then it holds what the log holds) and the syncer starts over
+/// after the log's last frame. Recovery follows as after any storage error, once the syncer
+/// has answered every batch before the reset. Returns whether there was such a failure.
 fn after_failed_sync(recovery: &mut Recovery, syncer: &Syncer) -> bool {
-    if !syncer.take_failure() {
+    if !recovery.shared().take_sync_failure() {
         return false;
     }
     let last = recovery.wal().last();
     recovery.broken("the ledger's write-ahead log could not be synced");
+    recovery.shared().resetting();
     syncer.reset(last);
     true
 }
