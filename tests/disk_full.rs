@@ -154,7 +154,7 @@ async fn a_full_disk_makes_the_unrecorded_attempt_unknown_and_the_ledger_recover
     assert_eq!(provider.request_count(), 3);
     assert_replayed(&proxy, &done).await;
     let log = proxy.log_text();
-    assert_eq!(log.matches("the ledger cannot write").count(), 1, "{log}");
+    assert_eq!(log.matches(common::LEDGER_BROKE).count(), 1, "{log}");
     assert_eq!(
         log.matches("the ledger can write again").count(),
         1,

@@ -10,9 +10,9 @@ mod guarded;
 use std::io::{Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 
-use common::{Behavior, FakeProvider, Proxy};
+use common::{Behavior, FakeProvider, Proxy, send};
 use guarded::*;
-use http::StatusCode;
+use http::{Method, StatusCode};
 use idemproxy::clock::Timestamp;
 use idemproxy::ledger::{Ledger, LedgerOptions};
 
@@ -215,7 +215,7 @@ async fn a_log_that_cannot_be_synced_sends_nothing() {
     let log = proxy.log_text();
     assert!(log.contains("could not be synced"), "{log}");
     // Broken as by any storage error (logged once) and reopened from what the disk holds.
-    assert_eq!(log.matches("the ledger cannot write").count(), 1, "{log}");
+    assert_eq!(log.matches(common::LEDGER_BROKE).count(), 1, "{log}");
 }
 
 /// Runs the proxy under strace when `FAIL_SYNC_OF` names a file: the first `fdatasync` of
@@ -331,23 +331,24 @@ async fn a_sync_failing_under_concurrent_writes_breaks_the_ledger_once() {
     }
     assert_eq!(provider.request_count(), 0, "the provider got nothing");
     let log = proxy.log_text();
-    assert_eq!(log.matches("the ledger cannot write").count(), 1, "{log}");
+    assert_eq!(log.matches(common::LEDGER_BROKE).count(), 1, "{log}");
 }
 
 /// The same race held open on purpose: `IDEMPROXY_SYNC_FAILURE_PAUSE_MS` makes the syncer
 /// wait after a failed sync has stopped writes, before it wakes the writer or answers anyone,
 /// and a second claim is sent into that wait. The writer must take the failure (reopen the
 /// ledger from what the log holds) before any recovery, and recover only once the syncer has
-/// answered the failed batch and left its claim for the sweep: one break, and the first claim
-/// ends `failed` (it never left). The syncer once stopped writes and marked the failure for
-/// the writer in two steps; a writer that came between them, or a syncer stalled between them
-/// longer than the first backoff, made the ledger recover and then break again.
+/// answered the failed batch and left its claim for the sweep: `/healthz` stays 503 until
+/// then, there is one break, and the first claim ends `failed` (it never left). The syncer
+/// once stopped writes and marked the failure for the writer in two steps; a writer that came
+/// between them, or a syncer stalled between them longer than the first backoff, made the
+/// ledger recover and then break again.
 #[tokio::test]
 async fn a_write_while_the_syncer_handles_a_failed_sync_breaks_the_ledger_once() {
     let provider = FakeProvider::start(Behavior::echo()).await;
     let proxy = builder(&provider, "", &refund_route(""))
         .env("IDEMPROXY_FAIL", "ledger.sync")
-        .env("IDEMPROXY_SYNC_FAILURE_PAUSE_MS", "1500")
+        .env("IDEMPROXY_SYNC_FAILURE_PAUSE_MS", "3000")
         .start()
         .await;
     let first = refund_in_background(&proxy, "wf-first", "amount=5");
@@ -361,8 +362,24 @@ async fn a_write_while_the_syncer_handles_a_failed_sync_breaks_the_ledger_once()
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+    let seen = std::time::Instant::now();
     let second = refund(&proxy, "wf-second", "amount=5").await;
     assert_eq!(second.status, StatusCode::SERVICE_UNAVAILABLE, "{second:?}");
+    // The ledger stays broken until the failed batch is answered and its claim buried: a
+    // recovery before would leave the first claim pending behind a 200 from `/healthz`.
+    // Sampled for the first half of the pause (which began before the line was seen).
+    while seen.elapsed() < std::time::Duration::from_millis(1500) {
+        let health = send(Method::GET, &proxy.admin_url("/healthz"), &[], "")
+            .await
+            .expect("admin answers");
+        assert_eq!(
+            health.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{}",
+            proxy.log_text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let first = first
         .await
         .expect("the task ends")
@@ -377,7 +394,7 @@ async fn a_write_while_the_syncer_handles_a_failed_sync_breaks_the_ledger_once()
     );
     assert_eq!(provider.request_count(), 0, "the provider got nothing");
     let log = proxy.log_text();
-    assert_eq!(log.matches("the ledger cannot write (").count(), 1, "{log}");
+    assert_eq!(log.matches(common::LEDGER_BROKE).count(), 1, "{log}");
     assert_eq!(
         log.matches("the ledger can write again").count(),
         1,

@@ -40,3 +40,9 @@ pub use proxy::{ConfigDir, Proxy, ProxyBuilder};
 pub use relay::Relay;
 #[allow(unused_imports)]
 pub use replicas::Replicas;
+
+/// The warning a redb ledger logs once each time it breaks (stops writing after a storage
+/// error or a failed sync of its log). Matched with its parenthesis: the debug line of a
+/// recovery attempt that failed ("the ledger cannot write yet") is not a break.
+#[allow(dead_code)]
+pub const LEDGER_BROKE: &str = "the ledger cannot write (is its disk full?)";
