@@ -18,7 +18,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// page is resident as soon as one byte of it is touched: under 256 concurrent fresh operations
 /// on a 1,000,000-operation ledger that was 13 MiB more peak RSS (76.6 against 61-64 MiB),
 /// over the 64 MiB the proxy is held to, while the CPU per request moved within the noise
-/// (README, "Performance"). Best effort: a kernel or sandbox that refuses the flag leaves them on.
+/// (docs/performance.md). Best effort: a kernel or sandbox that refuses the flag leaves them on.
 fn huge_pages_off_unless_asked() {
     #[cfg(target_os = "linux")]
     if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
@@ -36,7 +36,7 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// 1 s its v3 sources default to. Under 256 concurrent fresh operations on a
 /// 1,000,000-operation ledger, memory freed by one burst of requests stayed resident for that
 /// second while the next burst took new memory: peak RSS 55-57 MiB, against 50-52 MiB with
-/// 10 ms (README, "Performance").
+/// 10 ms (docs/performance.md).
 fn purge_freed_memory_sooner_unless_asked() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: `mi_option_set` only stores the value in mimalloc's option table; it is

@@ -397,7 +397,7 @@ pub(super) fn check(path: &Path) -> Result<super::Checked, LedgerError> {
 /// 22 MiB off the peak RSS of fresh operations at 64 connections on a 1,000,000-operation
 /// ledger, with fresh and replay throughput level, and 10 instead of 12 another 2.5 MiB at
 /// 256 connections, where the peak had come within 0.1 MiB of the 64 MiB target
-/// (`bench/ab.sh`, README "Performance").
+/// (`bench/ab.sh`, docs/performance.md).
 const CACHE_BYTES: usize = 10 << 20;
 
 /// Opens (or creates) the database file with the ledger's settings; start-up and the reopen
