@@ -52,7 +52,7 @@ hz=$(getconf CLK_TCK)
 echo "idemproxy writer: $(nproc) cores, $conns connections, wrk -t1 -d$duration, $(date -u +%FT%TZ)"
 echo "$before $after" | awk -v n="$n" -v hz="$hz" -v secs="${duration%s}" '{
   us = 1e6 / hz
-  printf "%d fresh operations (%.0f/s)\n", n, n / 6
+  printf "%d fresh operations (%.0f/s)\n", n, n / secs
   printf "writer  %6.1f µs CPU per operation\n", ($11 - $1) * us / n
   printf "workers %6.1f µs CPU per operation\n", ($12 - $2) * us / n
   printf "disk    %6.0f bytes written per operation\n", ($13 - $3) / n

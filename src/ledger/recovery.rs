@@ -353,7 +353,7 @@ impl Recovery {
     pub(super) fn attempt(&mut self) {
         match self.try_recover() {
             Ok(orphaned) => {
-                // Only from `STOPPED`: a failed sync marked meanwhile is taken (and the
+                // Only from `STOPPED`: a sync that failed during the sweep is taken (and the
                 // ledger reopened) first.
                 if self
                     .shared
@@ -379,8 +379,13 @@ impl Recovery {
     }
 
     fn try_recover(&mut self) -> Result<Vec<Operation>, String> {
-        if self.shared.resetting.load(Ordering::Acquire) {
-            return Err("the syncer has not yet answered the batches of a failed sync".to_owned());
+        // A failed sync comes first: the writer reopens the ledger for it (then it holds what
+        // the log holds), and the syncer answers the failed batches and leaves their claims
+        // for this sweep. Checked here, by the one thing that makes the ledger writable.
+        if self.shared.state.load(Ordering::Acquire) == SYNC_FAILED
+            || self.shared.resetting.load(Ordering::Acquire)
+        {
+            return Err("a failed sync of the log is not yet handled".to_owned());
         }
         if self.db.as_deref().is_none_or(refuses_writes) {
             self.reopen()?;

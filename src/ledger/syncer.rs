@@ -148,39 +148,26 @@ impl Thread {
 
     /// Syncs the log once for `batches` (unless it is already broken), then answers them.
     fn flush(&mut self, batches: Vec<Pending>) {
-        let failed_now = batches.iter().any(|b| b.sync)
-            && self.broken.is_none()
-            && match self.log.sync() {
-                Ok(()) => false,
-                Err(e) => {
-                    tracing::warn!(error = %e, "the ledger's write-ahead log could not be synced");
-                    self.broken = Some(format!(
-                        "the ledger's write-ahead log could not be synced: {e}"
-                    ));
-                    true
-                }
-            };
-        if self.broken.is_some() {
-            // Their claims are not durable: left for the sweep, before the writer can learn
-            // of the failure, so the recovery that follows it sweeps them.
-            for batch in &batches {
-                for (job, outcome) in &batch.settled {
-                    if outcome.is_ok()
-                        && let Some(claim) = job.claim()
-                    {
-                        self.shared.bury(claim);
-                    }
-                }
-            }
-        }
-        if failed_now && let Some(why) = &self.broken {
-            // One step, before anyone is answered: writes stop (`/healthz` is 503) and the
-            // writer is told to reopen the ledger before any recovery.
-            self.shared.sync_failed(why);
+        let synced = if batches.iter().any(|b| b.sync) && self.broken.is_none() {
+            self.log.sync()
+        } else {
+            Ok(())
+        };
+        if let Err(e) = synced {
+            tracing::warn!(error = %e, "the ledger's write-ahead log could not be synced");
+            let why = format!("the ledger's write-ahead log could not be synced: {e}");
+            // Their claims first, so the recovery that follows the failure sweeps them; then,
+            // in one step and before anyone is answered, writes stop (`/healthz` is 503) and
+            // the writer is told to reopen the ledger before any recovery.
+            self.bury(&batches);
+            self.shared.sync_failed(&why);
             if let Some(pause) = self.log.pause_after_failure {
                 std::thread::sleep(pause);
             }
             (self.wake)();
+            self.broken = Some(why);
+        } else if self.broken.is_some() {
+            self.bury(&batches);
         }
         // Durable now, all of them: what they wrote may be replayed from a snapshot, even by
         // the callers about to be answered. After a failed sync, replays of it wait for the
@@ -192,6 +179,17 @@ impl Thread {
         }
         for batch in batches {
             self.settle(batch);
+        }
+    }
+
+    /// Leaves the claims `batches` made for the sweep: their log frames are not durable.
+    fn bury(&self, batches: &[Pending]) {
+        for (job, outcome) in batches.iter().flat_map(|b| &b.settled) {
+            if outcome.is_ok()
+                && let Some(claim) = job.claim()
+            {
+                self.shared.bury(claim);
+            }
         }
     }
 

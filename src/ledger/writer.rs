@@ -168,11 +168,7 @@ fn run(shared: Arc<Shared>, wal: Wal, wake: Wake, queue: &Receiver<Box<dyn Job>>
             }
         } else if recovery.wait().is_zero() {
             // Checked before the queue, so a stream of refused jobs cannot starve recovery.
-            // A sync that failed since the check above is taken first: its reopen must come
-            // before any recovery, and it starts the backoff again.
-            if !after_failed_sync(&mut recovery, &syncer) {
-                recovery.attempt();
-            }
+            recovery.attempt();
             continue;
         } else {
             match queue.recv_timeout(recovery.wait()) {
@@ -193,16 +189,14 @@ fn run(shared: Arc<Shared>, wal: Wal, wake: Wake, queue: &Receiver<Box<dyn Job>>
 /// and wakes the writer with a `WakeJob`), once per failure: the file may hold batches the
 /// log lost, so it is reopened (then it holds what the log holds) and the syncer starts over
 /// after the log's last frame. Recovery follows as after any storage error, once the syncer
-/// has answered every batch before the reset. Returns whether there was such a failure.
-fn after_failed_sync(recovery: &mut Recovery, syncer: &Syncer) -> bool {
-    if !recovery.shared().take_sync_failure() {
-        return false;
+/// has answered every batch before the reset (`Recovery::attempt` waits for both).
+fn after_failed_sync(recovery: &mut Recovery, syncer: &Syncer) {
+    if recovery.shared().take_sync_failure() {
+        let last = recovery.wal().last();
+        recovery.broken("the ledger's write-ahead log could not be synced");
+        recovery.shared().resetting();
+        syncer.reset(last);
     }
-    let last = recovery.wal().last();
-    recovery.broken("the ledger's write-ahead log could not be synced");
-    recovery.shared().resetting();
-    syncer.reset(last);
-    true
 }
 
 /// Nothing to write: sent by the syncer after a failed sync so that a writer waiting for a
