@@ -406,9 +406,10 @@ fn keeping(op: Operation, event: Event, sealed: Vec<u8>) -> Write {
 }
 
 /// Whether `op` is bound to no caller (written by an older version, or rebound) or still
-/// has the unkeyed hashes older versions recorded.
+/// has the unkeyed hashes older versions recorded. Never a tombstone: it refuses every write,
+/// and every request for it is refused 410 alike, so there is nothing to bring up to date.
 fn is_stale(op: &Operation) -> bool {
-    op.principal.is_none() || op.fingerprint.starts_with(LEGACY)
+    op.pruned_at.is_none() && (op.principal.is_none() || op.fingerprint.starts_with(LEGACY))
 }
 
 /// Brings a stale stored operation up to date with `current`, the operation as this request

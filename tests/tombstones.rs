@@ -118,6 +118,36 @@ async fn a_refund_replayed_before_it_is_pruned_is_refused_410_after() {
     assert_eq!(provider.request_count(), 1, "sent once");
 }
 
+/// An operation an operator rebound (bound to no caller, for the next one to adopt) and that
+/// was then pruned: its tombstone is bound to no one too, and is refused 410 like any other,
+/// never taken for something to bring up to date (which wrote to the tombstone, failed, and
+/// answered 503).
+#[tokio::test]
+async fn a_rebound_refund_pruned_later_is_refused_410() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = start_with(&provider, RETENTION, "").await;
+    let id = op_id("wf-r");
+    let first = refund(&proxy, "wf-r", "amount=500").await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text());
+    let path = format!("{}/rebind", show_path(&id));
+    let rebound = admin(
+        &proxy,
+        Method::POST,
+        &path,
+        r#"{"reason":"rotated the key"}"#,
+    )
+    .await;
+    assert_eq!(rebound.status, StatusCode::OK, "{}", rebound.text());
+
+    let pruned = await_change(&proxy, &id, StatusCode::OK).await;
+    assert_expired(&pruned, &id, "succeeded");
+    let replay = refund(&proxy, "wf-r", "amount=500").await;
+    assert_expired(&replay, &id, "succeeded");
+    let other = refund(&proxy, "wf-r", "amount=999").await;
+    assert_expired(&other, &id, "succeeded");
+    assert_eq!(provider.request_count(), 1, "sent once");
+}
+
 #[tokio::test]
 async fn the_410_survives_a_restart() {
     let provider = FakeProvider::start(Behavior::echo()).await;
