@@ -380,6 +380,28 @@ pub fn is_under(path: &str, ancestor: &str) -> bool {
         && path[ancestor.len()..].starts_with('[')
 }
 
+/// How a `fingerprint_ignore` entry names a query parameter only, as `differing_fields` does.
+pub const QUERY_ONLY: &str = "query:";
+
+/// Whether `fingerprint_ignore` leaves out the body field at `path`: an entry naming it or a
+/// field it lies under. A `query:` entry names the query only.
+pub fn ignores_body(ignore: &[String], path: &str) -> bool {
+    ignore
+        .iter()
+        .filter(|entry| !entry.starts_with(QUERY_ONLY))
+        .any(|entry| path == entry || is_under(path, entry))
+}
+
+/// Whether `fingerprint_ignore` leaves out the query parameter `name`: an entry naming it
+/// bare (bare entries name body fields and query parameters alike) or as `query:NAME`, or
+/// naming a parameter it lies under.
+pub fn ignores_query(ignore: &[String], name: &str) -> bool {
+    ignore.iter().any(|entry| {
+        let entry = entry.strip_prefix(QUERY_ONLY).unwrap_or(entry);
+        name == entry || is_under(name, entry)
+    })
+}
+
 /// The fields left out: `fingerprint_ignore` entries and the key field, as bracket paths.
 struct Excluded<'a> {
     ignore: &'a [String],
@@ -395,8 +417,8 @@ impl<'a> Excluded<'a> {
     }
 
     fn body_field(&self, path: &str) -> bool {
-        let hit = |entry: &str| path == entry || is_under(path, entry);
-        self.ignore.iter().any(|e| hit(e)) || self.key.as_deref().is_some_and(hit)
+        ignores_body(self.ignore, path)
+            || (self.key.as_deref()).is_some_and(|key| path == key || is_under(path, key))
     }
 
     /// Whether nothing is left out, so no body field's path needs writing to check it.
@@ -405,7 +427,7 @@ impl<'a> Excluded<'a> {
     }
 
     fn query_field(&self, name: &str) -> bool {
-        self.ignore.iter().any(|e| name == e || is_under(name, e))
+        ignores_query(self.ignore, name)
     }
 }
 

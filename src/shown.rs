@@ -11,7 +11,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::body::{Body, decode_pairs};
-use crate::fingerprint::is_under;
+use crate::fingerprint::{ignores_body, ignores_query, is_under};
 use crate::kept::KeptRequest;
 
 /// What a masked field shows instead of its value.
@@ -80,6 +80,16 @@ impl Field {
 }
 
 /// `a[b][c]` -> `a`, `b`, `c`; `None` for an empty name or part, or stray brackets.
+impl Field {
+    /// The name of the query parameter this field reads when it is found in the query.
+    fn query_name(&self) -> &str {
+        match self.query_only {
+            true => &self.segments[0],
+            false => &self.text,
+        }
+    }
+}
+
 fn segments(text: &str) -> Option<Vec<String>> {
     let head_end = text.find('[').unwrap_or(text.len());
     let (head, mut rest) = text.split_at(head_end);
@@ -116,18 +126,23 @@ pub fn approval_request(fields: &[Field], ignore: &[String], kept: &KeptRequest)
     let masks = Masks { ignore };
     let (mut shown, mut masked, mut missing) = (Map::new(), Vec::new(), Vec::new());
     for field in fields {
+        // Where it was found decides how `fingerprint_ignore` names it.
         let found = if field.query_only {
-            pairs_named(&query, &field.segments[0])
+            pairs_named(&query, field.query_name()).map(|v| (v, true))
         } else {
-            in_body(&body, field, &masks).or_else(|| pairs_named(&query, &field.text))
+            (in_body(&body, field, &masks).map(|v| (v, false)))
+                .or_else(|| pairs_named(&query, &field.text).map(|v| (v, true)))
         };
         match found {
             None => missing.push(field.text.clone()),
-            Some(_) if masks.masked(&field.text, &field.segments) => {
+            Some((_, in_query))
+                if (in_query && ignores_query(ignore, field.query_name()))
+                    || masks.masked(&field.text, &field.segments) =>
+            {
                 masked.push(field.text.clone());
                 shown.insert(field.text.clone(), MASK.into());
             }
-            Some(value) => {
+            Some((value, _)) => {
                 shown.insert(field.text.clone(), text(value).into());
             }
         }
@@ -141,12 +156,10 @@ struct Masks<'a> {
 }
 
 impl Masks<'_> {
+    /// Whether the body field at `path` is masked: left out of the fingerprint, or named like
+    /// a secret.
     fn masked<S: AsRef<str>>(&self, path: &str, segments: &[S]) -> bool {
-        let ignored = self
-            .ignore
-            .iter()
-            .any(|entry| path == entry || is_under(path, entry));
-        ignored || looks_secret(segments)
+        ignores_body(self.ignore, path) || looks_secret(segments)
     }
 
     /// `value` at `path` with every masked field under it replaced by [`MASK`].

@@ -116,3 +116,35 @@ async fn a_route_that_lists_no_fields_shows_none() {
     assert_eq!(op.get("approval_request"), None, "{op}");
     assert!(!op.to_string().contains("amt-Q1000"), "{op}");
 }
+
+/// A query parameter `fingerprint_ignore` leaves out is masked however either list spells it:
+/// shown as `query:trace` while ignored as `trace`, and shown as `trace` while ignored as
+/// `query:trace`. Before 2026-12-03 the first showed the value.
+#[tokio::test]
+async fn an_ignored_query_parameter_is_masked_whichever_way_it_is_named() {
+    for (ignore, show) in [("trace", "query:trace"), ("query:trace", "trace")] {
+        let provider = FakeProvider::start(Behavior::fixed(200, "sent")).await;
+        let route = format!(
+            "approval = \"required\"\nfingerprint_ignore = [\"{ignore}\"]\n\
+             approval_show = [\"amount\", \"{show}\"]\n"
+        );
+        let proxy = start(&provider, &route, &[]).await;
+        let headers = [
+            ("x-operation-id", "op-q"),
+            ("content-type", "application/json"),
+        ];
+        let url = proxy.url("/shop/v1/things?trace=trace-Q555");
+        let held = send(Method::POST, &url, &headers, r#"{"amount":5}"#.to_string())
+            .await
+            .expect("proxy answers");
+        problem(&held, StatusCode::ACCEPTED, "awaiting-approval");
+        let op = admin(&proxy, Method::GET, "/ops/shop%2Fcreate%2Fop-q").await;
+        let want = json!({
+            "fields": {"amount": "5", show: "[masked]"},
+            "masked": [show],
+            "missing": [],
+        });
+        assert_eq!(op["approval_request"], want, "ignored as {ignore}: {op}");
+        assert!(!op.to_string().contains("trace-Q555"), "{op}");
+    }
+}

@@ -694,15 +694,9 @@ fn approval_cannot_be_skipped_by_on_missing_id_pass() {
 }
 
 #[test]
-fn approval_show_needs_an_approval_and_field_paths_each_listed_once() {
+fn approval_show_and_fingerprint_ignore_take_field_paths_each_listed_once() {
     let errors = load_broken("approval_show");
     let file = "policies/shop.toml";
-    let none = [
-        "route \"refund\": approval_show",
-        "approval = \"none\"",
-        "set approval = \"required\", or remove approval_show",
-    ];
-    assert_error(&errors, file, &none);
     let bad = [
         "route \"payout\": approval_show[1]",
         "\"amount[\"",
@@ -716,6 +710,41 @@ fn approval_show_needs_an_approval_and_field_paths_each_listed_once() {
         "`query:` names no parameter",
     ];
     assert_error(&errors, file, &empty);
+    // `fingerprint_ignore`: bare names and `query:NAME` load; an empty `query:` and a header
+    // (in the fingerprint only through fingerprint_headers) are refused, not left to do nothing.
+    let no_name = [
+        "route \"trace\": fingerprint_ignore[1]",
+        "`query:` names no parameter",
+    ];
+    assert_error(&errors, file, &no_name);
+    let header = [
+        "route \"trace\": fingerprint_ignore[2]",
+        "only when fingerprint_headers lists them",
+    ];
+    assert_error(&errors, file, &header);
+    let text = errors.to_string();
+    for fine in ["fingerprint_ignore[0]", "fingerprint_ignore[3]"] {
+        assert!(!text.contains(fine), "{fine} is refused: {text}");
+    }
+}
+
+/// The external contract's example policy shows fields on a route with `approval = "none"`:
+/// it loads, and `check` warns that nobody will see them (before 2026-12-03 it was refused).
+#[test]
+fn approval_show_without_approval_loads_with_a_warning() {
+    let config = load_ok(&fixture("approval_show_unused"));
+    let route = &config.providers[0].routes[0];
+    assert_eq!(route.approval, Approval::None);
+    assert_eq!(route.approval_show.len(), 2);
+    let warnings: Vec<String> = config.warnings.iter().map(|w| w.to_string()).collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("route \"refund\": approval_show")
+                && w.contains("ignored")
+                && w.contains("approval = \"none\"")),
+        "{warnings:?}"
+    );
 }
 
 #[test]

@@ -82,3 +82,51 @@ async fn the_same_parameters_in_another_order_are_the_same_intent() {
     assert_eq!(swapped.header("idempotent-replayed"), Some("true"));
     assert_eq!(provider.request_count(), 2);
 }
+
+/// A query parameter left out of the fingerprint, named either way `fingerprint_ignore` names
+/// it: bare (`trace`, a body field or a query parameter) or `query:trace` (the query only,
+/// the way `differing_fields` names it). A new trace is a replay; a new `limit` is a 409. Before
+/// 2026-12-03 `query:trace` was accepted and left nothing out.
+#[tokio::test]
+async fn a_query_parameter_left_out_by_either_spelling_is_not_a_new_intent() {
+    for ignore in ["trace", "query:trace"] {
+        let provider = FakeProvider::start(Behavior::fixed(200, "done")).await;
+        let route = refund_route(&format!("fingerprint_ignore = [\"{ignore}\"]\n"));
+        let proxy = builder(&provider, "", &route).start().await;
+        let post = |query: &str| {
+            let url = proxy.url(&format!("{PATH}?{query}"));
+            async move {
+                common::send(
+                    http::Method::POST,
+                    &url,
+                    &[(OP_HEADER, "wf-q"), FORM],
+                    "amount=500".to_string(),
+                )
+                .await
+                .expect("the proxy answers")
+            }
+        };
+        let first = post("limit=1&trace=t1").await;
+        assert_eq!(first.status, StatusCode::OK, "{ignore}: {}", first.text());
+        let retraced = post("limit=1&trace=t2").await;
+        assert_eq!(
+            retraced.status,
+            StatusCode::OK,
+            "{ignore}: {}",
+            retraced.text()
+        );
+        assert_eq!(
+            retraced.header("idempotent-replayed"),
+            Some("true"),
+            "{ignore}"
+        );
+        let changed = post("limit=2&trace=t3").await;
+        let body = problem(&changed, StatusCode::CONFLICT, "parameter-mismatch");
+        assert_eq!(
+            body["differing_fields"],
+            serde_json::json!(["query:limit"]),
+            "{ignore}"
+        );
+        assert_eq!(provider.request_count(), 1, "{ignore}");
+    }
+}

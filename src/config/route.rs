@@ -11,6 +11,7 @@ use super::provider::{APPROVALS, EFFECTS, ON_MISSING_ID, headers, required};
 use super::raw::{RawReconcile, RawRoute};
 use super::values::{duration, json_pointer, name};
 use super::{Scope, hazards};
+use crate::fingerprint::QUERY_ONLY;
 use crate::policy::{Approval, Effect, Lookup, Matcher, OnMissingId, Reconcile, Route, Segment};
 use crate::shown::Field;
 use crate::template::{Part, Template};
@@ -76,14 +77,9 @@ pub(super) fn route(s: &mut Scope, raw: RawRoute, redact: &[HeaderName]) -> Opti
     let approval = s.choice("approval", raw.approval, Approval::None, APPROVALS);
     hazards::approval_skipped(s, approval, on_missing_id);
     let ignore = raw.fingerprint_ignore.unwrap_or_default();
-    if ignore.iter().any(String::is_empty) {
-        s.push(
-            "fingerprint_ignore",
-            "empty field name (name body or query fields, e.g. \"metadata[trace_id]\")",
-        );
-    }
+    let ignore_ok = fingerprint_ignore(s, &ignore);
     let fp_headers = headers(s, "fingerprint_headers", raw.fingerprint_headers, &[]);
-    let approval_show = approval_show(s, raw.approval_show, approval);
+    let approval_show = approval_show(s, raw.approval_show);
     hazards::fingerprint_headers(s, fp_headers.as_deref().unwrap_or_default(), redact);
     let reconcile = raw
         .reconcile
@@ -99,28 +95,40 @@ pub(super) fn route(s: &mut Scope, raw: RawRoute, redact: &[HeaderName]) -> Opti
         operation_id: operation_id?,
         on_missing_id: on_missing_id?,
         approval: approval?,
-        fingerprint_ignore: (!ignore.iter().any(String::is_empty)).then_some(ignore)?,
+        fingerprint_ignore: ignore_ok.then_some(ignore)?,
         fingerprint_headers: fp_headers?,
         approval_show: approval_show?,
         reconcile: reconcile.map_or(Some(None), |r| r.map(Some))?,
     })
 }
 
-/// `approval_show`: field paths, each once, on a route whose operations wait for approval.
-fn approval_show(
-    s: &mut Scope,
-    raw: Option<Vec<String>>,
-    approval: Option<Approval>,
-) -> Option<Vec<Field>> {
-    let raw = raw.unwrap_or_default();
-    if !raw.is_empty() && approval == Some(Approval::None) {
-        s.push(
-            "approval_show",
-            "lists the fields shown to the person who approves, but this route has approval = \
-             \"none\", so nobody is asked (set approval = \"required\", or remove approval_show)",
-        );
-        return None;
+/// `fingerprint_ignore`: body fields and query parameters, by bare name or path (both), or as
+/// `query:NAME` (the query only). A header is in the fingerprint only when
+/// `fingerprint_headers` lists it, so a `header:` entry, which could leave nothing out, is
+/// refused rather than accepted and ignored.
+fn fingerprint_ignore(s: &mut Scope, ignore: &[String]) -> bool {
+    let mut ok = true;
+    for (i, entry) in ignore.iter().enumerate() {
+        let why = if entry.is_empty() {
+            "empty field name (name body or query fields, e.g. \"metadata[trace_id]\")"
+        } else if entry == QUERY_ONLY {
+            "`query:` names no parameter (e.g. \"query:trace\")"
+        } else if entry.starts_with("header:") {
+            "headers are in the fingerprint only when fingerprint_headers lists them (remove \
+             the header from fingerprint_headers instead)"
+        } else {
+            continue;
+        };
+        s.push(&format!("fingerprint_ignore[{i}]"), why);
+        ok = false;
     }
+    ok
+}
+
+/// `approval_show`: field paths, each once. On a route without approval it shows nothing, and
+/// `check` warns (`rule::warnings`).
+fn approval_show(s: &mut Scope, raw: Option<Vec<String>>) -> Option<Vec<Field>> {
+    let raw = raw.unwrap_or_default();
     let mut fields: Vec<Field> = Vec::with_capacity(raw.len());
     let mut ok = true;
     for (i, text) in raw.iter().enumerate() {

@@ -10,7 +10,7 @@ use super::provider::{required, status_rule};
 use super::raw::RawRule;
 use super::values::json_pointer;
 use super::{ConfigError, Scope};
-use crate::policy::Provider;
+use crate::policy::{Approval, Provider};
 use crate::rules::{AnswerRule, Means};
 use crate::template::Part;
 
@@ -80,7 +80,8 @@ fn scalar(v: &Value) -> Result<serde_json::Value, String> {
     }
 }
 
-/// Settings that load but do less than they seem to: a `reconcile` rule on a guarded route
+/// Settings that load but do less than they seem to: `approval_show` on a route nobody
+/// approves (SPEC's own example policy has one), a `reconcile` rule on a guarded route
 /// without a lookup (there it counts as `unknown`), and a lookup that only a `reconcile`
 /// rule's answer could fill on a provider without one (it is never sent).
 pub(super) fn warnings(file: &Path, provider: &Provider) -> Vec<ConfigError> {
@@ -94,6 +95,17 @@ pub(super) fn warnings(file: &Path, provider: &Provider) -> Vec<ConfigError> {
         .rules
         .iter()
         .position(|r| r.means == Means::Reconcile);
+    for route in &provider.routes {
+        if !route.approval_show.is_empty() && route.approval == Approval::None {
+            out.push(warn(
+                format!("route \"{}\": approval_show", route.name),
+                "ignored: it lists the fields shown to the person who approves, but this route \
+                 has approval = \"none\", so nobody is asked (set approval = \"required\", or \
+                 remove approval_show)"
+                    .into(),
+            ));
+        }
+    }
     let guarded = provider.routes.iter().filter(|r| r.is_guarded());
     match reconcile_rule {
         Some(i) => {
