@@ -110,9 +110,12 @@ async fn each_event_that_needs_a_person_is_one_signed_notification_without_reque
         r#"{"reason":"looks right"}"#,
     )
     .await;
-    let resolve =
-        r#"{"outcome":"succeeded","status":200,"body":"{}","reason":"seen in the dashboard"}"#;
-    admin_post(&proxy, "shop/create/u-1", "resolve", resolve).await;
+    // The operator follows the notice: its command, run as written (FILE: the provider's
+    // object), settles the operation. Before 2026-12-03 it lacked --body-file and `ops`
+    // refused it.
+    let notice = hook.wait_for(3).await[2].json();
+    assert_eq!(notice["event"], "needs_operator", "{notice}");
+    run_the_suggested_resolve(&proxy, &notice).await;
     // A last one: the notifications arrive in order, so once it is here, every earlier one
     // is too, and none came twice.
     agent(&proxy, "/shop/v1/gated", "g-2", AMOUNT).await;
@@ -166,6 +169,29 @@ async fn each_event_that_needs_a_person_is_one_signed_notification_without_reque
         !proxy.log_text().contains("T0K3N-in-path"),
         "the webhook's path may hold a token: never logged"
     );
+}
+
+/// Runs the `idemproxy ops resolve ... --succeeded ...` command a `needs_operator` notice
+/// suggests, as an operator would: its words as given, `FILE` a file with the provider's
+/// object, and the admin address of this proxy.
+async fn run_the_suggested_resolve(proxy: &Proxy, notice: &serde_json::Value) {
+    let detail = notice["detail"].as_str().expect("a detail");
+    let command = detail
+        .split('`')
+        .find(|part| part.starts_with("idemproxy ops resolve") && part.contains("--succeeded"))
+        .unwrap_or_else(|| panic!("no resolve command in {detail:?}"));
+    let file = proxy.dir().path().join("refund.json");
+    std::fs::write(&file, r#"{"id":"re_1","object":"refund"}"#).expect("body file");
+    let file = file.to_str().expect("a UTF-8 path").to_string();
+    let mut args: Vec<&str> = command
+        .split_whitespace()
+        .skip(1)
+        .map(|word| if word == "FILE" { file.as_str() } else { word })
+        .collect();
+    let admin = proxy.admin_url("");
+    args.extend(["--admin", &admin]);
+    let (status, out, err) = proxy.run_cli(&args).await;
+    assert!(status.success(), "{command}: {out}\n{err}");
 }
 
 /// The value of `idemproxy_notifications_total{outcome}`.

@@ -104,7 +104,8 @@ fn approval_detail(id: &str) -> String {
 fn operator_detail(id: &str, why: &str) -> String {
     format!(
         "{why}. Only an operator can settle it: check with the provider, then run \
-         `idemproxy ops resolve {id} --succeeded` or `--failed --reason ...`"
+         `idemproxy ops resolve {id} --succeeded --body-file FILE` (FILE: the provider's \
+         object, which every replay answers) or `--failed --reason ...`"
     )
 }
 
