@@ -201,11 +201,12 @@ fn base_url(args: &OpsArgs) -> String {
     }
 }
 
-/// `IDEMPROXY_ADMIN_TOKEN`, unless blank.
+/// `IDEMPROXY_ADMIN_TOKEN` without the whitespace around it (as `serve` reads it), unless
+/// blank.
 fn token() -> Option<String> {
-    std::env::var(TOKEN_VAR)
-        .ok()
-        .filter(|t| !t.trim().is_empty())
+    let token = std::env::var(TOKEN_VAR).ok()?;
+    let token = token.trim();
+    (!token.is_empty()).then(|| token.to_string())
 }
 
 /// `http://<admin_listen>` from the config when it loads (an unspecified address such as

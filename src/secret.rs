@@ -130,7 +130,8 @@ impl Secret {
     /// `IDEMPROXY_SECRET_FILE`, else `<ledger>.secret` beside a ledger file.
     fn file_path(ledger: &LedgerAt) -> Option<PathBuf> {
         match std::env::var_os(SECRET_FILE_ENV) {
-            Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
+            // Blank counts as unset, as for `IDEMPROXY_SECRET`.
+            Some(p) if !p.to_string_lossy().trim().is_empty() => Some(PathBuf::from(p)),
             _ => ledger.file().map(Self::default_path),
         }
     }

@@ -208,3 +208,29 @@ async fn an_operation_recorded_before_keyed_hashes_still_replays_and_is_rekeyed(
     assert!(stored.op.principal.is_some(), "bound to its caller");
     assert_ne!(stored.op.fields["amount"], unkeyed::field("500"));
 }
+
+/// A blank `IDEMPROXY_SECRET_FILE` counts as unset: the secret goes to `<ledger>.secret`
+/// beside the ledger. Before 2026-12-03 only an empty value did, and `" "` made a secret file
+/// named " " in the working directory.
+#[tokio::test]
+async fn a_blank_secret_file_variable_counts_as_unset() {
+    let stray = Path::new(" ");
+    let _ = std::fs::remove_file(stray);
+    let provider = FakeProvider::start(Behavior::fixed(200, "refund-made")).await;
+    let proxy = builder(&provider, "", &refund_route(""))
+        .env("IDEMPROXY_SECRET_FILE", " ")
+        .start()
+        .await;
+    let made = refund(&proxy, "wf-blank", "amount=500").await;
+    assert_eq!(made.status, StatusCode::OK, "{}", made.text());
+    let stray_made = stray.exists();
+    let _ = std::fs::remove_file(stray);
+    assert!(
+        !stray_made,
+        "a secret file named \" \" was made in the working directory"
+    );
+    assert!(
+        proxy.dir().path().join("ledger.redb.secret").exists(),
+        "the secret is beside the ledger"
+    );
+}

@@ -273,6 +273,26 @@ async fn approve_and_reject_with_a_token() {
     assert_eq!(code, Some(2), "--reason is required: {err}");
 }
 
+/// A token read from a file often ends in a newline: `serve` and `ops` both ignore the
+/// whitespace around it, so they agree on the token. Before 2026-12-03 `ops` sent the newline
+/// and failed ("failed to parse header value").
+#[tokio::test]
+async fn a_token_with_a_trailing_newline_works_for_ops_as_for_serve() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "sent")).await;
+    let token = [("IDEMPROXY_ADMIN_TOKEN", " cli-t0k\n")];
+    let proxy = start(&provider, "", &token).await;
+    // `ok` asserts exit 0: the API took the token.
+    ok(&proxy, &["list"]).await;
+    let unauthorized = common::send(http::Method::GET, &proxy.admin_url("/ops"), &[], "")
+        .await
+        .expect("admin answers");
+    assert_eq!(
+        unauthorized.status,
+        StatusCode::UNAUTHORIZED,
+        "the token is on"
+    );
+}
+
 #[tokio::test]
 async fn an_unreachable_admin_api_is_exit_1_with_a_hint() {
     let provider = FakeProvider::start(Behavior::echo()).await;
