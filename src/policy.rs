@@ -212,6 +212,28 @@ impl Matcher {
         self.match_path(path, |literal, segment| literal == segment)
     }
 
+    /// Whether `other` matches exactly the requests this matches: the same method and
+    /// segments, whatever their captures are called (and, `ignoring_case`, whatever the
+    /// letter case of their literal segments).
+    pub fn same_requests(&self, other: &Matcher, ignoring_case: bool) -> bool {
+        let same = |a: &Segment, b: &Segment| match (a, b) {
+            (Segment::Literal(a), Segment::Literal(b)) => {
+                a == b || (ignoring_case && a.eq_ignore_ascii_case(b))
+            }
+            (Segment::Capture(_), Segment::Capture(_)) | (Segment::Rest(_), Segment::Rest(_)) => {
+                true
+            }
+            _ => false,
+        };
+        self.method == other.method
+            && self.segments.len() == other.segments.len()
+            && self
+                .segments
+                .iter()
+                .zip(&other.segments)
+                .all(|(a, b)| same(a, b))
+    }
+
     /// `matches` with letter case ignored, in the method and in the literal segments: what
     /// a case-insensitive server would take for this route.
     pub fn matches_ignoring_case(&self, method: &Method, path: &str) -> Option<Captures> {

@@ -572,6 +572,21 @@ fn duplicate_routes() {
             "same match as route \"order\"",
         ],
     );
+    // The same requests under other capture names, or (path_case = "insensitive") in other
+    // letter case: until 2026-12-03 these loaded, the second route never used.
+    assert_error(
+        &errors,
+        file,
+        &[
+            "route \"refund_by_refund\": match",
+            "same match as route \"refund_by_id\"",
+        ],
+    );
+    assert_error(
+        &errors,
+        "policies/cased.toml",
+        &["route \"lower\": match", "same match as route \"upper\""],
+    );
 }
 
 #[test]

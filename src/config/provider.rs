@@ -34,7 +34,8 @@ pub(super) fn load_policy(file: &Path, errors: &mut Vec<ConfigError>) -> (Claim,
     };
     let folder = file.parent().unwrap_or(Path::new(""));
     let head = self::provider(&mut scope.nested("provider."), provider, folder);
-    let routes = routes(&mut scope, raw.route, &head.redact);
+    let path_case = (head.rest.as_ref()).map_or(PathCase::Sensitive, |p| p.path_case);
+    let routes = routes(&mut scope, raw.route, &head.redact, path_case);
     claim.name = head.name.clone();
     claim.mount = head.mount.clone();
     let provider = routes.and_then(|routes| head.build(file, routes));

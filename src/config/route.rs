@@ -12,7 +12,9 @@ use super::raw::{RawReconcile, RawRoute};
 use super::values::{duration, json_pointer, name};
 use super::{Scope, hazards};
 use crate::fingerprint::QUERY_ONLY;
-use crate::policy::{Approval, Effect, Lookup, Matcher, OnMissingId, Reconcile, Route, Segment};
+use crate::policy::{
+    Approval, Effect, Lookup, Matcher, OnMissingId, PathCase, Reconcile, Route, Segment,
+};
 use crate::shown::Field;
 use crate::template::{Part, Template};
 
@@ -22,7 +24,9 @@ pub(super) fn routes(
     s: &mut Scope,
     raw: Vec<RawRoute>,
     redact: &[HeaderName],
+    path_case: PathCase,
 ) -> Option<Vec<Route>> {
+    let ignoring_case = path_case == PathCase::Insensitive;
     let mut routes = Vec::new();
     let mut ok = true;
     for (i, raw) in raw.into_iter().enumerate() {
@@ -44,7 +48,7 @@ pub(super) fn routes(
                     "another route already has this name (route names are unique per provider)",
                 );
                 ok = false;
-            } else if earlier.matcher == later.matcher {
+            } else if earlier.matcher.same_requests(&later.matcher, ignoring_case) {
                 let msg = format!(
                     "same match as route \"{}\", so this route would never be used (remove one)",
                     earlier.name
