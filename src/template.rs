@@ -329,11 +329,7 @@ fn value(part: &Part, inputs: &Inputs) -> Result<Option<String>, InvalidBody> {
             .map(str::to_string),
         Part::Json(pointer) => json_value(inputs.body, pointer)?,
         Part::Form(field) => form_value(inputs.body, field)?,
-        Part::Query(field) => inputs.query.and_then(|q| {
-            form_urlencoded::parse(q.as_bytes())
-                .find(|(k, _)| k == field)
-                .map(|(_, v)| v.into_owned())
-        }),
+        Part::Query(field) => inputs.query.and_then(|q| query_value(q, field)),
         Part::Path(name) => inputs
             .captures
             .iter()
@@ -346,6 +342,22 @@ fn value(part: &Part, inputs: &Inputs) -> Result<Option<String>, InvalidBody> {
         Part::OperationId => inputs.operation_id.map(str::to_string),
         Part::Answer(pointer) => inputs.answer.and_then(|a| scalar(a.pointer(pointer)?)),
     })
+}
+
+/// The first value of the query parameter `field`, decoded like a form. A value that is not
+/// UTF-8 once decoded counts as absent, as a header's does: decoded lossily, `%FF` and `%FE`
+/// would both read U+FFFD, one operation ID for two intents.
+fn query_value(query: &str, field: &str) -> Option<String> {
+    let decode = |raw: &str| -> Option<String> {
+        let spaced = raw.replace('+', " ");
+        let decoded = percent_decode_str(&spaced).decode_utf8().ok()?;
+        Some(decoded.into_owned())
+    };
+    query
+        .split('&')
+        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+        .find(|(name, _)| decode(name).is_some_and(|name| name == field))
+        .and_then(|(_, value)| decode(value))
 }
 
 /// A capture is read percent-decoded, so `ch%5F1` and `ch_1` name the same thing; a capture

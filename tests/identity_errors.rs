@@ -192,3 +192,39 @@ async fn a_body_over_max_request_body_is_a_413_declared_or_streamed() {
         "nothing was recorded for the refused body"
     );
 }
+
+/// A query value that is not UTF-8 once percent-decoded counts as absent, as a header's does:
+/// `?id=%FF` and `?id=%FE` are two different values that have no text, and would otherwise both
+/// render as U+FFFD, one operation ID for two intents. Before 2026-12-03 they did.
+#[tokio::test]
+async fn a_query_value_that_is_not_utf8_is_absent_from_an_operation_id() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let routes = route(ROUTE, "POST /v1/refunds", &["{query:id}"]);
+    let proxy = builder(&provider, "", &routes).start().await;
+    for raw in ["%FF", "%FE", "ok%C3"] {
+        let url = proxy.url(&format!("{PATH}?id={raw}"));
+        let resp = common::send(Method::POST, &url, &[FORM], "amount=500".to_string())
+            .await
+            .expect("the proxy answers");
+        let body = problem(
+            &resp,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "missing-operation-id",
+        );
+        assert_eq!(body["missing"], serde_json::json!([["query:id"]]), "{raw}");
+    }
+    let url = proxy.url(&format!("{PATH}?id=caf%C3%A9"));
+    let resp = common::send(Method::POST, &url, &[FORM], "amount=500".to_string())
+        .await
+        .expect("the proxy answers");
+    assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
+    assert_eq!(
+        resp.header("idem-operation-id"),
+        Some(op_id("caf%C3%A9").as_str())
+    );
+    assert_eq!(
+        provider.request_count(),
+        1,
+        "only the readable one was sent"
+    );
+}
