@@ -234,6 +234,38 @@ impl Matcher {
                 .all(|(a, b)| same(a, b))
     }
 
+    /// Whether this matches every request `other` matches: tried on `other`'s own spelling,
+    /// a stand-in (equal to no literal) for each capture, and its rest both empty and two
+    /// segments long. Used to find a route that can never be reached.
+    pub fn covers(&self, other: &Matcher, ignoring_case: bool) -> bool {
+        const STAND_IN: &str = "\u{1}";
+        let spell = |rest: &str| {
+            let mut path = String::new();
+            for segment in &other.segments {
+                let part = match segment {
+                    Segment::Literal(literal) => literal.as_str(),
+                    Segment::Capture(_) => STAND_IN,
+                    Segment::Rest(_) if rest.is_empty() => continue,
+                    Segment::Rest(_) => rest,
+                };
+                path.push('/');
+                path.push_str(part);
+            }
+            if path.is_empty() {
+                path.push('/');
+            }
+            path
+        };
+        ["", "\u{1}/\u{1}"].iter().all(|rest| {
+            let path = spell(rest);
+            let found = match ignoring_case {
+                true => self.matches_ignoring_case(&other.method, &path),
+                false => self.matches(&other.method, &path),
+            };
+            found.is_some()
+        })
+    }
+
     /// `matches` with letter case ignored, in the method and in the literal segments: what
     /// a case-insensitive server would take for this route.
     pub fn matches_ignoring_case(&self, method: &Method, path: &str) -> Option<Captures> {

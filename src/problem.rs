@@ -61,6 +61,12 @@ pub enum Problem {
     // Request spellings and forwarding refused before anything is sent (issue 7).
     #[error("the request path {0}")]
     InvalidPath(String),
+    /// A request an unguarded route takes that a guarded route listed after it matches too,
+    /// as written: the policy's order would leave it unguarded.
+    #[error(
+        "the request matches the guarded route `{guarded}` after the unguarded route `{taken}`"
+    )]
+    ShadowedRoute { taken: String, guarded: String },
     #[error("the request method {0}")]
     InvalidMethod(String),
     #[error("the request already passed through this proxy")]
@@ -163,7 +169,9 @@ impl Problem {
             }
             Problem::UpstreamUnreachable(_) | Problem::UpstreamBroken(_) => StatusCode::BAD_GATEWAY,
             Problem::LedgerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Problem::InvalidPath(_) | Problem::InvalidMethod(_) => StatusCode::BAD_REQUEST,
+            Problem::InvalidPath(_) | Problem::ShadowedRoute { .. } | Problem::InvalidMethod(_) => {
+                StatusCode::BAD_REQUEST
+            }
             Problem::LoopDetected => StatusCode::LOOP_DETECTED,
             Problem::AmbiguousHost(_) => StatusCode::FORBIDDEN,
             Problem::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
@@ -191,7 +199,7 @@ impl Problem {
             Problem::UpstreamUnreachable(_) => "upstream-unreachable",
             Problem::UpstreamBroken(_) => "upstream-error",
             Problem::LedgerUnavailable(_) => "ledger-unavailable",
-            Problem::InvalidPath(_) => "invalid-path",
+            Problem::InvalidPath(_) | Problem::ShadowedRoute { .. } => "invalid-path",
             Problem::InvalidMethod(_) => "invalid-method",
             Problem::LoopDetected => "loop-detected",
             Problem::AmbiguousHost(_) => "no-route",
@@ -219,7 +227,7 @@ impl Problem {
             Problem::UpstreamUnreachable(_) => "Upstream unreachable",
             Problem::UpstreamBroken(_) => "Upstream error",
             Problem::LedgerUnavailable(_) => "Ledger unavailable",
-            Problem::InvalidPath(_) => "Invalid path",
+            Problem::InvalidPath(_) | Problem::ShadowedRoute { .. } => "Invalid path",
             Problem::InvalidMethod(_) => "Invalid method",
             Problem::LoopDetected => "Loop detected",
             Problem::AmbiguousHost(_) => "No route",
@@ -295,6 +303,13 @@ impl Problem {
                 "The request path {why}. Servers read such a path in different ways, so under a \
                  provider with guarded routes it could reach a guarded route unguarded. Send \
                  the plain spelling of the path (as the route's `match` writes it). Nothing \
+                 was sent."
+            ),
+            Problem::ShadowedRoute { taken, guarded } => format!(
+                "The request matches the route `{taken}`, which is not guarded, and also the \
+                 guarded route `{guarded}` listed after it. Routes are tried in the order of \
+                 the policy file, so its guard would not run, and the proxy refuses rather than \
+                 send it unguarded. The policy must list `{guarded}` before `{taken}`. Nothing \
                  was sent."
             ),
             Problem::InvalidMethod(why) => format!(
@@ -448,6 +463,10 @@ mod tests {
             Problem::UpstreamBroken("u".into()),
             Problem::LedgerUnavailable("l".into()),
             Problem::InvalidPath("p".into()),
+            Problem::ShadowedRoute {
+                taken: "t".into(),
+                guarded: "g".into(),
+            },
             Problem::InvalidMethod("m".into()),
             Problem::LoopDetected,
             Problem::AmbiguousHost("h".into()),

@@ -147,6 +147,17 @@ fn resolve<'a>(app: &'a App, req: &Request<Incoming>) -> Result<Target<'a>, Refu
     if !route.as_ref().is_some_and(|(r, _)| r.is_guarded())
         && let Some(guarded) = provider.guarded_ignoring_case(req.method(), &rel_path)
     {
+        // Matched as written (any case is "as written" under `insensitive`): an unguarded
+        // route listed before it took the request.
+        if let Some((taken, _)) = &route
+            && (provider.path_case == PathCase::Insensitive
+                || guarded.matcher.matches(req.method(), &rel_path).is_some())
+        {
+            return Err(refused(Problem::ShadowedRoute {
+                taken: taken.pattern.clone(),
+                guarded: guarded.pattern.clone(),
+            }));
+        }
         let why = format!(
             "differs only in letter case from the guarded route `{}`",
             guarded.pattern

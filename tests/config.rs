@@ -587,6 +587,19 @@ fn duplicate_routes() {
         "policies/cased.toml",
         &["route \"lower\": match", "same match as route \"upper\""],
     );
+    // A guarded route whose every request an earlier unguarded route takes would never guard
+    // anything (its requests are refused 400); one only partly overlapped loads.
+    assert_error(
+        &errors,
+        file,
+        &[
+            "route \"cancel\": match",
+            "earlier route \"peek\"",
+            "list this route before it",
+        ],
+    );
+    let text = errors.to_string();
+    assert!(!text.contains("route \"amend\""), "{text}");
 }
 
 #[test]

@@ -185,3 +185,44 @@ async fn under_path_case_insensitive_other_cases_are_guarded_and_sent_as_the_rou
         .expect("answer");
     problem(&resp, StatusCode::BAD_REQUEST, "invalid-path");
 }
+
+/// A request an unguarded route listed first takes, that a guarded route listed after it
+/// matches too, exactly as written: refused 400, nothing sent, and the answer says why
+/// (routes are tried in file order; list the guarded one first). Before 2026-12-03 it was
+/// refused as "differs only in letter case", which it does not.
+#[tokio::test]
+async fn a_request_an_earlier_unguarded_route_takes_from_a_guarded_one_is_refused_naming_both() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "from provider")).await;
+    let special =
+        "[[route]]\nname = \"peek\"\nmatch = \"POST /v1/items/special\"\neffect = \"read_only\"\n";
+    let update = route(
+        "update",
+        "POST /v1/items/{id}",
+        &["{header:x-operation-id}"],
+    );
+    let shop = common::policy("shop", &provider.url(), &format!("{special}{update}"));
+    let proxy = Proxy::builder().policy("shop", &shop).start().await;
+
+    let resp = send(
+        Method::POST,
+        &proxy.url("/shop/v1/items/special"),
+        &[OP],
+        "a=1",
+    )
+    .await
+    .expect("answer");
+    let body = problem(&resp, StatusCode::BAD_REQUEST, "invalid-path");
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("POST /v1/items/special") && detail.contains("POST /v1/items/{id}"),
+        "names both routes: {body}"
+    );
+    assert!(!detail.contains("letter case"), "{body}");
+    assert_eq!(provider.request_count(), 0, "nothing was sent");
+
+    let other = send(Method::POST, &proxy.url("/shop/v1/items/i_1"), &[OP], "a=1")
+        .await
+        .expect("answer");
+    assert_eq!(other.status, StatusCode::OK, "{}", other.text());
+    assert_eq!(other.header("idem-state"), Some("succeeded"), "guarded");
+}

@@ -55,6 +55,19 @@ pub(super) fn routes(
                 );
                 scope.push("match", msg);
                 ok = false;
+            } else if later.is_guarded()
+                && !earlier.is_guarded()
+                && earlier.matcher.covers(&later.matcher, ignoring_case)
+            {
+                // Routes are tried in file order: its guard would never run (its requests
+                // would all be refused 400).
+                let msg = format!(
+                    "every request it matches goes to the earlier route \"{}\", which is not \
+                     guarded, so this route's guard would never run (list this route before it)",
+                    earlier.name
+                );
+                scope.push("match", msg);
+                ok = false;
             }
         }
     }
