@@ -853,3 +853,25 @@ fn not_found_final_after_of_zero_is_refused() {
     ];
     assert_error(&errors, "policies/shop.toml", &parts);
 }
+
+/// The contract's example policy, verbatim, loads (`protocol = "http"` and `approval_show`
+/// beside `approval = "none"` among its keys); `protocol = "mcp"` is refused by name. Before
+/// 2026-12-03 the example was refused twice over.
+#[test]
+fn the_contracts_example_policy_loads_as_written() {
+    let config = load_ok(&fixture("contract_example"));
+    let stripe = &config.providers[0];
+    assert_eq!(stripe.name, "stripe");
+    assert_eq!(stripe.routes[0].name, "create_refund");
+    let warnings: Vec<String> = config.warnings.iter().map(|w| w.to_string()).collect();
+    assert!(
+        warnings.iter().any(|w| w.contains("approval_show")),
+        "{warnings:?}"
+    );
+    let errors = load_broken("protocol_mcp");
+    assert_error(
+        &errors,
+        "policies/tools.toml",
+        &["provider.protocol", "\"mcp\"", "not available"],
+    );
+}

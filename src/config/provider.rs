@@ -86,6 +86,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
     let settle = settle_headers(s, raw.settle_headers.unwrap_or_default());
     let unmatched = s.choice("unmatched", raw.unmatched, Unmatched::Pass, UNMATCHED);
     let path_case = s.choice("path_case", raw.path_case, PathCase::Sensitive, PATH_CASES);
+    protocol(s, raw.protocol.as_deref());
     let outcomes = outcomes(s, raw.outcomes.unwrap_or_default());
     let pending_status = s.check(
         "pending_status",
@@ -139,6 +140,23 @@ pub(super) const KEY_FORMATS: &[(&str, KeyFormat)] =
 
 pub(super) const UNMATCHED: &[(&str, Unmatched)] =
     &[("pass", Unmatched::Pass), ("reject", Unmatched::Reject)];
+
+/// `protocol`: `"http"`, the default. MCP servers as providers (`"mcp"`) are not built, and
+/// are refused by name rather than served as plain HTTP.
+fn protocol(s: &mut Scope, raw: Option<&str>) {
+    match raw {
+        None | Some("http") => {}
+        Some("mcp") => s.push(
+            "protocol",
+            "\"mcp\" (MCP servers as providers) is not available in this version; only \"http\" \
+             is (remove the key, or set it to \"http\")",
+        ),
+        Some(other) => s.push(
+            "protocol",
+            format!("{other:?} is not a protocol (use \"http\", the default)"),
+        ),
+    }
+}
 
 pub(super) const PATH_CASES: &[(&str, PathCase)] = &[
     ("sensitive", PathCase::Sensitive),

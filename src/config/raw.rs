@@ -96,6 +96,8 @@ pub(super) struct RawProvider {
     pub settle_headers: Option<std::collections::BTreeMap<String, String>>,
     pub unmatched: Option<String>,
     pub path_case: Option<String>,
+    /// Only `"http"`, the default, is built.
+    pub protocol: Option<String>,
     pub principal_headers: Option<Vec<String>>,
     pub outcomes: Option<RawOutcomes>,
     /// An integer; a `Value` so a wrong type names the key and the fix.
