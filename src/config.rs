@@ -245,6 +245,13 @@ fn settings(
         }
         file => Some(LedgerAt::File(base.join(file))),
     };
+    if raw.intercept.is_some() {
+        s.push(
+            "intercept",
+            "HTTPS interception for HTTPS_PROXY clients is not available in this version (remove \
+             the [intercept] table, and point the agent's SDK at the provider's mount instead)",
+        );
+    }
     let replicas_given = raw.replicas.is_some();
     let raw_replicas = raw.replicas.unwrap_or_default();
     let lease = s.duration(

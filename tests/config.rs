@@ -874,4 +874,10 @@ fn the_contracts_example_policy_loads_as_written() {
         "policies/tools.toml",
         &["provider.protocol", "\"mcp\"", "not available"],
     );
+    let errors = load_broken("intercept");
+    assert_error(
+        &errors,
+        "proxy.toml",
+        &["intercept", "HTTPS interception", "not available"],
+    );
 }

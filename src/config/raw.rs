@@ -23,6 +23,8 @@ pub(super) struct RawProxy {
     pub retention: Option<RawRetention>,
     pub notify: Option<RawNotify>,
     pub replicas: Option<RawReplicas>,
+    /// HTTPS interception, not built: present only to be refused by name.
+    pub intercept: Option<Value>,
 }
 
 /// `[replicas]`: only meaningful with a PostgreSQL ledger.
