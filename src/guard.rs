@@ -137,7 +137,7 @@ async fn run(
     };
     let caller = op.requests.plain.headers.clone();
     let next = detached(app, names, op).await?;
-    if next.is_unknown() {
+    if next.leaves_this_caller_unknown() {
         // For the settler, which may re-send or look it up with these (memory only).
         let id = ctx.operation_id.as_deref().unwrap_or_default();
         app.credentials.remember(id, caller);
@@ -158,13 +158,17 @@ async fn run(
 
 impl Next {
     /// Whether the operation was left `unknown`.
-    fn is_unknown(&self) -> bool {
+    /// Whether the operation is left `unknown` for this request's caller: its attempt ended
+    /// unknown, or it was told to wait as the operation's own caller. Never a refusal of
+    /// another caller or other parameters (`403`, `409`): the settler must not act with the
+    /// credentials of a caller the operation is not bound to.
+    fn leaves_this_caller_unknown(&self) -> bool {
         match self {
             Next::Sent(resp) => resp
                 .headers()
                 .get("idem-state")
                 .is_some_and(|v| v.as_bytes() == State::Unknown.as_str().as_bytes()),
-            Next::Refuse(_, state) => *state == State::Unknown,
+            Next::Refuse(problem, state) => *state == State::Unknown && problem.is_pending(),
             Next::Replay(_) | Next::Wait => false,
         }
     }

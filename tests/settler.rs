@@ -135,6 +135,48 @@ async fn without_credentials_the_settler_waits_for_the_agent() {
     assert_op_headers(&replay, &id, "succeeded", true);
 }
 
+/// A caller refused `403 principal-mismatch` (another API key, another account) is not the
+/// operation's caller: the settler never acts with its credentials. Before 2026-12-03 a refusal
+/// of an `unknown` operation handed them to the settler, which re-sent the first caller's
+/// request under the second caller's key: a second effect, in another account.
+#[tokio::test]
+async fn the_settler_never_uses_the_credentials_of_a_caller_it_refused() {
+    let behavior = Behavior::echo().dedupe_on_header("idempotency-key").hold();
+    let provider = FakeProvider::start(behavior).await;
+    let mut proxy = start(&provider, "dedupe = \"key\"").await;
+    let id = op_id("wf-s4");
+
+    let pending = refund_in_background(&proxy, "wf-s4", "amount=500");
+    provider.wait_for_requests(1).await;
+    assert!(!proxy.kill().await.success());
+    let _ = pending.await;
+    provider.release();
+    proxy.restart().await;
+    assert_eq!(proxy.op_state(&id).await, "unknown");
+
+    let other = [
+        (OP_HEADER, "wf-s4"),
+        FORM,
+        ("authorization", "Bearer sk_other_account"),
+    ];
+    let refused = refund_with(&proxy, &other, "amount=500").await;
+    problem(&refused, StatusCode::FORBIDDEN, "principal-mismatch");
+
+    // Past the settler's quiet time (2 s as unknown), several of its passes (every 500 ms).
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let sent_with: Vec<Option<String>> = provider
+        .requests()
+        .iter()
+        .map(|r| r.header("authorization").map(str::to_string))
+        .collect();
+    assert_eq!(
+        sent_with,
+        [None],
+        "only the first caller's attempt was sent"
+    );
+    assert_eq!(proxy.op_state(&id).await, "unknown");
+}
+
 /// A provider that cannot deduplicate but can be asked: the settler runs the lookup, which
 /// finds the refund, and the operation succeeds with the found body without any replay.
 #[tokio::test]
