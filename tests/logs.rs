@@ -111,3 +111,48 @@ async fn json_logs_parse_line_by_line_and_name_the_request() {
     assert_eq!(requests[1]["path"], "-", "unmatched: {}", requests[1]);
     assert_eq!(requests[1]["outcome"], "passthrough");
 }
+
+/// Logs are never worth an answer: with stderr unwritable (a full disk, `/dev/full`) the
+/// proxy keeps serving, and an attempt whose outcome is unknown is recorded and answered as
+/// such, every warning about it lost. Before 2026-12-03 the logging library reported its own
+/// write failure with a print that panicked: the process died right after its ready line,
+/// and a task that logged mid-attempt died before its answer.
+#[tokio::test]
+async fn an_unwritable_stderr_loses_log_lines_and_nothing_else() {
+    let provider = FakeProvider::start(Behavior::echo().drop_first_response(1)).await;
+    let refund = route(
+        "create_refund",
+        "POST /v1/refunds",
+        &["{header:x-operation-id}"],
+    );
+    let script = "exec \"$0\" \"$@\" 2>/dev/full";
+    let proxy = Proxy::builder()
+        .env("IDEMPROXY_LOG", "debug")
+        .policy("acme", &provider.policy("acme", &refund))
+        .bin("sh", &["-c", script, env!("CARGO_BIN_EXE_idemproxy")])
+        .start()
+        .await;
+    let post = |op: &'static str| {
+        let url = proxy.url("/acme/v1/refunds");
+        async move {
+            send(
+                Method::POST,
+                &url,
+                &[("x-operation-id", op)],
+                "amount=1".to_string(),
+            )
+            .await
+            .expect("the proxy still answers")
+        }
+    };
+    let lost = post("op-lost").await;
+    assert_eq!(lost.status, StatusCode::ACCEPTED, "{}", lost.text());
+    assert_eq!(lost.header("idem-state"), Some("unknown"));
+    let made = post("op-made").await;
+    assert_eq!(made.status, StatusCode::OK, "{}", made.text());
+    assert_eq!(
+        proxy.op_state("acme/create_refund/op-lost").await,
+        "unknown"
+    );
+    assert_eq!(provider.request_count(), 2);
+}
