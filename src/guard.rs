@@ -359,6 +359,18 @@ async fn read_body(
                     Problem::InvalidBody("the request body could not be read to its end".into())
                 }
             })?;
+    if declared.is_some_and(|n: u64| n != bytes.len() as u64) {
+        return Err(Problem::InvalidBody(
+            "the request body broke off before the length its Content-Length declares".into(),
+        ));
+    }
+    if parts.version == http::Version::HTTP_2 {
+        // hyper ends an HTTP/2 body at a `RST_STREAM(NO_ERROR)` as if it were complete (a
+        // server's way to stop an upload early), so a client's reset mid-body reads as a
+        // short body. One turn back to hyper lets it see the reset and drop this request
+        // before anything of it is claimed; a stream that ended properly goes on.
+        tokio::task::yield_now().await;
+    }
     Ok((parts, bytes, reserved))
 }
 
