@@ -83,6 +83,10 @@ fn routed(
     })?;
     let guarded = target.route.as_ref().is_some_and(|(r, _)| r.is_guarded());
     let version = req.version();
+    // Hop-by-hop headers, and whatever `Connection` names, go first: what the guard reads
+    // (body type, principal, templates) is what is sent, and nothing named there can strip
+    // what the proxy sets next.
+    upstream::strip_hop_by_hop(req.headers_mut());
     upstream::forwarding_headers(req.headers_mut(), &app.via, version, guarded);
     Ok((target, method, req))
 }

@@ -96,3 +96,36 @@ async fn a_request_that_already_passed_this_proxy_is_a_loop_508_and_nothing_is_s
         "the looped requests were not sent"
     );
 }
+
+/// A `Connection` header naming end-to-end headers drops them from the request before
+/// anything reads it, so what is identified is what is sent, and never what this proxy sets:
+/// `Accept-Encoding: identity` and `Via` survive `Connection: accept-encoding, via`, and a
+/// `Content-Type` it names is neither read nor sent (the body is bytes on both sides). Before
+/// 2026-12-03 the proxy's own headers were stripped after it set them, and the body was read
+/// as a form and then sent without its `Content-Type`.
+#[tokio::test]
+async fn connection_drops_the_headers_it_names_before_the_guard_reads_them() {
+    let (provider, proxy) = start().await;
+    let connection = ("connection", "accept-encoding, via, content-type");
+    let headers = [connection, (OP_HEADER, "op-conn"), FORM];
+    let resp = refund_with(&proxy, &headers, "amount=1").await;
+    assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
+    let got = &provider.requests()[0];
+    assert_eq!(got.header("accept-encoding"), Some("identity"));
+    assert!(
+        got.header("via")
+            .is_some_and(|v| v.starts_with("1.1 idemproxy-"))
+    );
+    assert_eq!(
+        got.header("content-type"),
+        None,
+        "named in Connection: not sent"
+    );
+    assert_eq!(got.header("connection"), None);
+
+    // Identified as sent: the same body with a Content-Type is another intent (bytes then,
+    // a form now), not a replay of what went out without one.
+    let typed = refund_with(&proxy, &[(OP_HEADER, "op-conn"), FORM], "amount=1").await;
+    assert_eq!(typed.status, StatusCode::CONFLICT, "{}", typed.text());
+    assert_eq!(provider.request_count(), 1);
+}
