@@ -407,8 +407,10 @@ enum EnvPart {
 
 impl EnvTemplate {
     /// Parses `Bearer ${STRIPE_API_KEY}`: `${NAME}` with NAME of letters, digits and `_`
-    /// (not starting with a digit); `$$` is a literal `$`.
+    /// (not starting with a digit); `$$` is a literal `$`. An error names the place by its
+    /// character position, never the text: a literal value here is a credential.
     pub fn parse(text: &str) -> Result<EnvTemplate, String> {
+        let place = |rest: &str| text[..text.len() - rest.len()].chars().count() + 1;
         let mut parts = Vec::new();
         let mut literal = String::new();
         let mut rest = text;
@@ -420,13 +422,14 @@ impl EnvTemplate {
                 rest = tail;
                 continue;
             }
+            let at = place(&rest[at..]);
             let Some(inner) = after.strip_prefix('{') else {
                 return Err(format!(
-                    "\"{text}\": a `$` must start `${{VAR}}` (write `$$` for a literal `$`)"
+                    "the `$` at character {at} must start `${{VAR}}` (write `$$` for a literal `$`)"
                 ));
             };
             let Some(end) = inner.find('}') else {
-                return Err(format!("\"{text}\": `${{` is not closed by `}}`"));
+                return Err(format!("the `${{` at character {at} is not closed by `}}`"));
             };
             let name = &inner[..end];
             let valid = !name.is_empty()
@@ -434,7 +437,8 @@ impl EnvTemplate {
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
             if !valid {
                 return Err(format!(
-                    "\"{text}\": `${{{name}}}` is not an environment variable name (letters, digits, `_`)"
+                    "the `${{...}}` at character {at} does not hold an environment variable name \
+                     (letters, digits and `_`, not starting with a digit)"
                 ));
             }
             if !literal.is_empty() {

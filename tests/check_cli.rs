@@ -185,3 +185,23 @@ async fn check_refuses_settings_that_weaken_a_guard() {
         assert_line(&stderr, parts);
     }
 }
+
+/// A `settle_headers` value that does not parse is refused without being echoed: a literal
+/// value there is a credential, and `check`'s output lands in CI logs. Before 2026-12-03 each
+/// error quoted the whole value.
+#[tokio::test]
+async fn a_settle_headers_value_that_does_not_parse_is_refused_without_echoing_it() {
+    let dir = Proxy::builder().write();
+    let config = broken("settle_literal");
+    let (status, _, stderr) = dir.run_cli(&["check", "-c", &config]).await;
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert_line(&stderr, &["settle_headers.authorization", "`$`"]);
+    assert_line(
+        &stderr,
+        &["settle_headers.x-one", "environment variable name"],
+    );
+    assert_line(&stderr, &["settle_headers.x-two", "not closed"]);
+    for canary in ["CANARY1", "CANARY2", "CANARY3", "sk_live"] {
+        assert!(!stderr.contains(canary), "{canary} echoed:\n{stderr}");
+    }
+}
