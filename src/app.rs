@@ -201,11 +201,11 @@ fn escalate(providers: &[Provider], metrics: &Metrics, op: &Operation) {
     };
     if needs_person(op, Rules::of(provider, route), Timestamp::now()) {
         metrics.escalation(&op.provider, &op.route);
-        let id = &op.id;
+        let word = crate::operation::command_word(&op.id);
         tracing::warn!(
-            operation = %id,
+            operation = %crate::operation::Logged(&op.id),
             "outcome unknown and only an operator can settle it: check with the provider, \
-             then run `idemproxy ops resolve {id} --succeeded --body-file FILE` or `--failed --reason ...`"
+             then run `idemproxy ops resolve {word} --succeeded --body-file FILE` or `--failed --reason ...`"
         );
     }
 }

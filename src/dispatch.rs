@@ -100,12 +100,12 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
         }
         Ok(None) => {
             done();
-            tracing::warn!(operation = %ex.id, "a newer claim owns this operation; this attempt's result was not written");
+            tracing::warn!(operation = %crate::operation::Logged(&ex.id), "a newer claim owns this operation; this attempt's result was not written");
             return crate::answer::refusal(Problem::OutcomeUnknown, &ctx);
         }
         Err(e) => {
             done();
-            tracing::error!(operation = %ex.id, error = %e, "the provider answered but the ledger could not record it");
+            tracing::error!(operation = %crate::operation::Logged(&ex.id), error = %e, "the provider answered but the ledger could not record it");
             // Nobody will finish this claim: the ledger makes it `unknown` as soon as it can.
             app.ledger.abandon(&ex.id, ex.fence);
             ctx.state = Some(State::Unknown);

@@ -188,7 +188,7 @@ async fn deliver_all(app: &App, notifier: &Notifier) {
                 tracing::warn!(
                     webhook = %notifier.webhook.host,
                     event = n.event,
-                    operation = n.operation_id.as_deref().unwrap_or("-"),
+                    operation = %crate::operation::Logged(n.operation_id.as_deref().unwrap_or("-")),
                     reason = %why,
                     "a notification could not be delivered"
                 );

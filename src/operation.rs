@@ -282,3 +282,53 @@ pub enum RequestChange {
     /// Erase it: the operation became final (succeeded, rejected, resolved).
     Erase,
 }
+
+/// An operation ID in a log line or a message: its control characters escaped (`\n`), so the
+/// agent's text cannot start a forged line of its own.
+pub struct Logged<'a>(pub &'a str);
+
+impl std::fmt::Display for Logged<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        for c in self.0.chars() {
+            if c.is_control() {
+                for escaped in c.escape_default() {
+                    f.write_char(escaped)?;
+                }
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An operation ID as a word of a suggested `idemproxy ops` command: as it is when it holds
+/// only plain characters, else in single quotes for a POSIX shell (`'` written `'\''`), so a
+/// pasted command runs nothing the ID spells; control characters escaped as in [`Logged`].
+pub fn command_word(id: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:@%+=,".contains(c);
+    let shown = Logged(id).to_string();
+    if !shown.is_empty() && shown.chars().all(plain) {
+        return shown;
+    }
+    format!("'{}'", shown.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_in_a_command_is_one_word_that_runs_nothing_else() {
+        assert_eq!(command_word("pay/refund/wf-9:ch_1"), "pay/refund/wf-9:ch_1");
+        assert_eq!(command_word("pay/r/o; rm -rf ~ #"), "'pay/r/o; rm -rf ~ #'");
+        assert_eq!(command_word("p/r/$(id)"), "'p/r/$(id)'");
+        assert_eq!(command_word("p/r/it's"), r"'p/r/it'\''s'");
+        assert_eq!(command_word("p/r/a\nb"), r"'p/r/a\nb'");
+        assert_eq!(
+            Logged("a\u{1b}]0;x\u{7}\nb").to_string(),
+            r"a\u{1b}]0;x\u{7}\nb"
+        );
+    }
+}

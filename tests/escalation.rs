@@ -129,3 +129,40 @@ async fn an_operation_orphaned_by_a_crash_is_escalated_at_start() {
         metrics.text()
     );
 }
+
+/// An operation ID is the agent's text: in the warning it can neither start a line of its own
+/// (a forged log line) nor turn the suggested command into another one when pasted into a
+/// shell. Control characters are escaped; an ID with anything but plain characters is
+/// quoted. Before 2026-12-03 both went into the line as they were.
+#[tokio::test]
+async fn an_operation_id_can_neither_forge_a_log_line_nor_a_command() {
+    let provider = FakeProvider::start(Behavior::echo().drop_first_response(2)).await;
+    let routes = route("refund", "POST /v1/refunds", &["{json:/id}"]);
+    let proxy = Proxy::builder()
+        .policy("pay", &provider.policy("pay", &routes))
+        .start()
+        .await;
+    let json = [("content-type", "application/json")];
+    let forged = r#"{"id":"j-1\n2026-12-03T00:00:00Z ERROR idemproxy: FORGED"}"#;
+    let pasted = r#"{"id":"o; touch /tmp/idemproxy-pwned #"}"#;
+    for body in [forged, pasted] {
+        let lost = send(Method::POST, &proxy.url("/pay/v1/refunds"), &json, body)
+            .await
+            .expect("the proxy answers");
+        assert_eq!(lost.status, StatusCode::ACCEPTED, "{}", lost.text());
+    }
+    let log = proxy.log_text();
+    assert!(
+        !log.lines().any(|l| l.starts_with("2026-12-03T00:00:00Z")),
+        "a forged line:\n{log}"
+    );
+    assert!(log.contains(r"j-1\n2026"), "escaped in place:\n{log}");
+    let command = log
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("touch"))
+        .unwrap_or_else(|| panic!("no warning for the second ID:\n{log}"));
+    assert!(
+        command.contains("resolve 'pay/refund/o; touch /tmp/idemproxy-pwned #' --succeeded"),
+        "{command}"
+    );
+}

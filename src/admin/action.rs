@@ -462,6 +462,6 @@ async fn act<A: Send + 'static>(
         .ledger
         .update(id, move |existing| apply(existing, &owned, action, now))
         .await??;
-    tracing::info!(operation = %op.id, state = op.state.as_str(), "{done}");
+    tracing::info!(operation = %crate::operation::Logged(&op.id), state = op.state.as_str(), "{done}");
     Ok(view::json_response(&view::operation(&op)))
 }

@@ -95,6 +95,7 @@ pub fn notice(p: &Published, rules: Option<Rules>, now: Timestamp) -> Option<Not
 }
 
 fn approval_detail(id: &str) -> String {
+    let id = crate::operation::command_word(id);
     format!(
         "waits for an operator's approval: `idemproxy ops approve {id}` lets the agent's next \
          request send it, `idemproxy ops reject {id} --reason ...` refuses it for good"
@@ -102,6 +103,7 @@ fn approval_detail(id: &str) -> String {
 }
 
 fn operator_detail(id: &str, why: &str) -> String {
+    let id = crate::operation::command_word(id);
     format!(
         "{why}. Only an operator can settle it: check with the provider, then run \
          `idemproxy ops resolve {id} --succeeded --body-file FILE` (FILE: the provider's \

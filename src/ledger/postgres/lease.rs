@@ -227,7 +227,7 @@ pub(super) async fn abandon(core: Arc<Core>, id: String, claim: (u64, Left)) {
         match core.timed(orphan_one(&core, &id, Some(claim))).await {
             Ok(_) => return,
             Err(fault) => tracing::warn!(
-                operation = %id,
+                operation = %crate::operation::Logged(&id),
                 error = %fault,
                 "an abandoned claim could not be made unknown yet; trying again"
             ),
