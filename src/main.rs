@@ -122,8 +122,16 @@ fn main() -> ExitCode {
 }
 
 fn init_logs(format: LogFormat, default_filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("IDEMPROXY_LOG")
+    let asked = std::env::var("IDEMPROXY_LOG").unwrap_or_default();
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("IDEMPROXY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    // The PostgreSQL client's debug lines print every statement's parameters (stored answers
+    // among them): held back unless the filter names it.
+    if !asked.contains("tokio_postgres")
+        && let Ok(quiet) = "tokio_postgres=info".parse()
+    {
+        filter = filter.add_directive(quiet);
+    }
     // Colour codes only for a person at a terminal: in a file or a collector they are noise
     // that breaks grepping for `status=200`.
     // A line that cannot be written is lost, never reported: the library reports it with a

@@ -814,3 +814,31 @@ async fn a_dead_replicas_claim_is_escalated_once_across_the_replicas() {
         .sum();
     assert_eq!(warned, 1, "one warning naming it:\n{}", replicas.logs());
 }
+
+/// At the most verbose filter, the PostgreSQL client's own debug lines are held back: they
+/// print every statement's parameters, among them the stored response's headers and body.
+/// `IDEMPROXY_LOG=debug` shows idemproxy's debug lines and not those (naming
+/// `tokio_postgres` in the filter turns them on). Before 2026-12-03 the stored answer was in
+/// the log.
+#[tokio::test]
+async fn debug_logs_never_print_the_stored_answer_of_a_shared_ledger() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "ANSWER-CANARY-71")).await;
+    let replicas = Replicas::start(replica(&provider, "").env("IDEMPROXY_LOG", "debug"), 1).await;
+    let made = refund(&replicas[0], "wf-log", "amount=500").await;
+    assert_eq!(made.status, StatusCode::OK, "{}", made.text());
+    let replay = refund(&replicas[0], "wf-log", "amount=500").await;
+    assert_eq!(replay.text(), "ANSWER-CANARY-71");
+    let log = replicas[0].log_text();
+    assert!(log.contains("DEBUG"), "the debug filter is on:\n{log}");
+    // The body as text, and as the byte list a statement's parameters print.
+    let bytes = format!("{:?}", b"ANSWER-CANARY-71".to_vec()).replace(' ', "");
+    let compact = log.replace(' ', "");
+    assert!(
+        !log.contains("ANSWER-CANARY-71"),
+        "the answer in the log:\n{log}"
+    );
+    assert!(
+        !compact.contains(&bytes[1..bytes.len() - 1]),
+        "the answer's bytes in the log"
+    );
+}
