@@ -110,3 +110,51 @@ async fn gocardless_gets_a_mismatch_its_sdk_raises_with_the_detail() {
     assert_eq!(error["code"], 409, "a number, as GoCardless sends it");
     assert_eq!(provider.request_count(), 1);
 }
+
+/// The same effect under every path its API accepts is guarded: Twilio's Messages resource
+/// with `.json`, `.xml` or no suffix, GitHub's issues by `owner/repo` or by repository ID.
+/// Before 2026-12-03 only `.json` and `owner/repo` were, and the other spellings went
+/// through unguarded (`unmatched = "pass"`): an SMS or an issue per retry.
+#[tokio::test]
+async fn every_spelling_of_a_shipped_effect_is_guarded() {
+    let provider = FakeProvider::start(Behavior::fixed(201, "{}")).await;
+    let twilio = start_shipped("twilio", &provider).await;
+    for suffix in [".json", ".xml", ""] {
+        let url = twilio.url(&format!("/twilio/2010-04-01/Accounts/AC1/Messages{suffix}"));
+        let headers = [
+            FORM,
+            ("x-operation-id", "sms-1"),
+            ("authorization", "Basic QUM="),
+        ];
+        let resp = send(Method::POST, &url, &headers, "To=%2B1555&Body=hi")
+            .await
+            .expect("the proxy answers");
+        assert!(
+            resp.header("idem-operation-id").is_some(),
+            "Messages{suffix} is guarded"
+        );
+    }
+    let github = start_shipped("github", &provider).await;
+    for (path, op) in [
+        ("/github/repositories/42/issues", "i-1"),
+        ("/github/repositories/42/issues/7/comments", "c-1"),
+    ] {
+        let headers = [
+            JSON,
+            ("x-operation-id", op),
+            ("authorization", "Bearer ghp_1"),
+        ];
+        let resp = send(
+            Method::POST,
+            &github.url(path),
+            &headers,
+            r#"{"title":"t","body":"b"}"#,
+        )
+        .await
+        .expect("the proxy answers");
+        assert!(
+            resp.header("idem-operation-id").is_some(),
+            "{path} is guarded"
+        );
+    }
+}
