@@ -386,6 +386,7 @@ fn load_policies(
     }
     check_claims(&claims, errors);
     forward::check_forward(&providers, errors);
+    forward::check_nested(&providers, errors);
     providers.sort_by(|a, b| a.name.cmp(&b.name));
     providers
 }

@@ -881,3 +881,23 @@ fn the_contracts_example_policy_loads_as_written() {
         &["intercept", "HTTPS interception", "not available"],
     );
 }
+
+/// A pass-through provider whose upstream holds a guarded provider's (same host and port, its
+/// base path under the other's) would carry that provider's effects unguarded:
+/// `/outer/K/v1/refunds` reaches `payk`'s `/k/v1/refunds`. `check` refuses it; with
+/// `unmatched = "reject"` on the outer one it loads. Before 2026-12-03 it loaded.
+#[test]
+fn a_pass_through_upstream_holding_a_guarded_one_is_refused() {
+    let errors = load_broken("nested_upstreams");
+    assert_error(
+        &errors,
+        "policies/outer.toml",
+        &[
+            "provider.upstream",
+            "payk.toml",
+            "unguarded",
+            "unmatched = \"reject\"",
+        ],
+    );
+    load_ok(&fixture("nested_upstreams_rejected"));
+}

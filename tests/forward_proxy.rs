@@ -181,7 +181,9 @@ async fn absolute_form_goes_over_the_upstreams_own_scheme_and_base_path() {
 
 /// `alpha` at `http://localhost:P` (no routes) and `beta` at `http://localhost:P/base` (a
 /// guarded refund route): two providers on one upstream host and port. `alpha` sorts first,
-/// so a choice by host alone picks it.
+/// so a choice by host alone picks it. `alpha` rejects what its routes do not match: passing
+/// it through would carry `beta`'s effects unguarded through `/alpha/base/...`, which
+/// `check` refuses.
 async fn start_two_on_one_host() -> (FakeProvider, Proxy) {
     let provider = FakeProvider::start(Behavior::fixed(200, "forwarded")).await;
     let root = format!("http://localhost:{}", provider.addr().port());
@@ -191,7 +193,7 @@ async fn start_two_on_one_host() -> (FakeProvider, Proxy) {
         &["{header:x-operation-id}"],
     );
     let proxy = Proxy::builder()
-        .policy("alpha", &policy("alpha", &root, ""))
+        .policy("alpha", &policy("alpha", &root, "unmatched = \"reject\"\n"))
         .policy("beta", &policy("beta", &format!("{root}/base"), &refund))
         .start()
         .await;
@@ -217,20 +219,25 @@ async fn the_provider_with_the_longest_matching_base_path_wins() {
         resp.header("idem-operation-id"),
         Some("beta/create_refund/op-1")
     );
-    // A path under no longer base path is the root provider's.
+    // A path under no longer base path is the root provider's (which refuses it).
     let head = format!(
         "POST http://localhost:{port}/basement/v1/refunds HTTP/1.1\r\nHost: localhost:{port}\r\n\
          Content-Length: 3\r\n"
     );
     let resp = raw(proxy.proxy_addr(), &head, "a=1").await;
-    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert_eq!(resp.status, 403, "{}", resp.body);
+    assert!(
+        resp.body.contains("\"provider\":\"alpha\""),
+        "{}",
+        resp.body
+    );
     assert_eq!(resp.header("idem-state"), None);
     let paths: Vec<String> = provider
         .requests()
         .into_iter()
         .map(|r| r.path_and_query)
         .collect();
-    assert_eq!(paths, ["/base/v1/refunds", "/basement/v1/refunds"]);
+    assert_eq!(paths, ["/base/v1/refunds"]);
 }
 
 #[tokio::test]

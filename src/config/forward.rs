@@ -4,7 +4,7 @@
 //! providers and reports; it never changes one.
 
 use super::{ConfigError, Scope};
-use crate::policy::Provider;
+use crate::policy::{Provider, Unmatched};
 
 /// Each provider whose upstream host, port and base path an earlier one (in file order)
 /// already has is an error of its `provider.upstream`.
@@ -28,6 +28,43 @@ pub(super) fn check_forward(providers: &[Provider], errors: &mut Vec<ConfigError
                 earlier.file.display()
             );
             Scope::new(&later.file, errors).push("provider.upstream", message);
+        }
+    }
+}
+
+/// Each provider that passes unmatched requests through to an upstream holding another
+/// provider's guarded routes (the same scheme, host and port, the other's base path under its
+/// own) is an error of its `provider.upstream`: a request through its mount would reach the
+/// other's effects without their guard. Base paths compare ignoring letter case, as a
+/// case-insensitive server would.
+pub(super) fn check_nested(providers: &[Provider], errors: &mut Vec<ConfigError>) {
+    for outer in providers.iter().filter(|p| p.unmatched == Unmatched::Pass) {
+        let (up, base) = (
+            &outer.upstream,
+            outer.upstream.base_path.to_ascii_lowercase(),
+        );
+        let holds = |inner: &&Provider| {
+            let theirs = &inner.upstream;
+            let path = theirs.base_path.to_ascii_lowercase();
+            !std::ptr::eq(*inner, outer)
+                && inner.guards_routes()
+                && theirs.scheme == up.scheme
+                && theirs.host.eq_ignore_ascii_case(&up.host)
+                && theirs.port == up.port
+                && path.len() > base.len()
+                && path.starts_with(&base)
+                && path[base.len()..].starts_with('/')
+        };
+        if let Some(inner) = providers.iter().find(holds) {
+            let message = format!(
+                "{} (the upstream of {}, whose routes are guarded) lies under this upstream, so \
+                 a request through mount {} would reach its effects unguarded (set unmatched = \
+                 \"reject\" here, or give the two different hosts)",
+                inner.upstream.base_path,
+                inner.file.display(),
+                outer.mount
+            );
+            Scope::new(&outer.file, errors).push("provider.upstream", message);
         }
     }
 }
