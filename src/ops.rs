@@ -143,6 +143,14 @@ pub struct Call {
 /// Runs `idemproxy ops`: 0 on a 2xx answer, 1 otherwise (the problem's detail on stderr).
 /// `tail` runs until interrupted, or exits 1 when the admin API refuses it.
 pub fn run(args: OpsArgs) -> ExitCode {
+    if args.admin.as_deref().is_some_and(holds_user_info) {
+        // Never echoed: the URL holds a password.
+        eprintln!(
+            "error: --admin: the URL may not hold a user or password (the admin API takes a \
+             bearer token: set IDEMPROXY_ADMIN_TOKEN)"
+        );
+        return ExitCode::from(2);
+    }
     if let Verb::Tail { .. } = &args.verb {
         return match plan(&args.verb, &read_body_file) {
             Ok(call) => tail::run(&tail::Tail {
@@ -191,6 +199,13 @@ fn execute(args: &OpsArgs) -> Result<String, String> {
         Verb::List { .. } => render_list(&value),
         _ => render_op(&value),
     })
+}
+
+/// Whether a URL names a user (and maybe a password) before its host: `http://u:pw@host`.
+fn holds_user_info(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    authority.contains('@')
 }
 
 /// `--admin`, else the admin API from the config.

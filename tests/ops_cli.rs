@@ -293,6 +293,30 @@ async fn a_token_with_a_trailing_newline_works_for_ops_as_for_serve() {
     );
 }
 
+/// An `--admin` URL holding a password is refused without being echoed (the admin API takes
+/// a bearer token, never user info). Before 2026-12-03 the URL, password included, was
+/// printed in every error and by `ops tail`.
+#[tokio::test]
+async fn an_admin_url_with_a_password_is_refused_without_echoing_it() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = start(&provider, "", &[]).await;
+    let url = proxy
+        .admin_url("")
+        .replace("http://", "http://ops:Pw-CANARY-5@");
+    for verb in [&["list"][..], &["tail"][..]] {
+        let mut args = vec!["ops"];
+        args.extend_from_slice(verb);
+        args.extend_from_slice(&["--admin", &url]);
+        let (status, out, err) = proxy.run_cli(&args).await;
+        assert_eq!(status.code(), Some(2), "{verb:?}: {out}\n{err}");
+        assert!(err.contains("IDEMPROXY_ADMIN_TOKEN"), "{err}");
+        assert!(
+            !format!("{out}{err}").contains("CANARY"),
+            "{verb:?} echoed it: {err}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn an_unreachable_admin_api_is_exit_1_with_a_hint() {
     let provider = FakeProvider::start(Behavior::echo()).await;
