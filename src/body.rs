@@ -245,6 +245,49 @@ fn media_kind(value: &HeaderValue) -> Option<Kind> {
     }
 }
 
+/// The field many web frameworks (Rails, Laravel, Symfony) read as the request's real method.
+pub const METHOD_FIELD: &str = "_method";
+
+impl Body {
+    /// Whether this is a form carrying [`METHOD_FIELD`]: a server could act on it as another
+    /// method than the request line's.
+    pub fn overrides_method(&self) -> bool {
+        matches!(self, Body::Form(pairs) if pairs.iter().any(|(name, _)| name == METHOD_FIELD))
+    }
+}
+
+/// Whether a body of this `Content-Type`, as `bytes`, carries [`METHOD_FIELD`]: a field of an
+/// urlencoded form, or a part of a `multipart/form-data` one.
+pub fn carries_method_field(content_type: Option<&HeaderValue>, bytes: &[u8]) -> bool {
+    match content_type.and_then(media_kind) {
+        Some(Kind::Form) => names_method_field(bytes),
+        _ => {
+            let part = b"name=\"_method\"";
+            bytes
+                .windows(part.len())
+                .any(|w| w.eq_ignore_ascii_case(part))
+        }
+    }
+}
+
+/// Whether a body of this `Content-Type` is a form a server could read [`METHOD_FIELD`] from:
+/// urlencoded or `multipart/form-data`.
+pub fn may_carry_method_field(content_type: Option<&HeaderValue>) -> bool {
+    content_type.is_some_and(|value| {
+        matches!(media_kind(value), Some(Kind::Form))
+            || value.as_bytes().len() >= 19
+                && value.as_bytes()[..19].eq_ignore_ascii_case(b"multipart/form-data")
+    })
+}
+
+/// Whether a query string (or a form's bytes) names [`METHOD_FIELD`]; names that do not decode
+/// to UTF-8 are not it.
+pub fn names_method_field(raw: &[u8]) -> bool {
+    raw.split(|&b| b == b'&')
+        .map(|pair| pair.split(|&b| b == b'=').next().unwrap_or_default())
+        .any(|name| decode_component(name).is_some_and(|n| n == METHOD_FIELD))
+}
+
 /// Decodes `application/x-www-form-urlencoded` text (also a query string) into pairs.
 ///
 /// `+` is a space and `%XX` a byte; empty `&&` segments are skipped and a name without `=`

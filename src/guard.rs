@@ -374,6 +374,9 @@ async fn read_body(
     Ok((parts, bytes, reserved))
 }
 
+/// Why a request whose form body carries `_method` is refused.
+pub(crate) const OVERRIDDEN_BY_FORM: &str = "is overridden by the `_method` form field";
+
 /// Step 2: the body parsed (a JSON body must not repeat a key within an object), fingerprint,
 /// operation ID, key, and the request as it will be sent.
 fn identify(
@@ -389,6 +392,9 @@ fn identify(
     // A JSON body must not repeat a key within an object.
     let body = body::parse_checked(parts.headers.get(header::CONTENT_TYPE), bytes.clone())
         .map_err(|key| Problem::InvalidBody(body::repeated_key_detail(&key)))?;
+    if body.overrides_method() {
+        return Err(Problem::InvalidMethod(OVERRIDDEN_BY_FORM.into()));
+    }
     // The fingerprint's hex alone: a replay needs nothing more (`Named::complete` adds the rest).
     let hex = fingerprint::hex_only(&fingerprint_inputs(
         app, provider, route, target, &parts, &body,

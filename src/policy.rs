@@ -565,6 +565,18 @@ impl Provider {
         self.routes.iter().any(Route::is_guarded)
     }
 
+    /// Whether a guarded route takes `path` under another method than `method`: a request
+    /// there that a server could read as that method (`_method`) must be looked at.
+    pub fn guarded_under_another_method(&self, method: &Method, path: &str) -> bool {
+        self.routes.iter().any(|r| {
+            r.is_guarded()
+                && r.matcher.method != *method
+                && r.matcher
+                    .matches_ignoring_case(&r.matcher.method, path)
+                    .is_some()
+        })
+    }
+
     /// A guarded route this request meets when letter case is ignored. A request that
     /// matches no guarded route exactly but one of these is a case-insensitive server's
     /// spelling of a guarded route.

@@ -210,6 +210,11 @@ fn screen(req: &Request<Incoming>, raw: &str) -> Result<(), Problem> {
     if let Some(why) = path::ambiguity(raw) {
         return Err(Problem::InvalidPath(why.to_string()));
     }
+    if (req.uri().query()).is_some_and(|q| crate::body::names_method_field(q.as_bytes())) {
+        return Err(Problem::InvalidMethod(
+            "is overridden by the `_method` query parameter".into(),
+        ));
+    }
     let method = req.method().as_str();
     if method.bytes().any(|b| b.is_ascii_lowercase()) {
         return Err(Problem::InvalidMethod(format!(
@@ -242,7 +247,19 @@ pub(crate) async fn passthrough(
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let provider = target.provider;
-    let out = match outbound(target, req) {
+    let (parts, body) = req.into_parts();
+    // Most pass-through requests carry no form: the header is looked at first.
+    let body = if crate::body::may_carry_method_field(parts.headers.get(http::header::CONTENT_TYPE))
+        && provider.guarded_under_another_method(&parts.method, &target.rel_path)
+    {
+        match Box::pin(without_method_field(app, &parts, body)).await {
+            Ok(bytes) => crate::wire::full(bytes),
+            Err(problem) => return problem.into_response(&Context::default()),
+        }
+    } else {
+        body.map_err(BoxError::from).boxed()
+    };
+    let out = match outbound(target, parts, body) {
         Ok(out) => out,
         Err(problem) => return problem.into_response(&Context::default()),
     };
@@ -257,21 +274,47 @@ pub(crate) async fn passthrough(
         })
 }
 
+/// A form sent unguarded where a guarded route takes the same path under another method,
+/// read (up to `max_request_body`) and refused if it carries `_method`, which a server could
+/// act on as that method; else sent as it came. The only unguarded body ever buffered.
+async fn without_method_field(
+    app: &App,
+    parts: &http::request::Parts,
+    body: Incoming,
+) -> Result<bytes::Bytes, Problem> {
+    let limit = app.config.limits.max_request_body;
+    let bytes = crate::wire::collect_limited(body, limit)
+        .await
+        .map_err(|unread| match unread {
+            crate::wire::Unbuffered::TooLarge => Problem::BodyTooLarge { limit },
+            crate::wire::Unbuffered::Broken(_) => {
+                Problem::InvalidBody("the request body could not be read to its end".into())
+            }
+        })?;
+    let content_type = parts.headers.get(http::header::CONTENT_TYPE);
+    if crate::body::carries_method_field(content_type, &bytes) {
+        return Err(Problem::InvalidMethod(
+            crate::guard::OVERRIDDEN_BY_FORM.into(),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// The request a pass-through sends, or the problem refusing it. Apart from `passthrough`, so
 /// that what it builds takes no room in the future of every pass-through (a local borrowed
 /// inside an `async fn` keeps its room there across every await after it).
-fn outbound(target: &Target<'_>, req: Request<Incoming>) -> Result<Request<ProxyBody>, Problem> {
+fn outbound(
+    target: &Target<'_>,
+    mut parts: http::request::Parts,
+    body: ProxyBody,
+) -> Result<Request<ProxyBody>, Problem> {
     let provider = target.provider;
-    let (mut parts, body) = req.into_parts();
     let uri = upstream::origin_target(provider, &target.rel_path, parts.uri.query())
         .map_err(|e| Problem::InvalidBody(format!("the request path is not valid: {e}")))?;
     upstream::outbound_headers(&mut parts.headers, provider);
     parts.uri = uri;
     parts.version = Version::HTTP_11;
-    Ok(Request::from_parts(
-        parts,
-        body.map_err(BoxError::from).boxed(),
-    ))
+    Ok(Request::from_parts(parts, body))
 }
 
 #[cfg(test)]

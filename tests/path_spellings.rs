@@ -226,3 +226,62 @@ async fn a_request_an_earlier_unguarded_route_takes_from_a_guarded_one_is_refuse
     assert_eq!(other.status, StatusCode::OK, "{}", other.text());
     assert_eq!(other.header("idem-state"), Some("succeeded"), "guarded");
 }
+
+/// `_method`, the field many web frameworks read as the request's real method, cannot turn
+/// an unguarded request into a guarded effect: in the query it is refused under a provider
+/// with guarded routes; in a form body it is refused where a guarded route takes the same
+/// path under another method (the body is read for that, and sent as it came when it holds no
+/// `_method`), and on a guarded request. Before 2026-12-03 `POST .../sub_1` with
+/// `_method=DELETE` went through unguarded to a route whose `DELETE` is guarded.
+#[tokio::test]
+async fn a_method_override_field_is_refused_where_it_could_reach_a_guarded_route() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "from provider")).await;
+    let routes = format!(
+        "{}{}",
+        route(
+            "cancel",
+            "DELETE /v1/subscriptions/{id}",
+            &["{header:x-operation-id}"]
+        ),
+        route("refund", "POST /v1/refunds", &["{header:x-operation-id}"]),
+    );
+    let shop = common::policy("shop", &provider.url(), &routes);
+    let proxy = Proxy::builder().policy("shop", &shop).start().await;
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    let post = |path: &'static str, body: &'static str| {
+        let url = proxy.url(path);
+        async move {
+            send(Method::POST, &url, &[OP, form], body)
+                .await
+                .expect("answer")
+        }
+    };
+    for (path, body, why) in [
+        (
+            "/shop/v1/subscriptions/sub_1?_method=DELETE",
+            "plan=gold",
+            "query parameter",
+        ),
+        (
+            "/shop/v1/subscriptions/sub_1",
+            "plan=gold&_method=DELETE",
+            "form field",
+        ),
+        ("/shop/v1/refunds", "amount=1&_method=PUT", "form field"),
+    ] {
+        let resp = post(path, body).await;
+        let refused = problem(&resp, StatusCode::BAD_REQUEST, "invalid-method");
+        let detail = refused["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains("_method") && detail.contains(why),
+            "{path}: {detail}"
+        );
+    }
+    assert_eq!(provider.request_count(), 0, "nothing was sent");
+
+    let update = post("/shop/v1/subscriptions/sub_1", "plan=gold").await;
+    assert_eq!(update.status, StatusCode::OK, "{}", update.text());
+    assert_eq!(update.header("idem-state"), None, "unguarded");
+    let sent = &provider.requests()[0];
+    assert_eq!(sent.body, "plan=gold".as_bytes(), "sent as it came");
+}
