@@ -2,7 +2,8 @@
 //!
 //! `handle` reads top to bottom: resolve the provider and route, then either stream the
 //! request through unguarded (`passthrough`) or hand it to `guard` for the ledger protocol.
-//! Unguarded traffic is never buffered. This module never writes the ledger itself.
+//! Unguarded traffic is never buffered, but for a form that could carry `_method` to a path a
+//! guarded route takes under another method. This module never writes the ledger itself.
 //! Every answer leaves through `handle`, where the proxy's own problem answers are shaped
 //! for the provider's SDK (`shape`). Before either, it refuses what must not be forwarded at all: a request that looped back
 //! to this proxy, and under a provider with guarded routes, spellings of a path or method

@@ -3,7 +3,7 @@
 //!
 //! It sits on the lowest floor: it knows nothing of providers, the ledger or the request path,
 //! so `problem`, `upstream`, `dispatch`, `reconcile` and `admin` can use it without depending
-//! on `proxy`. Unguarded traffic is never buffered; only what must be recorded or read is.
+//! on `proxy`. Unguarded traffic is not buffered; only what must be recorded or read is.
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -30,7 +30,7 @@ pub enum Unbuffered {
 }
 
 /// Buffers a whole body of at most `limit` bytes (guarded requests, answers to record,
-/// lookups, admin calls); unguarded traffic is never buffered.
+/// lookups, admin calls, and the one unguarded form that must be read for `_method`).
 pub async fn collect_limited<B>(body: B, limit: u64) -> Result<Bytes, Unbuffered>
 where
     B: http_body::Body<Data = Bytes>,
