@@ -403,7 +403,23 @@ const CACHE_BYTES: usize = 10 << 20;
 /// Opens (or creates) the database file with the ledger's settings; start-up and the reopen
 /// after a storage error use the same.
 pub(crate) fn create_database(path: &Path) -> Result<Database, redb::DatabaseError> {
+    private_file(path).map_err(redb::StorageError::from)?;
     Database::builder().set_cache_size(CACHE_BYTES).create(path)
+}
+
+/// Creates `path` empty and readable by its owner only (0600), unless it exists: the ledger
+/// and its log hold stored answers and kept requests, for this process's user alone. An
+/// existing file keeps the mode it has. (redb initializes an empty file as a new database.)
+pub(super) fn private_file(path: &Path) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// The start-up write: check (or keep) the secret's check value, bump the boot epoch and

@@ -78,6 +78,7 @@ impl Wal {
         let path = path_of(ledger);
         let shown = path.display().to_string();
         let failed = |e: io::Error| Fault::new(format!("{shown}: {e}"));
+        super::redb::private_file(&path).map_err(failed)?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
