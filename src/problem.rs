@@ -260,7 +260,7 @@ impl Problem {
                  for guarded routes. Nothing was sent."
             ),
             Problem::InvalidBody(detail) => {
-                format!("The operation ID could not be read from the request: {detail}. Nothing was sent.")
+                format!("The request cannot be taken as its policy reads it: {detail}. Nothing was sent.")
             }
             Problem::MissingOperationId { .. } => "None of the route's operation_id templates \
                 could be filled from this request, so the operation cannot be identified and \

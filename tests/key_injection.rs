@@ -106,7 +106,15 @@ async fn key_json_field_is_injected_into_the_body_and_left_out_of_the_fingerprin
     assert_eq!(provider.request_count(), 1);
 
     let not_json = refund_with(&proxy, &[(OP_HEADER, "wf-form"), FORM], "amount=500").await;
-    problem(&not_json, StatusCode::BAD_REQUEST, "invalid-body");
+    let refused = problem(&not_json, StatusCode::BAD_REQUEST, "invalid-body");
+    // The operation was identified: the key is what could not be placed (until 2026-12-03
+    // the detail said the operation ID could not be read).
+    let detail = refused["detail"].as_str().unwrap_or_default();
+    assert!(
+        !detail.contains("operation ID could not be read"),
+        "{detail}"
+    );
+    assert!(detail.contains("key"), "{detail}");
     assert_eq!(provider.request_count(), 1);
 }
 
