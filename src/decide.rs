@@ -131,7 +131,13 @@ pub fn decide(
         (intent.fingerprint, intent.fields)
     };
     if op.fingerprint != fingerprint {
-        return Decision::Conflict(differing_fields(&op.fields, fields));
+        let mut differing = differing_fields(&op.fields, fields);
+        if differing.is_empty() {
+            // No parameter's hash differs: the body's kind does (none, `{}`, an empty form),
+            // the one part of a request no field hash covers.
+            differing.push("body".to_owned());
+        }
+        return Decision::Conflict(differing);
     }
     match op.state {
         State::Prepared if op.approval == Gate::Approved => Decision::Resend(Resend::Approved),

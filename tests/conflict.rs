@@ -130,3 +130,26 @@ async fn a_query_parameter_left_out_by_either_spelling_is_not_a_new_intent() {
         assert_eq!(provider.request_count(), 1, "{ignore}");
     }
 }
+
+/// Two bodies with no parameter between them but of another kind (none, and `{}`) are two
+/// intents, and the 409 names `body`: the one part of a request no parameter's hash covers.
+/// Before 2026-12-03 `differing_fields` was empty and the detail read "differing: )".
+#[tokio::test]
+async fn bodies_of_another_kind_without_parameters_differ_in_body() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "done")).await;
+    let proxy = start(&provider, "").await;
+    let empty = refund_with(&proxy, &[(OP_HEADER, "wf-kind"), JSON], "").await;
+    assert_eq!(empty.status, StatusCode::OK, "{}", empty.text());
+    let object = refund_with(&proxy, &[(OP_HEADER, "wf-kind"), JSON], "{}").await;
+    let body = problem(&object, StatusCode::CONFLICT, "parameter-mismatch");
+    assert_eq!(
+        body["differing_fields"],
+        serde_json::json!(["body"]),
+        "{body}"
+    );
+    assert!(
+        !body["detail"].as_str().unwrap_or_default().contains(": )"),
+        "{body}"
+    );
+    assert_eq!(provider.request_count(), 1);
+}
