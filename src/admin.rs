@@ -270,10 +270,15 @@ where
         .limits
         .max_stored_response
         .saturating_add(BODY_SLACK);
-    match collect_limited(req.into_body(), limit).await {
-        Ok(bytes) => Ok(bytes),
-        Err(Unbuffered::TooLarge) => Err(AdminError::TooLarge(limit)),
-        Err(Unbuffered::Broken(why)) => Err(AdminError::BadRequest(format!(
+    // Cut at the agents' body timeout: a call whose body never arrives must not hold its
+    // connection forever.
+    let after = app.config.limits.inbound.body_timeout;
+    let read = tokio::time::timeout(after, collect_limited(req.into_body(), limit));
+    match read.await {
+        Err(_) => Err(AdminError::BodyTimeout(after)),
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(Unbuffered::TooLarge)) => Err(AdminError::TooLarge(limit)),
+        Ok(Err(Unbuffered::Broken(why))) => Err(AdminError::BadRequest(format!(
             "The request body could not be read: {why}."
         ))),
     }

@@ -94,3 +94,19 @@ async fn a_body_that_stalls_is_cut_at_body_timeout() {
     assert_eq!(ok.status, 200, "{}", ok.text());
     raw::unclaimed(&mut proxy, &[&op_id("wf-stall")]).await;
 }
+
+/// The admin API cuts a stalled body at `body_timeout` too: a POST whose body never arrives
+/// is answered `408` and its connection let go. Before 2026-12-03 it was held open forever.
+#[tokio::test]
+async fn an_admin_call_whose_body_stalls_is_cut_at_body_timeout() {
+    let provider = FakeProvider::start(Behavior::fixed(200, "done")).await;
+    let proxy = start_with(&provider, "body_timeout = \"300ms\"\n").await;
+    let mut stalled = connect(proxy.admin_addr()).await;
+    let head = "POST /ops/pay%2Fcreate_refund%2Fwf-x/approve HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"rea";
+    write(&mut stalled, head.as_bytes()).await;
+    let resp = read_answer(&mut stalled).await;
+    let body = resp.json();
+    assert_eq!(resp.status, 408, "{body}");
+    assert_eq!(body["type"], "urn:idemproxy:body-timeout", "{body}");
+}

@@ -21,6 +21,8 @@ pub enum AdminError {
     BadRequest(String),
     #[error("the request body is over {0} bytes")]
     TooLarge(u64),
+    #[error("the request body did not arrive within {0:?}")]
+    BodyTimeout(std::time::Duration),
     #[error("no such path")]
     NoPath(String),
     #[error("method not allowed")]
@@ -55,6 +57,7 @@ impl AdminError {
             AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
             AdminError::BadRequest(_) => StatusCode::BAD_REQUEST,
             AdminError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            AdminError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             AdminError::NoPath(_) | AdminError::NotFound(_) | AdminError::NoResponse(_) => {
                 StatusCode::NOT_FOUND
             }
@@ -73,6 +76,7 @@ impl AdminError {
             AdminError::Unauthorized => ("unauthorized", "Unauthorized"),
             AdminError::BadRequest(_) => ("bad-request", "Bad request"),
             AdminError::TooLarge(_) => ("body-too-large", "Body too large"),
+            AdminError::BodyTimeout(_) => ("body-timeout", "Body timeout"),
             AdminError::NoPath(_) | AdminError::NotFound(_) | AdminError::NoResponse(_) => {
                 ("not-found", "Not found")
             }
@@ -94,6 +98,10 @@ impl AdminError {
             AdminError::TooLarge(limit) => {
                 format!("The request body is larger than {limit} bytes.")
             }
+            AdminError::BodyTimeout(after) => format!(
+                "The request body did not arrive within {after:?} (`limits.body_timeout`); \
+                 nothing was done."
+            ),
             AdminError::NoPath(path) => format!(
                 "No admin endpoint at {path}. An operation ID in a path is percent-encoded, \
                  its `/` as %2F: /ops/stripe%2Fcreate_refund%2Fwf-81."
