@@ -306,7 +306,8 @@ pub fn decode_pairs(raw: &[u8]) -> Option<Vec<(String, String)>> {
         .collect()
 }
 
-fn decode_component(raw: &[u8]) -> Option<String> {
+/// One form (or query) component: `+` a space, `%XX` a byte; `None` unless UTF-8 after that.
+pub(crate) fn decode_component(raw: &[u8]) -> Option<String> {
     let spaced: Vec<u8> = raw
         .iter()
         .map(|&b| if b == b'+' { b' ' } else { b })

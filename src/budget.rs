@@ -126,6 +126,10 @@ where
         .ok_or(Unread::Overloaded)?;
     let collect = collect(body, limits.max, &mut held);
     match tokio::time::timeout(limits.timeout, collect).await {
+        // Shorter than declared: an HTTP/2 stream reset mid-body may read as a clean end.
+        Ok(Ok(bytes)) if limits.declared.is_some_and(|len| len != bytes.len() as u64) => Err(
+            Unread::Broken("the body ended before the length its Content-Length declares".into()),
+        ),
         Ok(Ok(bytes)) => Ok((bytes, held)),
         Ok(Err(unread)) => Err(unread),
         Err(_) => Err(Unread::TimedOut),
@@ -199,6 +203,15 @@ mod tests {
         let read = read(&budget, body, limits(None, 50)).await;
         assert!(matches!(read, Err(Unread::Overloaded)), "{read:?}");
         assert_eq!(budget.used(), 4, "a refused body gives its bytes back");
+    }
+
+    #[tokio::test]
+    async fn a_body_shorter_than_declared_is_broken_and_holds_nothing() {
+        let budget = Budget::new(100);
+        let body = Full::new(Bytes::from_static(b"amount=10"));
+        let short = read(&budget, body, limits(Some(24), 50)).await;
+        assert!(matches!(short, Err(Unread::Broken(_))), "{short:?}");
+        assert_eq!(budget.used(), 0);
     }
 
     #[tokio::test]

@@ -15,7 +15,9 @@ use http_body_util::BodyExt;
 
 use crate::app::App;
 use crate::clock::Timestamp;
-use crate::operation::{Event, EventKind, Operation, RequestChange, State, StoredResponse, Write};
+use crate::operation::{
+    Event, EventKind, Logged, Operation, RequestChange, State, StoredResponse, Write,
+};
 use crate::policy::Provider;
 use crate::problem::{Context, Problem};
 use crate::rules::{self, Classified, Means};
@@ -100,12 +102,12 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
         }
         Ok(None) => {
             done();
-            tracing::warn!(operation = %crate::operation::Logged(&ex.id), "a newer claim owns this operation; this attempt's result was not written");
+            tracing::warn!(operation = %Logged(&ex.id), "a newer claim owns this operation; this attempt's result was not written");
             return crate::answer::refusal(Problem::OutcomeUnknown, &ctx);
         }
         Err(e) => {
             done();
-            tracing::error!(operation = %crate::operation::Logged(&ex.id), error = %e, "the provider answered but the ledger could not record it");
+            tracing::error!(operation = %Logged(&ex.id), error = %e, "the provider answered but the ledger could not record it");
             // Nobody will finish this claim: the ledger makes it `unknown` as soon as it can.
             app.ledger.abandon(&ex.id, ex.fence);
             ctx.state = Some(State::Unknown);

@@ -157,7 +157,6 @@ async fn run(
 }
 
 impl Next {
-    /// Whether the operation was left `unknown`.
     /// Whether the operation is left `unknown` for this request's caller: its attempt ended
     /// unknown, or it was told to wait as the operation's own caller. Never a refusal of
     /// another caller or other parameters (`403`, `409`): the settler must not act with the
@@ -359,11 +358,6 @@ async fn read_body(
                     Problem::InvalidBody("the request body could not be read to its end".into())
                 }
             })?;
-    if declared.is_some_and(|n: u64| n != bytes.len() as u64) {
-        return Err(Problem::InvalidBody(
-            "the request body broke off before the length its Content-Length declares".into(),
-        ));
-    }
     if parts.version == http::Version::HTTP_2 {
         // hyper ends an HTTP/2 body at a `RST_STREAM(NO_ERROR)` as if it were complete (a
         // server's way to stop an upload early), so a client's reset mid-body reads as a

@@ -132,15 +132,15 @@ fn init_logs(format: LogFormat, default_filter: &str) {
     {
         filter = filter.add_directive(quiet);
     }
-    // Colour codes only for a person at a terminal: in a file or a collector they are noise
-    // that breaks grepping for `status=200`.
-    // A line that cannot be written is lost, never reported: the library reports it with a
-    // print to that same stderr, which panics when stderr is unwritable (a full disk), and a
-    // task that panics mid-attempt dies before its answer and its recording.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colour codes only for a person at a terminal: in a file or a collector they are
+        // noise that breaks grepping for `status=200`.
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
+        // A line that cannot be written is lost, never reported: the library reports it with
+        // a print to that same stderr, which panics when stderr is unwritable (a full disk),
+        // and a task that panics mid-attempt dies before its answer and its recording.
         .log_internal_errors(false);
     match format {
         LogFormat::Text => builder.init(),

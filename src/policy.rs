@@ -240,21 +240,14 @@ impl Matcher {
     pub fn covers(&self, other: &Matcher, ignoring_case: bool) -> bool {
         const STAND_IN: &str = "\u{1}";
         let spell = |rest: &str| {
-            let mut path = String::new();
-            for segment in &other.segments {
-                let part = match segment {
-                    Segment::Literal(literal) => literal.as_str(),
-                    Segment::Capture(_) => STAND_IN,
-                    Segment::Rest(_) if rest.is_empty() => continue,
-                    Segment::Rest(_) => rest,
-                };
-                path.push('/');
-                path.push_str(part);
-            }
-            if path.is_empty() {
-                path.push('/');
-            }
-            path
+            let captures: Captures = (other.segments.iter())
+                .filter_map(|segment| match segment {
+                    Segment::Literal(_) => None,
+                    Segment::Capture(name) => Some((name.clone(), STAND_IN.to_owned())),
+                    Segment::Rest(name) => Some((name.clone(), rest.to_owned())),
+                })
+                .collect();
+            other.spell(&captures)
         };
         ["", "\u{1}/\u{1}"].iter().all(|rest| {
             let path = spell(rest);

@@ -25,7 +25,7 @@ use crate::clock::Timestamp;
 use crate::kept::KeptRequest;
 use crate::ledger::Fences;
 use crate::operation::{
-    Event, EventKind, Operation, RequestChange, ResponseMeta, State, StoredResponse, Write,
+    Event, EventKind, Logged, Operation, RequestChange, ResponseMeta, State, StoredResponse, Write,
 };
 use crate::policy::{Captures, Provider, Reconcile, Route};
 use crate::upstream::{self, SendError};
@@ -136,7 +136,7 @@ async fn look(
         Ok(Some(seen)) => seen,
         Ok(None) => return settled(app, id).await,
         Err(e) => {
-            tracing::warn!(operation = %crate::operation::Logged(id), error = %e, "reconciliation could not start");
+            tracing::warn!(operation = %Logged(id), error = %e, "reconciliation could not start");
             return Verdict::Unknown;
         }
     };
@@ -161,11 +161,11 @@ async fn look(
     let answer = match answer {
         Ok(answer) => answer,
         Err(e) => {
-            tracing::info!(operation = %crate::operation::Logged(id), error = %e, "reconciliation proved nothing; the operation stays unknown");
+            tracing::info!(operation = %Logged(id), error = %e, "reconciliation proved nothing; the operation stays unknown");
             return Verdict::Unknown;
         }
     };
-    tracing::info!(operation = %crate::operation::Logged(id), found = matches!(answer, Answer::Found(_)), "reconciliation lookup answered");
+    tracing::info!(operation = %Logged(id), found = matches!(answer, Answer::Found(_)), "reconciliation lookup answered");
     conclude(app, id, seen, rule, answer, may_resend).await
 }
 
@@ -175,12 +175,12 @@ async fn first_request(app: &App, id: &str) -> Option<First> {
     let sealed = match app.ledger.kept_request(id).await {
         Ok(sealed) => sealed?,
         Err(e) => {
-            tracing::warn!(operation = %crate::operation::Logged(id), error = %e, "the kept first request could not be read for the lookup");
+            tracing::warn!(operation = %Logged(id), error = %e, "the kept first request could not be read for the lookup");
             return None;
         }
     };
     let Some(kept) = KeptRequest::open(&app.secret, id, &sealed) else {
-        tracing::warn!(operation = %crate::operation::Logged(id), "the kept first request cannot be opened with this installation's secret");
+        tracing::warn!(operation = %Logged(id), "the kept first request cannot be opened with this installation's secret");
         return None;
     };
     Some(First::of(kept))
@@ -247,7 +247,7 @@ async fn conclude(
         Ok(Some(verdict)) => verdict,
         Ok(None) => settled(app, id).await,
         Err(e) => {
-            tracing::warn!(operation = %crate::operation::Logged(id), error = %e, "the reconciliation verdict could not be recorded");
+            tracing::warn!(operation = %Logged(id), error = %e, "the reconciliation verdict could not be recorded");
             Verdict::Unknown
         }
     }

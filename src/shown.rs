@@ -77,10 +77,7 @@ impl Field {
             segments,
         })
     }
-}
 
-/// `a[b][c]` -> `a`, `b`, `c`; `None` for an empty name or part, or stray brackets.
-impl Field {
     /// The name of the query parameter this field reads when it is found in the query.
     fn query_name(&self) -> &str {
         match self.query_only {
@@ -90,6 +87,7 @@ impl Field {
     }
 }
 
+/// `a[b][c]` -> `a`, `b`, `c`; `None` for an empty name or part, or stray brackets.
 fn segments(text: &str) -> Option<Vec<String>> {
     let head_end = text.find('[').unwrap_or(text.len());
     let (head, mut rest) = text.split_at(head_end);

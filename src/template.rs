@@ -348,11 +348,7 @@ fn value(part: &Part, inputs: &Inputs) -> Result<Option<String>, InvalidBody> {
 /// UTF-8 once decoded counts as absent, as a header's does: decoded lossily, `%FF` and `%FE`
 /// would both read U+FFFD, one operation ID for two intents.
 fn query_value(query: &str, field: &str) -> Option<String> {
-    let decode = |raw: &str| -> Option<String> {
-        let spaced = raw.replace('+', " ");
-        let decoded = percent_decode_str(&spaced).decode_utf8().ok()?;
-        Some(decoded.into_owned())
-    };
+    let decode = |raw: &str| crate::body::decode_component(raw.as_bytes());
     query
         .split('&')
         .map(|pair| pair.split_once('=').unwrap_or((pair, "")))

@@ -349,10 +349,10 @@ fn remove_named(headers: &mut HeaderMap, connection: &HeaderValue) {
     }
 }
 
-/// Cleans an agent's request headers for the provider: hop-by-hop, control headers and the
-/// agent's `Host` go (the client sets the upstream's `Host` from the URI).
+/// Cleans an agent's request headers for the provider: control headers and the agent's
+/// `Host` go (the client sets the upstream's `Host` from the URI). Hop-by-hop headers went
+/// before the request was routed (`proxy::routed`), so the guard reads what is sent.
 pub fn outbound_headers(headers: &mut HeaderMap, provider: &Provider) {
-    strip_hop_by_hop(headers);
     headers.remove(header::HOST);
     // One pass over the (few) headers present before any removal, which hashes each name.
     if headers
