@@ -410,7 +410,7 @@ pub(crate) fn create_database(path: &Path) -> Result<Database, redb::DatabaseErr
 /// Creates `path` empty and readable by its owner only (0600), unless it exists: the ledger
 /// and its log hold stored answers and kept requests, for this process's user alone. An
 /// existing file keeps the mode it has. (redb initializes an empty file as a new database.)
-pub(super) fn private_file(path: &Path) -> std::io::Result<()> {
+fn private_file(path: &Path) -> std::io::Result<()> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]

@@ -78,14 +78,12 @@ impl Wal {
         let path = path_of(ledger);
         let shown = path.display().to_string();
         let failed = |e: io::Error| Fault::new(format!("{shown}: {e}"));
-        super::redb::private_file(&path).map_err(failed)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(failed)?;
+        let mut options = OpenOptions::new();
+        options.read(true).write(true).create(true).truncate(false);
+        // Created readable by its owner only, like the ledger (`redb::private_file`).
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.open(&path).map_err(failed)?;
         let (kept, applied) = mark(db)?;
         let id = match header(&read_head(&file).map_err(failed)?) {
             Header::Empty => None,
