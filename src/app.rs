@@ -5,6 +5,7 @@
 //! reconfigured while serving.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
@@ -80,6 +81,7 @@ impl App {
             on_orphaned: Some(Arc::new(move |op: &Operation| {
                 escalate(&escalator.0, &escalator.1, op)
             })),
+            attempt_reach: attempt_reach(&config.providers),
         };
         let (ledger, orphaned) = Ledger::open(&config.ledger, Timestamp::now(), options)
             .await
@@ -208,6 +210,18 @@ fn escalate(providers: &[Provider], metrics: &Metrics, op: &Operation) {
              then run `idemproxy ops resolve {word} --succeeded --body-file FILE` or `--failed --reason ...`"
         );
     }
+}
+
+/// How long after its claim an attempt of any provider may still reach it: the longest
+/// `timeout` (it bounds connecting too, and `Ledger::may_send` is checked against it right
+/// before the first byte), plus a second for the moments between that check and the write.
+fn attempt_reach(providers: &[Provider]) -> Duration {
+    let longest = providers
+        .iter()
+        .map(|p| p.timeout)
+        .max()
+        .unwrap_or_default();
+    longest + Duration::from_secs(1)
 }
 
 /// How this process shows in a shared ledger's `replicas` table: host and process ID.

@@ -22,6 +22,7 @@ use crate::clock::Timestamp;
 use crate::decide::{Decision, Intent, Resend, Rules, decide};
 use crate::fingerprint::{Fingerprint, LEGACY, Legacy};
 use crate::kept::KeptRequest;
+use crate::ledger::Permit;
 use crate::operation::{
     Approval, Event, EventKind, Operation, RequestChange, State, StoredResponse, Write,
 };
@@ -55,6 +56,8 @@ pub struct Ask {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claimed {
     pub fence: u64,
+    /// Taken before the claim: what `dispatch` checks right before the first byte.
+    pub permit: Permit,
     pub attempt: u32,
     /// The first attempt of a new operation: send the request as it came. Otherwise repeat
     /// the kept first request, with the operation's own key and placement.
@@ -90,6 +93,7 @@ pub async fn claim(
         None => Vec::new(),
     };
     let fences = app.ledger.fences();
+    let permit = app.ledger.permit();
     let names = Names {
         provider: provider.name.clone(),
         route: route.name.clone(),
@@ -119,9 +123,12 @@ pub async fn claim(
                 .as_ref()
                 .filter(|op| is_stale(op) && !refused)
                 .map(|op| (op.clone(), fresh.clone()));
-            let fence = if decision.claims() { fences.next() } else { 0 };
+            let ticket = Ticket {
+                fence: if decision.claims() { fences.next() } else { 0 },
+                permit,
+            };
             let (write, decided) =
-                transition(existing, fresh, sealed, decision, fence, asked.actor, now);
+                transition(existing, fresh, sealed, decision, ticket, asked.actor, now);
             (adopt(stale, write), decided)
         })
         .await;
@@ -285,16 +292,24 @@ enum Decided {
     Replay,
 }
 
+/// What a claim is made under: its fencing token (0 when the decision claims nothing) and the
+/// permit taken before its transaction.
+struct Ticket {
+    fence: u64,
+    permit: Permit,
+}
+
 /// The write a decision makes, and what the handler does next. Pure.
 fn transition(
     existing: Option<Operation>,
     fresh: Operation,
     sealed: Vec<u8>,
     decision: Decision,
-    fence: u64,
+    ticket: Ticket,
     actor: Actor,
     now: Timestamp,
 ) -> (Option<Write>, Decided) {
+    let Ticket { fence, permit } = ticket;
     let event = |kind, attempt, detail: String| Event {
         at: now,
         kind,
@@ -308,6 +323,7 @@ fn transition(
             let ev = event(EventKind::Claimed, 1, "attempt 1: new operation".into());
             let step = Step::Dispatch(Claimed {
                 fence,
+                permit,
                 attempt: 1,
                 first: true,
                 key: op.idempotency_key.clone(),
@@ -355,6 +371,7 @@ fn transition(
             let ev = event(EventKind::Claimed, attempt, detail);
             let step = Step::Dispatch(Claimed {
                 fence,
+                permit,
                 attempt,
                 first: false,
                 key: op.idempotency_key.clone(),
@@ -494,12 +511,16 @@ mod tests {
         decision: Decision,
         fence: u64,
     ) -> (Option<Write>, Decided) {
+        let ticket = Ticket {
+            fence,
+            permit: Permit::for_tests(),
+        };
         transition(
             existing,
             fresh(),
             SEALED.to_vec(),
             decision,
-            fence,
+            ticket,
             Actor::Agent,
             NOW,
         )

@@ -15,13 +15,14 @@ use http_body_util::BodyExt;
 
 use crate::app::App;
 use crate::clock::Timestamp;
+use crate::ledger::Permit;
 use crate::operation::{
     Event, EventKind, Logged, Operation, RequestChange, State, StoredResponse, Write,
 };
 use crate::policy::Provider;
 use crate::problem::{Context, Problem};
 use crate::rules::{self, Classified, Means};
-use crate::upstream::{self, SendError};
+use crate::upstream::{self, Gate, SendError};
 use crate::wire::{BoxError, ProxyBody, Unbuffered, collect_limited, full};
 
 /// A buffered request ready to be sent (and sent again, byte for byte).
@@ -48,12 +49,30 @@ pub struct Exchange {
     pub route: String,
     pub id: String,
     pub fence: u64,
+    /// Taken before the claim: checked right before the first byte (`fetch`).
+    pub permit: Permit,
     pub attempt: u32,
     /// The request to send; `Err` when it could not be built (nothing is sent, and the
     /// attempt is recorded as never having reached the provider).
     pub outgoing: Result<Outgoing, String>,
     /// Who sent it, for the `provider.requested` event ("settler" for the proxy's own).
     pub by_settler: bool,
+}
+
+/// The last check of an attempt claimed under `permit` before its first byte: within its
+/// deadline, and still this replica's to send.
+fn gate(app: &App, permit: &Permit, timeout: std::time::Duration) -> Gate {
+    let (ledger, permit) = (app.ledger.clone(), *permit);
+    let deadline = permit.since + timeout;
+    Arc::new(move || {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "the attempt's deadline (its claim plus the provider's timeout, {timeout:?}) \
+                 passed before its connection was ready"
+            ));
+        }
+        ledger.may_send(&permit).map_err(str::to_owned)
+    })
 }
 
 /// What came back from the provider.
@@ -78,7 +97,7 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
     let started = Instant::now();
     let fetched = match &ex.outgoing {
         Ok(outgoing) => {
-            let fetched = fetch(app, provider, outgoing).await;
+            let fetched = fetch(app, provider, outgoing, &ex.permit).await;
             app.metrics.upstream(&provider.name, started.elapsed());
             fetched
         }
@@ -94,16 +113,16 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
         let _ = app.completions.send(Arc::from(ex.id.as_str()));
     };
     let state = match recorded {
-        Ok(Some(recorded)) => {
+        Ok(Persisted::Written(recorded)) => {
             if let Some(op) = &recorded.unknown {
                 app.escalate(op);
             }
             recorded.state
         }
-        Ok(None) => {
+        Ok(Persisted::Superseded(now)) => {
             done();
             tracing::warn!(operation = %Logged(&ex.id), "a newer claim owns this operation; this attempt's result was not written");
-            return crate::answer::refusal(Problem::OutcomeUnknown, &ctx);
+            return Box::pin(superseded(app, now, ctx)).await;
         }
         Err(e) => {
             done();
@@ -168,13 +187,21 @@ async fn reconcile_at_once(
     }
 }
 
-/// Sends and reads the whole answer within the provider's `timeout`.
-async fn fetch(app: &App, provider: &Provider, outgoing: &Outgoing) -> Result<Fetched, SendError> {
+/// Sends and reads the whole answer within the provider's `timeout`. Nothing is written
+/// once the attempt is past its deadline (its claim plus that `timeout`) or its claim's
+/// permit no longer holds (`Ledger::may_send`): both are checked when the connection is ready.
+async fn fetch(
+    app: &App,
+    provider: &Provider,
+    outgoing: &Outgoing,
+    permit: &Permit,
+) -> Result<Fetched, SendError> {
     let max = app.config.limits.max_stored_response;
+    let gate = gate(app, permit, provider.timeout);
     let exchange = async {
         let resp = app
             .upstreams
-            .send(&provider.name, outgoing.request())
+            .send_gated(&provider.name, outgoing.request(), gate)
             .await?;
         let (parts, body) = resp.into_parts();
         let (body, truncated) = match collect_limited(body, max).await {
@@ -292,6 +319,29 @@ impl Record {
     }
 }
 
+impl Record {
+    /// The `provider.answered_late` event of this attempt's answer, if the provider answered,
+    /// for when a newer claim keeps it from being written: its status and the provider's
+    /// request ID; the answer itself is not stored.
+    fn late_event(&self, attempt: u32) -> Option<Event> {
+        let status = self.response.as_ref()?.status;
+        let id = match &self.request_id {
+            Some(id) => format!(", provider request ID {id}"),
+            None => String::new(),
+        };
+        Some(Event {
+            at: Timestamp::now(),
+            kind: EventKind::AnsweredLate,
+            attempt,
+            detail: format!(
+                "the provider answered attempt {attempt} (status {status}{id}) after another \
+                 replica had taken the operation over; that answer was not stored, and the \
+                 provider may have acted on both attempts"
+            ),
+        })
+    }
+}
+
 /// Why an answer left the operation `unknown`, for its `operation.unknown` event.
 fn unknown_detail(status: u16, classified: Classified) -> String {
     let Some(i) = classified.rule else {
@@ -353,18 +403,29 @@ struct Recorded {
     unknown: Option<Operation>,
 }
 
-/// Writes the result, only if this attempt still owns the claim; returns the state written
-/// (`None`: superseded by a newer claim, nothing written).
+/// What became of an attempt's result.
+enum Persisted {
+    Written(Recorded),
+    /// A newer claim owns the operation (another replica orphaned this one's claim while
+    /// its lease had lapsed): the result was not written, only, if the provider answered, a
+    /// `provider.answered_late` event. The operation as it now is.
+    Superseded(Option<Operation>),
+}
+
+/// Writes the result, only if this attempt still owns the claim; else only the event of a
+/// late answer, which an operator must see: the provider may have acted on this attempt as
+/// well as on the one that superseded it.
 async fn persist(
     app: &App,
     provider: &Provider,
     ex: &Exchange,
     record: Record,
-) -> Result<Option<Recorded>, crate::ledger::LedgerError> {
+) -> Result<Persisted, crate::ledger::LedgerError> {
     let fence = ex.fence;
     let timeout = provider.timeout;
     // Hashed here, not in the closure: that runs on the ledger's single writer thread.
     let meta = record.response.as_ref().map(StoredResponse::meta);
+    let late = record.late_event(ex.attempt);
     app.ledger
         .update(&ex.id, move |existing| match existing {
             Some(op) if op.fence == fence && op.state == State::InFlight => {
@@ -372,11 +433,32 @@ async fn persist(
                 let write = settle(op, record, meta, timeout, now);
                 let state = write.op.state;
                 let unknown = (state == State::Unknown).then(|| write.op.clone());
-                (Some(write), Some(Recorded { state, unknown }))
+                (Some(write), Persisted::Written(Recorded { state, unknown }))
             }
-            _ => (None, None),
+            Some(op) => {
+                let seen = Persisted::Superseded(Some(op.clone()));
+                (late.map(|ev| Write::of(op, vec![ev])), seen)
+            }
+            None => (None, Persisted::Superseded(None)),
         })
         .await
+}
+
+/// The answer of an attempt whose result a newer claim kept from being written: the
+/// operation's stored answer if it has `succeeded` since, else `outcome-unknown` with the
+/// state it is in now (`unknown` if it could not be read).
+async fn superseded(app: &App, now: Option<Operation>, mut ctx: Context) -> Response<ProxyBody> {
+    let state = now.map_or(State::Unknown, |op| op.state);
+    ctx.state = Some(state);
+    if state == State::Succeeded
+        && let Ok(Some(stored)) = app
+            .ledger
+            .response(ctx.operation_id.as_deref().unwrap_or_default())
+            .await
+    {
+        return crate::answer::replay(stored, &ctx);
+    }
+    crate::answer::refusal(Problem::OutcomeUnknown, &ctx)
 }
 
 /// The write of an attempt's result on the operation `op` that it claimed. Pure.

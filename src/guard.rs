@@ -294,6 +294,7 @@ async fn send(
         route: names.route.clone(),
         id: op.id,
         fence: claimed.fence,
+        permit: claimed.permit,
         attempt: claimed.attempt,
         outgoing,
         by_settler: false,

@@ -155,6 +155,12 @@ pub struct LedgerOptions {
     /// owner's lease lapsed (by the sweep, or on a request's arrival), once its commit stands.
     /// Those orphaned by `open` are returned by it instead. A file ledger never calls it.
     pub on_orphaned: Option<OnOrphaned>,
+    /// How long after its claim an attempt may still reach its provider (the longest provider
+    /// `timeout`, plus a second for the gap between `Ledger::may_send` and the first byte):
+    /// a shared ledger that orphans a lapsed replica's claim marks it "may have taken effect"
+    /// until its dispatch plus this, so a lookup's `not_found_final_after` counts from the
+    /// last moment the old owner could still have sent it. A file ledger ignores it.
+    pub attempt_reach: Duration,
 }
 
 /// See `LedgerOptions::on_orphaned`.
@@ -169,6 +175,7 @@ impl Default for LedgerOptions {
             lease: Duration::from_secs(10),
             replica: String::new(),
             on_orphaned: None,
+            attempt_reach: Duration::from_secs(31),
         }
     }
 }
@@ -181,11 +188,33 @@ impl fmt::Debug for LedgerOptions {
             .field("secret_check", &self.secret_check.is_some())
             .field("lease", &self.lease)
             .field("replica", &self.replica)
+            .field("attempt_reach", &self.attempt_reach)
             .field(
                 "on_orphaned",
                 &self.on_orphaned.as_ref().map(|_| "Fn(&Operation)"),
             )
             .finish()
+    }
+}
+
+/// What must still hold for a claimed attempt to be sent (`Ledger::permit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Permit {
+    /// Taken before the claim's transaction, so no later than the claim's `last_dispatched_at`:
+    /// the attempt's deadline counts from here.
+    pub since: std::time::Instant,
+    /// The lease's epoch then: it moves on every lapse the replica learns of.
+    lease: u64,
+}
+
+impl Permit {
+    /// A permit taken now under no lease, for unit tests of the pure code that carries one.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Permit {
+        Permit {
+            since: std::time::Instant::now(),
+            lease: 0,
+        }
     }
 }
 
@@ -388,6 +417,31 @@ impl Ledger {
         match &self.0 {
             Backend::Redb(redb) => redb.writable(),
             Backend::Postgres(pg) => pg.writable(),
+        }
+    }
+
+    /// Taken before a claim, and checked by `may_send` right before the claimed attempt's
+    /// first byte is written.
+    pub fn permit(&self) -> Permit {
+        let lease = match &self.0 {
+            Backend::Redb(_) => 0,
+            Backend::Postgres(pg) => pg.lease_epoch(),
+        };
+        Permit {
+            since: std::time::Instant::now(),
+            lease,
+        }
+    }
+
+    /// Whether an attempt claimed under `permit` may still send its first byte: always for a
+    /// file ledger (no other process can act on its operations while this one lives). A
+    /// PostgreSQL replica: only while its lease has been live without a gap since the permit
+    /// was taken, and stays live for a margin (a tenth of the lease) by its own monotonic clock, so
+    /// no other replica can have orphaned the claim. `Err` says why not.
+    pub fn may_send(&self, permit: &Permit) -> Result<(), &'static str> {
+        match &self.0 {
+            Backend::Redb(_) => Ok(()),
+            Backend::Postgres(pg) => pg.may_send(permit.lease),
         }
     }
 

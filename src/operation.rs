@@ -185,10 +185,11 @@ pub enum EventKind {
     OperatorApproved,
     OperatorRejected,
     OperatorRebound,
+    AnsweredLate,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 16] = [
+    pub const ALL: [EventKind; 17] = [
         EventKind::Prepared,
         EventKind::Claimed,
         EventKind::ProviderRequested,
@@ -205,6 +206,7 @@ impl EventKind {
         EventKind::OperatorApproved,
         EventKind::OperatorRejected,
         EventKind::OperatorRebound,
+        EventKind::AnsweredLate,
     ];
 
     /// The kind named by `s` (as `as_str` spells it).
@@ -230,6 +232,7 @@ impl EventKind {
             EventKind::OperatorApproved => "operator.approved",
             EventKind::OperatorRejected => "operator.rejected",
             EventKind::OperatorRebound => "operator.rebound",
+            EventKind::AnsweredLate => "provider.answered_late",
         }
     }
 }

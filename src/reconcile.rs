@@ -23,7 +23,7 @@ use crate::app::App;
 use crate::claim::{Claimed, claimed};
 use crate::clock::Timestamp;
 use crate::kept::KeptRequest;
-use crate::ledger::Fences;
+use crate::ledger::{Fences, Permit};
 use crate::operation::{
     Event, EventKind, Logged, Operation, RequestChange, ResponseMeta, State, StoredResponse, Write,
 };
@@ -234,7 +234,10 @@ async fn conclude(
                 .await
         }
         Answer::NotFound => {
-            let fences = app.ledger.fences();
+            let fences = Claiming {
+                fences: app.ledger.fences(),
+                permit: app.ledger.permit(),
+            };
             app.ledger
                 .update(id, move |op| {
                     let final_after = may_resend.then_some(final_after);
@@ -384,6 +387,13 @@ fn found(
     (Some(write), Some(Verdict::Found(stored)))
 }
 
+/// Where a re-send's claim gets its fencing token, and the permit taken before its
+/// transaction (`Claimed::permit`).
+struct Claiming {
+    fences: Fences,
+    permit: Permit,
+}
+
 /// The write of a not-found answer: a claim for a re-send once it is final, else only the
 /// event. Finality is judged on the record read inside the transaction, counted from the
 /// latest moment an earlier attempt could have reached the provider (`maybe_effect_at`), not
@@ -394,7 +404,7 @@ fn not_found(
     existing: Option<Operation>,
     seen: &Seen,
     final_after: Option<std::time::Duration>,
-    fences: &Fences,
+    fences: &Claiming,
     now: Timestamp,
 ) -> (Option<Write>, Option<Verdict>) {
     let Some(op) = existing.filter(|op| still_unknown(op, seen) && same_attempt(op, seen)) else {
@@ -437,7 +447,7 @@ fn not_found(
             format!("attempt {attempt}: reconciliation proved the effect did not happen"),
         ),
     ];
-    let fence = fences.next();
+    let fence = fences.fences.next();
     // Absence is proven for every earlier attempt: the next one starts with a clean slate.
     let op = Operation {
         maybe_effect_at: None,
@@ -445,6 +455,7 @@ fn not_found(
     };
     let claimed = Claimed {
         fence,
+        permit: fences.permit,
         attempt,
         first: false,
         key: op.idempotency_key.clone(),
@@ -484,11 +495,18 @@ mod tests {
 
     const T0: Timestamp = Timestamp(1_800_000_000_000);
 
+    fn claiming(first: u64) -> Claiming {
+        Claiming {
+            fences: Fences::starting_at(first),
+            permit: Permit::for_tests(),
+        }
+    }
+
     #[test]
     fn a_lookup_made_at_once_never_proves_absence() {
         let op = unknown_op();
         let now = T0.plus(Duration::from_secs(3600));
-        let fences = Fences::starting_at(9);
+        let fences = claiming(9);
         let (write, verdict) = not_found(Some(op.clone()), &seen(&op), None, &fences, now);
         let write = write.expect("a write");
         assert_eq!(verdict, Some(Verdict::Unknown));
@@ -631,7 +649,7 @@ mod tests {
             Some(op.clone()),
             &seen(&op),
             Some(Duration::from_secs(60)),
-            &Fences::starting_at(9),
+            &claiming(9),
             now,
         );
         let write = write.expect("a write");
@@ -649,7 +667,7 @@ mod tests {
             Some(op.clone()),
             &seen(&op),
             Some(Duration::from_secs(60)),
-            &Fences::starting_at(9),
+            &claiming(9),
             now,
         );
         let write = write.expect("a write");
@@ -677,7 +695,7 @@ mod tests {
         };
         let early = T0.plus(Duration::from_secs(89));
         let final_after = Some(Duration::from_secs(60));
-        let fences = Fences::starting_at(9);
+        let fences = claiming(9);
         let (_, verdict) = not_found(Some(op.clone()), &seen(&op), final_after, &fences, early);
         assert_eq!(
             verdict,
@@ -702,7 +720,7 @@ mod tests {
             Some(resent),
             &seen(&op),
             Some(Duration::from_secs(60)),
-            &Fences::starting_at(9),
+            &claiming(9),
             now,
         );
         assert!(write.is_none());
@@ -715,7 +733,7 @@ mod tests {
             Some(claimed_by_another),
             &seen(&op),
             Some(Duration::from_secs(60)),
-            &Fences::starting_at(9),
+            &claiming(9),
             now,
         );
         assert!(write.is_none());

@@ -314,6 +314,7 @@ async fn send(
         route: op.route.clone(),
         id: op.id.clone(),
         fence: claimed.fence,
+        permit: claimed.permit,
         attempt: claimed.attempt,
         outgoing,
         by_settler: true,

@@ -29,15 +29,17 @@ use tokio::net::TcpStream;
 use crate::policy::Provider;
 use crate::wire::{BoxError, ProxyBody};
 
+mod gate;
 mod pool;
 
+pub use gate::{Gate, Gated};
 pub use pool::Body;
 
 /// How long a pooled connection may sit idle before it is closed.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A pooled HTTP/1.1 + h2 client over plain TCP or rustls.
-pub type HttpClient = Client<HttpsConnector<Dial>, ProxyBody>;
+pub type HttpClient = Client<Gated<HttpsConnector<Dial>>, ProxyBody>;
 
 /// A client trusting the bundled web roots only, for calls that are not to a provider (the
 /// notification webhook).
@@ -107,7 +109,19 @@ impl Upstreams {
         provider: &str,
         req: Request<ProxyBody>,
     ) -> impl Future<Output = Result<Response<Body>, SendError>> {
-        self.exchange(provider, req, None)
+        self.exchange(provider, req, None, None)
+    }
+
+    /// `send` for a guarded attempt: `gate` is checked once the connection is ready (after
+    /// connecting and TLS, or on a pooled one) and before the request's first byte; if it
+    /// refuses, nothing is written and the exchange fails as `SendError::Connect`.
+    pub async fn send_gated(
+        &self,
+        provider: &str,
+        req: Request<ProxyBody>,
+        gate: Gate,
+    ) -> Result<Response<Body>, SendError> {
+        self.exchange(provider, req, None, Some(gate)).await
     }
 
     /// Sends a request (its URI absolute, or origin-form for the provider's own upstream;
@@ -121,7 +135,7 @@ impl Upstreams {
         req: Request<ProxyBody>,
         timeout: Duration,
     ) -> impl Future<Output = Result<Response<Body>, SendError>> {
-        self.exchange(provider, req, Some(timeout))
+        self.exchange(provider, req, Some(timeout), None)
     }
 
     /// Not an `async fn` either: a pooled exchange returns the pool's future as it is, so a
@@ -132,6 +146,7 @@ impl Upstreams {
         provider: &str,
         req: Request<ProxyBody>,
         within: Option<Duration>,
+        gate: Option<Gate>,
     ) -> impl Future<Output = Result<Response<Body>, SendError>> {
         let upstream = self
             .clients
@@ -142,8 +157,8 @@ impl Upstreams {
             .and_then(|u| u.pool.as_ref())
             .filter(|p| p.takes(&req))
         {
-            Some(pool) => Either::Left(pool.send(req, within)),
-            None => Either::Right(through_client(upstream, provider, req, within)),
+            Some(pool) => Either::Left(pool.send(req, within, gate)),
+            None => Either::Right(through_client(upstream, provider, req, within, gate)),
         }
     }
 }
@@ -155,6 +170,7 @@ async fn through_client(
     provider: &str,
     mut req: Request<ProxyBody>,
     within: Option<Duration>,
+    gate: Option<Gate>,
 ) -> Result<Response<Body>, SendError> {
     let Some(upstream) = upstream else {
         return Err(SendError::Connect(format!("no client for {provider}")));
@@ -165,12 +181,18 @@ async fn through_client(
     // Boxed, as the pool's connecting is: hyper-util's future is large, and inline it
     // would make every exchange's future that large, the pool's too.
     let sending = Box::pin(upstream.client.request(req));
-    let sent = match within {
-        None => sending.await,
-        Some(within) => match tokio::time::timeout(within, sending).await {
+    let sent = match (within, gate) {
+        (None, None) => sending.await,
+        (Some(within), None) => match tokio::time::timeout(within, sending).await {
             Ok(sent) => sent,
             Err(_) => return Err(SendError::Timeout(within)),
         },
+        // A pooled connection is used at once: checked here. A new one is checked by the
+        // connector (`Gated`) once its TLS handshake is done.
+        (_, Some(gate)) => {
+            gate().map_err(|why| SendError::Connect(format!("not sent: {why}")))?;
+            gate::scoped(gate, sending).await
+        }
     };
     match sent {
         Ok(resp) => Ok(resp.map(Body::unpooled)),
@@ -233,11 +255,19 @@ impl tower_service::Service<Uri> for Dial {
             },
         };
         let connecting = self.http.call(uri);
-        Box::pin(async move { connecting.await.map_err(Into::into) })
+        Box::pin(async move {
+            let io = connecting.await?;
+            // Closed with a reset, never a FIN after what is still queued: request bytes the
+            // kernel holds for an attempt given up on (timed out, or its process killed) must
+            // not reach the provider after the attempt's deadline.
+            io.inner().set_zero_linger()?;
+            Ok(io)
+        })
     }
 }
 
-/// The TCP connector of every upstream connection: no Nagle delay, 10 s to connect.
+/// The TCP connector of every upstream connection: no Nagle delay, 10 s to connect, closed
+/// with a reset (`SO_LINGER` 0).
 fn dial(connect_to: Option<SocketAddr>) -> Dial {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -257,6 +287,7 @@ fn client(tls: rustls::ClientConfig, connect_to: Option<SocketAddr>) -> HttpClie
         .enable_http1()
         .enable_http2()
         .wrap_connector(dial);
+    let https = Gated { inner: https };
     Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())

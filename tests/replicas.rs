@@ -330,7 +330,9 @@ async fn a_starting_replica_leaves_a_live_replicas_claim_alone() {
 
 /// Replica 0 is frozen (SIGSTOP) with a claim at the provider, past its lease; replica 1
 /// orphans the claim and re-sends it (same key), which succeeds; replica 0 wakes (SIGCONT)
-/// to its late answer. The late answer is not written, and replica 0 claims nothing until
+/// to its late answer. The late answer is not written (only a `provider.answered_late` event
+/// says it came), replica 0 answers its agent what the ledger holds (the re-send's answer, as a
+/// replay), and replica 0 claims nothing until
 /// it has renewed its lease: the test holds replica 0's lease row locked (so the renewal
 /// waits; the schema's `replicas` table) and a new operation through it is refused.
 #[tokio::test]
@@ -360,7 +362,12 @@ async fn a_paused_replica_wakes_to_a_superseded_claim_and_claims_nothing_until_r
         .await
         .expect("task")
         .expect("the woken replica answers");
-    problem(&late, StatusCode::ACCEPTED, "outcome-unknown");
+    // Its own answer was not written: it answers what the ledger holds now, as a replay.
+    assert_eq!(
+        (late.status, late.text()),
+        (StatusCode::CREATED, "since".into())
+    );
+    assert_op_headers(&late, &id, "succeeded", true);
     // Bounded: a claim that waited on the held row would otherwise hang the test.
     let refused =
         tokio::time::timeout(PATIENCE, refund(&replicas[0], "wf-after-pause", "amount=1"))
@@ -383,6 +390,17 @@ async fn a_paused_replica_wakes_to_a_superseded_claim_and_claims_nothing_until_r
         assert_eq!(op["state"], "succeeded", "{op}");
         assert_eq!(op["attempts"], 2, "{op}");
         assert_eq!(op["response"]["status"], 201, "what happened since: {op}");
+        // The late answer is on the record, never silent.
+        let late = op["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .find(|e| e["kind"] == "provider.answered_late")
+            .unwrap_or_else(|| panic!("no provider.answered_late event: {op}"))
+            .clone();
+        assert_eq!(late["attempt"], 1, "{late}");
+        let detail = late["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("status 200"), "{detail}");
         let replay = refund(proxy, "wf-paused", "amount=500").await;
         assert_eq!(
             (replay.status, replay.text()),
@@ -841,4 +859,176 @@ async fn debug_logs_never_print_the_stored_answer_of_a_shared_ledger() {
         !compact.contains(&bytes[1..bytes.len() - 1]),
         "the answer's bytes in the log"
     );
+}
+
+/// A non-deduplicating TLS provider whose refunds are looked up (`GET /v1/refunds?key=KEY`),
+/// with a 4 s `timeout` and a 1 s `not_found_final_after`, on replicas with a 1 s lease.
+fn looked_up(provider: &FakeProvider) -> ProxyBuilder {
+    let reconcile = "[route.reconcile]\n\
+                     lookup = \"GET /v1/refunds?key={key}\"\n\
+                     found = \"/data/0\"\n\
+                     not_found_final_after = \"1s\"\n";
+    let keys = "dedupe = \"none\"\ntimeout = \"4s\"";
+    builder(provider, keys, &refund_route(reconcile)).config(&format!(
+        "[replicas]\nlease = \"{LEASE}\"\n\n[limits]\nin_flight_wait = \"1s\"\n"
+    ))
+}
+
+/// The refunds (POSTs) the provider received.
+fn posts(provider: &FakeProvider) -> usize {
+    let requests = provider.requests();
+    requests.iter().filter(|r| r.method == Method::POST).count()
+}
+
+/// Replica 0 claims a refund and is still connecting to the provider (its TLS handshake held)
+/// when it is frozen (SIGSTOP) past its lease. Replica 1 orphans the claim and looks the refund
+/// up: not found. The old owner could still send its attempt until its dispatch plus the
+/// provider's `timeout`, so "not found" is final only a second after that, not a second after
+/// the orphaning. Replica 0 wakes with its connection ready and sends nothing: its lease lapsed
+/// after its claim. Once the old owner's window is over, replica 1 re-sends: one refund.
+#[tokio::test]
+async fn a_replica_frozen_before_its_first_byte_sends_nothing_once_its_lease_lapsed() {
+    let id = op_id("wf-late-send");
+    let lookup = format!("GET /v1/refunds?key={}", opaque_key(&id));
+    let nothing = serde_json::json!({ "data": [] });
+    let behavior = Behavior::fixed(200, "refunded").read(&lookup, 200, nothing);
+    let provider = FakeProvider::start_tls(behavior).await;
+    let replicas = Replicas::start(looked_up(&provider), 2).await;
+    provider.hold_handshakes();
+    let pending = refund_in_background(&replicas[0], "wf-late-send", "amount=500");
+    // Connecting means the claim is committed.
+    provider.wait_for_connections(1).await;
+    assert_eq!(op_json(&replicas[1], &id).await["state"], "in_flight");
+    replicas[0].pause();
+
+    replicas[1].until_state(&id, "unknown").await;
+    let orphaned_at = Instant::now();
+    // The frozen replica's handshake completes in its kernel: its connection is ready.
+    provider.release_handshakes();
+    // A second and a half after the orphaning: final by the orphaning's clock, not by the
+    // old owner's window (its dispatch plus 4 s plus a second).
+    tokio::time::sleep_until((orphaned_at + Duration::from_millis(1500)).into()).await;
+    let early = refund(&replicas[1], "wf-late-send", "amount=500").await;
+    let body = problem(&early, StatusCode::ACCEPTED, "outcome-unknown");
+    assert_problem_context(&body, &id, "unknown");
+    assert_eq!(
+        posts(&provider),
+        0,
+        "nothing re-sent inside the old owner's window"
+    );
+
+    replicas[0].resume();
+    let late = pending
+        .await
+        .expect("task")
+        .expect("the woken replica answers");
+    let body = problem(&late, StatusCode::ACCEPTED, "outcome-unknown");
+    assert_problem_context(&body, &id, "unknown");
+    assert_op_headers(&late, &id, "unknown", false);
+    assert_eq!(
+        posts(&provider),
+        0,
+        "the woken replica sent nothing: its lease lapsed after its claim"
+    );
+
+    // Past the old owner's window the lookup's "not found" is final: re-sent once.
+    let deadline = Instant::now() + PATIENCE;
+    let resent = loop {
+        let retry = refund(&replicas[1], "wf-late-send", "amount=500").await;
+        if retry.status == StatusCode::OK {
+            break retry;
+        }
+        problem(&retry, StatusCode::ACCEPTED, "outcome-unknown");
+        assert!(Instant::now() < deadline, "never re-sent: {}", retry.text());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(resent.text(), "refunded");
+    assert_eq!(posts(&provider), 1, "one refund");
+    assert_eq!(provider.effects(), 1);
+    for proxy in replicas.iter() {
+        let replay = refund(proxy, "wf-late-send", "amount=500").await;
+        assert_eq!(
+            (replay.status, replay.text()),
+            (StatusCode::OK, "refunded".into())
+        );
+    }
+}
+
+/// Replica 0's link to the database stalls (a relay that stops forwarding, every connection
+/// left open) right after the database ran the statement that locks an operation inside its
+/// claim's transaction; with `frozen`, replica 0 is then frozen (SIGSTOP) and its link
+/// flows again. Either way the database ends that idle transaction within half a lease, so
+/// the operation's lock goes and replica 1 claims and sends it; replica 0 sent nothing.
+async fn a_stalled_claim(frozen: bool) {
+    let provider = FakeProvider::start(Behavior::fixed(201, "done")).await;
+    let replicas = Replicas::start(replica(&provider, "dedupe = \"key\""), 2).await;
+    let id = op_id("wf-stalled");
+    replicas.relay(0).stall_on(&id);
+    let pending = refund_in_background(&replicas[0], "wf-stalled", "amount=500");
+    let deadline = Instant::now() + PATIENCE;
+    while !replicas.relay(0).stalled() {
+        assert!(
+            Instant::now() < deadline,
+            "the claim never reached the database"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if frozen {
+        replicas[0].pause();
+        replicas.relay(0).unstall();
+    }
+
+    // The operation's lock is not pinned: replica 1 claims and sends it while replica 0 is
+    // still stalled or frozen.
+    let deadline = Instant::now() + PATIENCE;
+    let claimed = loop {
+        let asked =
+            tokio::time::timeout(PATIENCE, refund(&replicas[1], "wf-stalled", "amount=500"));
+        let resp = asked.await.expect("replica 1 answers");
+        if resp.status == StatusCode::CREATED {
+            break resp;
+        }
+        problem(&resp, StatusCode::SERVICE_UNAVAILABLE, "ledger-unavailable");
+        assert!(
+            Instant::now() < deadline,
+            "replica 1 stayed refused while replica 0 held the operation's lock"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(claimed.text(), "done");
+    assert_op_headers(&claimed, &id, "succeeded", false);
+
+    if frozen {
+        replicas[0].resume();
+    } else {
+        replicas.relay(0).unstall();
+    }
+    // Replica 0's transaction was ended under it: it answers from the ledger (replica 1's
+    // result) or refuses; it never sends.
+    let first = pending.await.expect("task").expect("replica 0 answers");
+    match first.status {
+        StatusCode::CREATED => assert_op_headers(&first, &id, "succeeded", true),
+        _ => drop(problem(
+            &first,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ledger-unavailable",
+        )),
+    }
+    assert_eq!(provider.request_count(), 1, "sent once, by replica 1");
+    let replay = refund(&replicas[0], "wf-stalled", "amount=500").await;
+    assert_eq!(
+        (replay.status, replay.text()),
+        (StatusCode::CREATED, "done".into())
+    );
+    assert_eq!(provider.request_count(), 1);
+}
+
+#[tokio::test]
+async fn a_replica_whose_link_stalls_inside_a_transaction_does_not_pin_its_locks() {
+    a_stalled_claim(false).await;
+}
+
+#[tokio::test]
+async fn a_replica_frozen_inside_a_transaction_does_not_pin_its_locks() {
+    a_stalled_claim(true).await;
 }

@@ -19,7 +19,7 @@ pub(super) fn orphan_reason() -> &'static str {
 }
 
 /// The error and event detail of an operation whose owner's lease lapsed (a shared ledger).
-pub(super) fn lapsed_reason() -> &'static str {
+pub(crate) fn lapsed_reason() -> &'static str {
     "the replica that claimed this operation stopped renewing its lease while it was in flight"
 }
 
@@ -73,6 +73,23 @@ pub(super) fn orphaned(old: &Operation, now: Timestamp, reason: &str) -> (Operat
     let (mut op, event) = released(old, State::Unknown, now, reason);
     // The attempt may have taken effect, as late as now.
     op.maybe_effect_at = Some(now);
+    (op, event)
+}
+
+/// `old`, whose owner's lease lapsed, made `unknown` as `orphaned` does, but marked "may have
+/// taken effect" until the last moment that owner could still have sent its attempt: its
+/// dispatch plus `reach` (`LedgerOptions::attempt_reach`), if that is later than now. The owner
+/// may be alive (paused, or cut off from the database) and still connecting; it sends nothing
+/// once its lease lapsed (`Ledger::may_send`) or after its attempt's deadline, and a lookup's
+/// `not_found_final_after` counts from this mark, as for any attempt that ended unknown.
+pub(super) fn lapsed(
+    old: &Operation,
+    now: Timestamp,
+    reach: std::time::Duration,
+) -> (Operation, Event) {
+    let (mut op, event) = orphaned(old, now, lapsed_reason());
+    let dispatched = old.last_dispatched_at.unwrap_or(old.created_at);
+    op.maybe_effect_at = Some(now.max(dispatched.plus(reach)));
     (op, event)
 }
 
@@ -219,5 +236,25 @@ mod tests {
             assert_eq!(op.error.as_deref(), Some(unrecorded_reason()), "{left:?}");
             assert_eq!(event.kind, EventKind::Orphaned);
         }
+    }
+
+    /// A lapsed owner may still be connecting: the mark is its dispatch plus the reach, or
+    /// the orphaning if that is later.
+    #[test]
+    fn a_lapsed_claim_may_have_taken_effect_until_its_owner_could_no_longer_send() {
+        let reach = std::time::Duration::from_secs(31);
+        let (op, event) = lapsed(&claimed(7), NOW, reach);
+        assert_eq!((op.state, op.fence), (State::Unknown, 0));
+        assert_eq!(
+            op.maybe_effect_at,
+            Some(T0.plus(reach)),
+            "T0 + 31 s is after NOW"
+        );
+        assert_eq!(op.error.as_deref(), Some(lapsed_reason()));
+        assert_eq!(event.kind, EventKind::Orphaned);
+
+        let much_later = T0.plus(std::time::Duration::from_secs(3600));
+        let (op, _) = lapsed(&claimed(7), much_later, reach);
+        assert_eq!(op.maybe_effect_at, Some(much_later));
     }
 }

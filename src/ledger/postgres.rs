@@ -75,6 +75,8 @@ pub(super) struct Core {
     /// This replica's ID: the owner of its claims and the epoch of its fences.
     me: i64,
     lease: Lease,
+    /// `LedgerOptions::attempt_reach`.
+    reach: Duration,
     feed: Feed,
     fail_writes: bool,
     on_commit: Option<OnCommit>,
@@ -149,7 +151,7 @@ fn open_error(url: &PgUrl, reason: impl std::fmt::Display) -> LedgerError {
 
 /// `Ledger::check` on a database.
 pub(super) async fn check(url: &PgUrl, secret_check: &str) -> Result<Checked, LedgerError> {
-    let pool = connect::pool(url).map_err(|e| open_error(url, e))?;
+    let pool = connect::pool(url, None).map_err(|e| open_error(url, e))?;
     let shown = url.to_string();
     let checked = tokio::time::timeout(OP_TIMEOUT, schema::check(&pool, &shown, secret_check));
     checked
@@ -164,7 +166,9 @@ impl Postgres {
         _now: Timestamp,
         opts: LedgerOptions,
     ) -> Result<(Postgres, Vec<Operation>), LedgerError> {
-        let pool = connect::pool(url).map_err(|e| open_error(url, e))?;
+        // Half a lease: a stalled replica's locks go before its lease would let another
+        // replica orphan what it holds.
+        let pool = connect::pool(url, Some(opts.lease / 2)).map_err(|e| open_error(url, e))?;
         let started = tokio::time::Instant::now();
         let setup = async {
             let prepared = schema::prepare(&pool, opts.secret_check.as_deref()).await?;
@@ -199,6 +203,7 @@ impl Postgres {
             pool,
             me,
             lease: Lease::new(opts.lease, started),
+            reach: opts.attempt_reach,
             feed: Feed::new(),
             fail_writes: opts.fail_writes || super::fault_point("ledger.commit"),
             on_commit: opts.on_commit,
@@ -285,6 +290,14 @@ impl Postgres {
 
     pub fn writable(&self) -> bool {
         self.core().lease.writable()
+    }
+
+    pub fn lease_epoch(&self) -> u64 {
+        self.core().lease.epoch()
+    }
+
+    pub fn may_send(&self, epoch: u64) -> Result<(), &'static str> {
+        self.core().lease.may_send(epoch)
     }
 
     pub fn abandon(&self, id: &str, fence: u64) {

@@ -53,6 +53,8 @@ impl Notice {
 /// - `operation.prepared`: `awaiting_approval`;
 /// - `operation.unknown` or `operation.orphaned` leaving the operation `unknown` where
 ///   `decide::needs_person` says only an operator can settle it: `needs_operator`;
+/// - `provider.answered_late` (a superseded attempt's answer): `needs_operator`, whatever
+///   the route's rules;
 /// - `operation.conflict`: `parameter_mismatch` (the detail names fields, never values);
 /// - `operator.resolved`, `operator.approved`, `operator.rejected`: `resolved`, `approved`,
 ///   `rejected`;
@@ -68,6 +70,8 @@ pub fn notice(p: &Published, rules: Option<Rules>, now: Timestamp) -> Option<Not
         {
             ("needs_operator", operator_detail(&op.id, &detail))
         }
+        // The provider may have acted on two attempts: only a person can tell.
+        EventKind::AnsweredLate => ("needs_operator", detail),
         EventKind::Conflict => ("parameter_mismatch", detail),
         EventKind::OperatorResolved => ("resolved", detail),
         EventKind::OperatorApproved => ("approved", detail),
@@ -167,6 +171,18 @@ mod tests {
             None,
             "one per transition"
         );
+    }
+
+    /// A superseded attempt's late answer needs a person whatever the route's rules: the
+    /// provider may have acted on it as well as on the attempt that superseded it.
+    #[test]
+    fn a_late_answer_notifies_needs_operator_for_every_route() {
+        for state in [State::Succeeded, State::Unknown] {
+            let late = published(state, EventKind::AnsweredLate);
+            for dedupe in [Dedupe::None, Dedupe::Key] {
+                assert_eq!(event_of(&late, dedupe), Some("needs_operator"), "{state:?}");
+            }
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use tokio::time::Sleep;
 use tower_service::Service;
 
-use super::{Dial, SendError, describe};
+use super::{Dial, Gate, SendError, describe};
 use crate::wire::ProxyBody;
 
 /// Idle connections kept per provider; one returned beyond this is closed.
@@ -102,11 +102,13 @@ impl Pool {
     }
 
     /// Sends `req` on an idle connection, or a new one, and waits for the response head, for
-    /// at most `within` (connecting included) when it is given.
+    /// at most `within` (connecting included) when it is given. `gate`, if given, is checked
+    /// once the connection is ready, right before the request is handed to it.
     pub(super) async fn send(
         self: &Arc<Self>,
         mut req: Request<ProxyBody>,
         within: Option<Duration>,
+        gate: Option<Gate>,
     ) -> Result<Response<Body>, SendError> {
         let deadline = within.map(|within| (tokio::time::Instant::now() + within, within));
         req.headers_mut()
@@ -130,6 +132,13 @@ impl Pool {
                     }
                 },
             };
+            if let Some(gate) = &gate
+                && let Err(why) = gate()
+            {
+                // The connection is unused: back to the pool (or closed, if not ready).
+                Pool::give_back(&Arc::downgrade(self), conn);
+                return Err(SendError::Connect(format!("not sent: {why}")));
+            }
             let sending = conn.tx.try_send_request(req);
             let sent = match deadline {
                 None => sending.await,
@@ -430,12 +439,35 @@ mod tests {
 
     const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
 
+    /// A gate that refuses once the connection is ready: nothing reaches the server, and the
+    /// exchange is a connect error (never sent); a gate that lets it go sends it.
+    #[tokio::test]
+    async fn a_refusing_gate_sends_nothing_on_a_new_or_a_pooled_connection() {
+        let (addr, heads, conns) = server(OK, false).await;
+        let pool = pool_for(addr);
+        let refuse: Gate = Arc::new(|| Err("the lease lapsed".to_owned()));
+        for _ in 0..2 {
+            match pool.send(get(addr, "/"), None, Some(refuse.clone())).await {
+                Err(SendError::Connect(why)) => assert!(why.contains("lease lapsed"), "{why}"),
+                Err(other) => panic!("expected a connect error, got {other:?}"),
+                Ok(_) => panic!("a refused exchange was sent"),
+            }
+        }
+        assert!(heads.lock().unwrap().is_empty(), "nothing was written");
+        let pass: Gate = Arc::new(|| Ok(()));
+        let resp = pool.send(get(addr, "/"), None, Some(pass)).await.unwrap();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"ok");
+        assert_eq!(heads.lock().unwrap().len(), 1);
+        assert!(*conns.lock().unwrap() >= 1);
+    }
+
     #[tokio::test]
     async fn a_connection_is_reused_once_its_body_is_read() {
         let (addr, heads, conns) = server(OK, false).await;
         let pool = pool_for(addr);
         for path in ["/a?x=1", "/", "/b"] {
-            let resp = pool.send(get(addr, path), None).await.unwrap();
+            let resp = pool.send(get(addr, path), None, None).await.unwrap();
             let body = resp.into_body().collect().await.unwrap().to_bytes();
             assert_eq!(&body[..], b"ok");
         }
@@ -460,7 +492,7 @@ mod tests {
         let on = |handle: &tokio::runtime::Handle| {
             let pool = Arc::clone(&pool);
             handle.spawn(async move {
-                let resp = pool.send(get(addr, "/"), None).await.unwrap();
+                let resp = pool.send(get(addr, "/"), None, None).await.unwrap();
                 resp.into_body().collect().await.unwrap().to_bytes()
             })
         };
@@ -471,7 +503,7 @@ mod tests {
         assert_eq!(*conns.lock().unwrap(), 2, "one connection per shard");
         assert_eq!(pool.idle_count(), 2);
         // A thread that is no shard has its own list.
-        let resp = pool.send(get(addr, "/"), None).await.unwrap();
+        let resp = pool.send(get(addr, "/"), None, None).await.unwrap();
         resp.into_body().collect().await.unwrap();
         assert_eq!(*conns.lock().unwrap(), 3);
         shards.stop().await;
@@ -483,7 +515,7 @@ mod tests {
         let (addr, _, conns) = server(EMPTY, false).await;
         let pool = pool_for(addr);
         for _ in 0..3 {
-            let resp = pool.send(get(addr, "/"), None).await.unwrap();
+            let resp = pool.send(get(addr, "/"), None, None).await.unwrap();
             assert_eq!(resp.status(), 204);
             drop(resp);
         }
@@ -495,10 +527,10 @@ mod tests {
         const LONG: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial";
         let (addr, _, conns) = server(LONG, false).await;
         let pool = pool_for(addr);
-        let resp = pool.send(get(addr, "/"), None).await.unwrap();
+        let resp = pool.send(get(addr, "/"), None, None).await.unwrap();
         drop(resp);
         assert_eq!(pool.idle_count(), 0);
-        let resp = pool.send(get(addr, "/"), None).await.unwrap();
+        let resp = pool.send(get(addr, "/"), None, None).await.unwrap();
         drop(resp);
         assert_eq!(*conns.lock().unwrap(), 2);
     }
@@ -513,7 +545,7 @@ mod tests {
             let (addr, heads, conns) = server(answer, true).await;
             let pool = pool_for(addr);
             for _ in 0..3 {
-                let resp = pool.send(get(addr, "/"), None).await.unwrap();
+                let resp = pool.send(get(addr, "/"), None, None).await.unwrap();
                 let body = resp.into_body().collect().await.unwrap().to_bytes();
                 assert_eq!(&body[..], b"ok");
                 // An unannounced close reaches the idle connection.
@@ -531,7 +563,7 @@ mod tests {
         let mut req = get(addr, "/");
         *req.uri_mut() = "/o?y=2".parse().unwrap();
         assert!(pool.takes(&req));
-        let resp = pool.send(req, None).await.unwrap();
+        let resp = pool.send(req, None, None).await.unwrap();
         resp.into_body().collect().await.unwrap();
         let heads = heads.lock().unwrap();
         assert!(
@@ -563,12 +595,12 @@ mod tests {
         });
         let pool = pool_for(addr);
         let within = Some(Duration::from_millis(300));
-        let resp = pool.send(get(addr, "/"), within).await.unwrap();
+        let resp = pool.send(get(addr, "/"), within, None).await.unwrap();
         resp.into_body().collect().await.unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(pool.idle_count(), 1);
         let started = Instant::now();
-        match pool.send(get(addr, "/"), within).await {
+        match pool.send(get(addr, "/"), within, None).await {
             Err(SendError::Timeout(d)) => assert_eq!(Some(d), within),
             Err(other) => panic!("expected a timeout, got {other:?}"),
             Ok(_) => panic!("expected a timeout, got an answer"),
@@ -631,7 +663,7 @@ mod tests {
         });
         let pool = pool_for(addr);
         for _ in 0..4 {
-            let resp = pool.send(get(addr, "/"), None).await.unwrap();
+            let resp = pool.send(get(addr, "/"), None, None).await.unwrap();
             let body = resp.into_body().collect().await.unwrap().to_bytes();
             assert_eq!(body.len(), 4 * PIECE.len());
             assert!(body.iter().all(|b| *b == b'x'));
@@ -676,7 +708,7 @@ mod tests {
         *req.uri_mut() = format!("http://{addr}/slow").parse().unwrap();
         let pool = pool_for(addr);
         let within = Some(Duration::from_secs(5));
-        let resp = pool.send(req, within).await.unwrap();
+        let resp = pool.send(req, within, None).await.unwrap();
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"ok");
         let received = String::from_utf8(received.lock().unwrap().clone()).unwrap();
@@ -691,7 +723,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         drop(listener);
         let pool = pool_for(addr);
-        match pool.send(get(addr, "/"), None).await {
+        match pool.send(get(addr, "/"), None, None).await {
             Err(SendError::Connect(_)) => {}
             Err(other) => panic!("expected a connect error, got {other:?}"),
             Ok(_) => panic!("expected a connect error, got an answer"),

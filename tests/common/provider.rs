@@ -63,6 +63,11 @@ struct Shared {
     committed: watch::Sender<usize>,
     released: watch::Sender<bool>,
     uploaded: Mutex<u64>,
+    /// False while TLS handshakes are held (`hold_handshakes`): connections are accepted,
+    /// the server's side of the handshake waits.
+    handshakes: watch::Sender<bool>,
+    /// TCP connections accepted so far.
+    accepted: watch::Sender<usize>,
 }
 
 /// A poisoned lock only means another test task panicked; the data is still what it was.
@@ -109,6 +114,8 @@ impl FakeProvider {
             received: watch::Sender::new(0),
             committed: watch::Sender::new(0),
             uploaded: Mutex::new(0),
+            handshakes: watch::Sender::new(true),
+            accepted: watch::Sender::new(0),
         });
         let acceptor = tls
             .as_ref()
@@ -120,6 +127,23 @@ impl FakeProvider {
             shared,
             accept,
         }
+    }
+
+    /// From now on a TLS provider accepts connections but holds its side of each TLS
+    /// handshake until `release_handshakes`: a client stays connecting, nothing of its
+    /// request sent.
+    pub fn hold_handshakes(&self) {
+        self.shared.handshakes.send_replace(false);
+    }
+
+    /// Lets every held TLS handshake go on (see `hold_handshakes`).
+    pub fn release_handshakes(&self) {
+        self.shared.handshakes.send_replace(true);
+    }
+
+    /// Waits until at least `n` TCP connections were accepted (fails the test after 20 s).
+    pub async fn wait_for_connections(&self, n: usize) {
+        wait_for(&self.shared.accepted, n, "connections").await;
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -220,8 +244,13 @@ async fn accept_loop(
     shared: Arc<Shared>,
 ) {
     while let Ok((tcp, _)) = listener.accept().await {
+        shared.accepted.send_modify(|n| *n += 1);
         let (tls, shared) = (tls.clone(), shared.clone());
         tokio::spawn(async move {
+            let mut handshakes = shared.handshakes.subscribe();
+            if tls.is_some() && handshakes.wait_for(|go| *go).await.is_err() {
+                return;
+            }
             let service = hyper::service::service_fn(move |req| handle(shared.clone(), req));
             let builder =
                 hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());

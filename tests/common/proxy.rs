@@ -43,6 +43,15 @@ enum Ledger {
     Raw,
 }
 
+/// The idemproxy binary the tests run: this build's, or the one `IDEMPROXY_TEST_BIN` names
+/// (to show that a new test fails on an earlier build, e.g. one from before a fix).
+pub fn binary() -> PathBuf {
+    match std::env::var_os("IDEMPROXY_TEST_BIN") {
+        Some(bin) => PathBuf::from(bin),
+        None => PathBuf::from(env!("CARGO_BIN_EXE_idemproxy")),
+    }
+}
+
 impl Default for ProxyBuilder {
     fn default() -> Self {
         let proxy_toml = "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
@@ -51,7 +60,7 @@ impl Default for ProxyBuilder {
             proxy_toml: proxy_toml.to_string(),
             files: Vec::new(),
             env: vec![("IDEMPROXY_LOG".into(), "debug".into())],
-            bin: (PathBuf::from(env!("CARGO_BIN_EXE_idemproxy")), Vec::new()),
+            bin: (binary(), Vec::new()),
             ledger: Ledger::Default,
         }
     }

@@ -1,12 +1,16 @@
 //! `Relay`: a loopback TCP relay that proxies reach PostgreSQL through, so a test can make
 //! the database unreachable (`cut`: every connection dropped, every new one closed at once)
-//! and reachable again (`restore`) without touching the server that other tests share.
+//! and reachable again (`restore`) without touching the server that other tests share, or
+//! stall it: stop forwarding both ways with every connection left open (`stall_on`), as a
+//! link that stops carrying packets does, until `unstall`.
 //!
 //! It runs on a runtime of its own (one thread), so it keeps relaying while the test's own
 //! runtime is busy or blocked (a process wait, a `psql` run).
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -14,7 +18,37 @@ use tokio::sync::watch;
 pub struct Relay {
     addr: SocketAddr,
     up: watch::Sender<bool>,
+    stall: Arc<Stall>,
     runtime: Option<tokio::runtime::Runtime>,
+}
+
+/// When the relay stops forwarding (see `Relay::stall_on`).
+#[derive(Default)]
+struct Stall {
+    /// Bytes that, once a client sends them inside a transaction, stall the relay.
+    pattern: Mutex<Option<Vec<u8>>>,
+    stalled: watch::Sender<bool>,
+}
+
+impl Stall {
+    /// Whether `chunk`, sent inside a transaction, holds the pattern; takes it if so.
+    fn matches(&self, chunk: &[u8]) -> bool {
+        let mut pattern = self.pattern.lock().unwrap_or_else(PoisonError::into_inner);
+        let found = pattern.as_deref().is_some_and(|p| contains(chunk, p));
+        if found {
+            *pattern = None;
+        }
+        found
+    }
+
+    async fn until_flowing(&self) {
+        let mut stalled = self.stalled.subscribe();
+        let _ = stalled.wait_for(|stalled| !*stalled).await;
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 impl Relay {
@@ -35,15 +69,42 @@ impl Relay {
         let addr = listener.local_addr().expect("relay address");
         let up = watch::Sender::new(true);
         let accepting = up.clone();
+        let stall = Arc::new(Stall::default());
+        let stalls = Arc::clone(&stall);
         runtime.spawn(async move {
             let listener = TcpListener::from_std(listener).expect("relay listener");
-            accept_loop(listener, target, accepting).await;
+            accept_loop(listener, target, accepting, stalls).await;
         });
         Relay {
             addr,
             up,
+            stall,
             runtime: Some(runtime),
         }
+    }
+
+    /// Stalls the relay as soon as a client sends `pattern` (e.g. an operation ID, a
+    /// statement's parameter) inside a transaction (after a `BEGIN`, before its `COMMIT` or
+    /// `ROLLBACK`): that message reaches the server, and from then on nothing is forwarded
+    /// either way, every connection left open, until `unstall`. The server has run the
+    /// statement (took its locks) and its client never hears so.
+    pub fn stall_on(&self, pattern: &str) {
+        let mut held = self
+            .stall
+            .pattern
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *held = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// Whether the relay has stalled (see `stall_on`).
+    pub fn stalled(&self) -> bool {
+        *self.stall.stalled.borrow()
+    }
+
+    /// Forwarding goes on where it stopped (see `stall_on`).
+    pub fn unstall(&self) {
+        self.stall.stalled.send_replace(false);
     }
 
     /// Where clients connect instead of `target`.
@@ -72,25 +133,95 @@ impl Drop for Relay {
     }
 }
 
-async fn accept_loop(listener: TcpListener, target: SocketAddr, up: watch::Sender<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    target: SocketAddr,
+    up: watch::Sender<bool>,
+    stall: Arc<Stall>,
+) {
     while let Ok((client, _)) = listener.accept().await {
         if !*up.borrow() {
             drop(client);
             continue;
         }
-        tokio::spawn(relay(client, target, up.subscribe()));
+        tokio::spawn(relay(client, target, up.subscribe(), Arc::clone(&stall)));
     }
 }
 
 /// Copies both ways until either side closes or the relay is cut (then both sockets drop).
-async fn relay(mut client: TcpStream, target: SocketAddr, mut up: watch::Receiver<bool>) {
-    let Ok(mut server) = TcpStream::connect(target).await else {
+async fn relay(
+    client: TcpStream,
+    target: SocketAddr,
+    mut up: watch::Receiver<bool>,
+    stall: Arc<Stall>,
+) {
+    let Ok(server) = TcpStream::connect(target).await else {
         return;
     };
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
+    let (from_client, to_client) = client.into_split();
+    let (from_server, to_server) = server.into_split();
     tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+        () = upstream(from_client, to_server, &stall) => {}
+        () = downstream(from_server, to_client, &stall) => {}
         _ = up.wait_for(|up| !*up) => {}
+    }
+}
+
+/// The client's bytes to the server, watching for the stall's pattern inside a transaction.
+async fn upstream(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    stall: &Stall,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut in_transaction = false;
+    loop {
+        stall.until_flowing().await;
+        let Ok(n) = from.read(&mut buf).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        let chunk = &buf[..n];
+        if contains(chunk, b"BEGIN") {
+            in_transaction = true;
+        }
+        if in_transaction && stall.matches(chunk) {
+            // Stalled before this chunk goes: its answer is held with everything after it.
+            stall.stalled.send_replace(true);
+        } else {
+            stall.until_flowing().await;
+        }
+        // The statement's end (`READ COMMITTED` is no end).
+        if contains(chunk, b"COMMIT\0") || contains(chunk, b"ROLLBACK\0") {
+            in_transaction = false;
+        }
+        if to.write_all(chunk).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The server's bytes to the client, held while the relay is stalled.
+async fn downstream(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    stall: &Stall,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let Ok(n) = from.read(&mut buf).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        stall.until_flowing().await;
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
     }
 }

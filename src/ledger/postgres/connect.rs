@@ -65,7 +65,11 @@ pub(super) fn sqlstate(e: &tokio_postgres::Error) -> Option<&str> {
 }
 
 /// The pool of connections to `url`; connects lazily (the first `get` makes a connection).
-pub(super) fn pool(url: &PgUrl) -> Result<Pool, String> {
+/// `stall`: how long a session may hold what it locked while it does nothing (a replica
+/// paused inside a transaction, or cut off from the database) before the server ends it and
+/// its locks go, and how long a statement waits for a lock; `None` for `ledger copy` and
+/// `check`, which hold no lease.
+pub(super) fn pool(url: &PgUrl, stall: Option<Duration>) -> Result<Pool, String> {
     let mut config: tokio_postgres::Config = url
         .secret_url()
         .parse()
@@ -77,14 +81,26 @@ pub(super) fn pool(url: &PgUrl) -> Result<Pool, String> {
     }
     // Durable commits unless a transaction says otherwise; and no NOTICE in the logs for
     // the `IF NOT EXISTS` of every start.
-    let session = "-c synchronous_commit=on -c client_min_messages=warning";
+    let mut session = "-c synchronous_commit=on -c client_min_messages=warning".to_owned();
+    if let Some(stall) = stall {
+        let ms = stall.as_millis().max(1);
+        session.push_str(&format!(
+            " -c idle_in_transaction_session_timeout={ms} -c lock_timeout={ms}"
+        ));
+    }
     let options = match config.get_options() {
         Some(given) => format!("{given} {session}"),
-        None => session.to_owned(),
+        None => session,
     };
     config.options(&options);
     config.connect_timeout(CONNECT_TIMEOUT);
-    config.keepalives_idle(Duration::from_secs(30));
+    // A database that stops answering (a partition) ends the connection within about `stall`
+    // (keepalives, and unacknowledged data), not TCP's two hours.
+    let probe = stall.unwrap_or(Duration::from_secs(30));
+    config.keepalives_idle(probe.max(Duration::from_secs(1)));
+    config.keepalives_interval(Duration::from_secs(1));
+    config.keepalives_retries(3);
+    config.tcp_user_timeout(probe.max(Duration::from_secs(1)));
     if config.get_application_name().is_none() {
         config.application_name("idemproxy");
     }

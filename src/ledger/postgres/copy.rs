@@ -38,7 +38,7 @@ impl Reader {
             ledger: name.clone(),
             reason: fault.to_string(),
         };
-        let pool = connect::pool(url).map_err(|e| read(Fault::new(e)))?;
+        let pool = connect::pool(url, None).map_err(|e| read(Fault::new(e)))?;
         let conn = Conn::get(&pool).await.map_err(read)?;
         let mut tx = conn.begin().await.map_err(read)?;
         tx.batch("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -300,7 +300,7 @@ impl Loader {
             reason: fault.to_string(),
             after: "",
         };
-        let pool = connect::pool(url).map_err(|e| write(Fault::new(e)))?;
+        let pool = connect::pool(url, None).map_err(|e| write(Fault::new(e)))?;
         let tx = Conn::get(&pool).await.map_err(write)?.begin().await;
         let tx = tx.map_err(write)?;
         let looked = look(&tx).await;

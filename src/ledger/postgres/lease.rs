@@ -12,12 +12,12 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::change::{self, Left, lapsed_reason};
+use super::super::change::{self, Left};
 use super::super::store::Fault;
 use super::Core;
 use super::connect::{Conn, Tx};
@@ -37,6 +37,12 @@ pub(super) struct Lease {
     renewed: Mutex<Instant>,
     /// False from a failed statement until the next renewal succeeds.
     reachable: AtomicBool,
+    /// Moves on every lapse this replica learns of: a renewal sent after the lease had run out
+    /// by the local clock, or one the database found lapsed. A claimed attempt is sent only
+    /// while it is the epoch its claim began in (`may_send`): a replica that wakes from a
+    /// pause and renews before its attempt's connection is ready must not send it, since
+    /// another replica may have orphaned that claim in the gap.
+    epoch: AtomicU64,
 }
 
 impl Lease {
@@ -45,7 +51,34 @@ impl Lease {
             length,
             renewed: Mutex::new(renewed),
             reachable: AtomicBool::new(true),
+            epoch: AtomicU64::new(0),
         }
+    }
+
+    pub(super) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Whether an attempt claimed in `epoch` may send its first byte now: no lapse since, the
+    /// database reachable at the last try, and the lease live for a tenth of a lease more by
+    /// the local clock (which runs out before the database's: a renewal's start is no later than
+    /// its commit). The margin covers the moments between this check and the first byte.
+    pub(super) fn may_send(&self, epoch: u64) -> Result<(), &'static str> {
+        if self.epoch() != epoch {
+            return Err(
+                "this replica's lease lapsed after the claim, so another replica may                         have taken the operation over",
+            );
+        }
+        let renewed = *self.renewed.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.reachable.load(Ordering::SeqCst) {
+            return Err(
+                "the ledger's database could not be reached at the last try, so this                         replica's lease may lapse before the request is sent",
+            );
+        }
+        if Instant::now() + self.length / 10 >= renewed + self.length {
+            return Err("this replica's lease runs out before the request could be sent");
+        }
+        Ok(())
     }
 
     /// Whether the database was reachable at the last try and the lease has not lapsed by
@@ -59,9 +92,15 @@ impl Lease {
         self.reachable.store(false, Ordering::Relaxed);
     }
 
-    fn renewed(&self, at: Instant) {
-        *self.renewed.lock().unwrap_or_else(|e| e.into_inner()) = at;
-        self.reachable.store(true, Ordering::Relaxed);
+    /// A renewal sent `at` succeeded; `was_live`: the database still held the lease then.
+    fn renewed(&self, at: Instant, was_live: bool) {
+        let mut renewed = self.renewed.lock().unwrap_or_else(|e| e.into_inner());
+        if !was_live || at >= *renewed + self.length {
+            // Moved before the new deadline is visible: `may_send` reads the epoch first.
+            self.epoch.fetch_add(1, Ordering::SeqCst);
+        }
+        *renewed = at;
+        self.reachable.store(true, Ordering::SeqCst);
     }
 
     fn millis(&self) -> i64 {
@@ -95,14 +134,21 @@ pub(super) async fn register(conn: &Conn, name: &str, length: Duration) -> Resul
 pub(super) async fn renew(core: &Core) -> Result<(), Fault> {
     let sent = Instant::now();
     let conn = core.conn().await?;
-    conn.query(
-        "INSERT INTO replicas (id, name, started_at, expires_at) \
-         VALUES ($1, '', now(), now() + $2::bigint * interval '1 millisecond') \
-         ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at",
-        &[&core.me, &core.lease.millis()],
-    )
-    .await?;
-    core.lease.renewed(sent);
+    // `was_live`: the lease had not lapsed by the database's clock before this renewal (a
+    // missing row lapsed long ago).
+    let row = conn
+        .query_opt(
+            "WITH before AS (SELECT expires_at > clock_timestamp() AS live FROM replicas \
+             WHERE id = $1) \
+             INSERT INTO replicas (id, name, started_at, expires_at) \
+             VALUES ($1, '', now(), now() + $2::bigint * interval '1 millisecond') \
+             ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at \
+             RETURNING COALESCE((SELECT live FROM before), false)",
+            &[&core.me, &core.lease.millis()],
+        )
+        .await?;
+    let was_live = row.is_some_and(|row| row.get::<_, bool>(0));
+    core.lease.renewed(sent, was_live);
     Ok(())
 }
 
@@ -204,7 +250,7 @@ pub(super) async fn orphan_one(
         (Some(old), Some((fence, left))) if old.state == State::InFlight && old.fence == fence => {
             change::abandoned(&old, left, now)
         }
-        (Some(old), None) if found.lapsed => change::orphaned(&old, now, lapsed_reason()),
+        (Some(old), None) if found.lapsed => change::lapsed(&old, now, core.reach),
         _ => {
             tx.rollback().await;
             return Ok(None);

@@ -83,6 +83,9 @@ pub(super) async fn prepare(
 ) -> Result<Result<Prepared, i64>, Fault> {
     create_meta(pool).await?;
     let mut tx = Conn::get(pool).await?.begin().await?;
+    // Replicas starting together wait here while one creates the schema, however long that
+    // takes (the open's own bound applies), not the session's short `lock_timeout`.
+    tx.batch("SET LOCAL lock_timeout = 0").await?;
     tx.execute(
         "INSERT INTO meta (key, value) VALUES ('schema_version', '0') ON CONFLICT (key) DO NOTHING",
         &[],
@@ -132,7 +135,15 @@ async fn create_meta(pool: &deadpool_postgres::Pool) -> Result<(), Fault> {
     let mut last = None;
     for _ in 0..5 {
         let conn = Conn::get(pool).await?;
-        match conn.batch(META).await {
+        // In a transaction of its own, so the session's `lock_timeout` is lifted for it alone.
+        let sql = format!("BEGIN; SET LOCAL lock_timeout = 0; {META}; COMMIT");
+        let done = conn.batch(&sql).await;
+        if done.is_err() {
+            // The failed statement left the transaction open: end it before the connection
+            // goes back to the pool.
+            let _ = conn.batch("ROLLBACK").await;
+        }
+        match done {
             Ok(()) => return Ok(()),
             Err(e) if sqlstate(&e).is_some_and(|s| RACED.contains(&s)) => last = Some(e),
             Err(e) => return Err(e.into()),

@@ -10,9 +10,10 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use super::super::LedgerError;
-use super::super::change::{self, Left, lapsed_reason};
+use super::super::change::{self, Left};
 use super::super::codec;
 use super::super::store::Fault;
 use super::Core;
@@ -112,15 +113,10 @@ pub(super) async fn append_events(tx: &Tx, id: &str, events: &[Event]) -> Result
     Ok(())
 }
 
-/// Makes `old` `unknown` (see `change::orphaned`) and stores it with its orphaned event;
-/// returns it as it now is with that event.
-pub(super) async fn orphan(
-    tx: &Tx,
-    old: &Operation,
-    now: Timestamp,
-    reason: &str,
-) -> Result<(Operation, Event), Fault> {
-    let (op, event) = change::orphaned(old, now, reason);
+/// Makes `old`, whose owner's lease lapsed, `unknown` (see `change::lapsed`) and stores it
+/// with its orphaned event; returns it as it now is with that event.
+async fn orphan(tx: &Tx, old: &Operation, reach: Duration) -> Result<(Operation, Event), Fault> {
+    let (op, event) = change::lapsed(old, Timestamp::now(), reach);
     store_changed(tx, &op, &event).await?;
     Ok((op, event))
 }
@@ -205,7 +201,7 @@ where
     let mut orphaned = Vec::new();
     let existing = match found.op {
         Some(old) if found.lapsed => {
-            let (op, event) = orphan(&tx, &old, Timestamp::now(), lapsed_reason()).await?;
+            let (op, event) = orphan(&tx, &old, core.reach).await?;
             appended.push((op.clone(), vec![event]));
             orphaned.push(op.clone());
             Some(op)
