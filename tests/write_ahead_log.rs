@@ -163,12 +163,59 @@ async fn a_torn_tail_after_the_last_frame_is_ignored() {
 
     proxy.restart().await;
     assert_all_replayed(&proxy, &provider).await;
+    // The start says what it ignored: one frame, as many bytes as its head announced.
+    let said = proxy.log_text();
+    assert!(
+        said.contains("ignored_frames=1") && said.contains("ignored_bytes=4112"),
+        "{said}"
+    );
     let created = refund(&proxy, "wf-log-after", "amount=1").await;
     assert_eq!(created.status, StatusCode::OK, "{}", created.text());
     assert!(!proxy.kill().await.success());
     proxy.restart().await;
     let replay = refund(&proxy, "wf-log-after", "amount=1").await;
     assert_op_headers(&replay, &op_id("wf-log-after"), "succeeded", true);
+}
+
+/// The offsets of the whole frames of a log (see `frames_end`).
+fn frame_offsets(log: &[u8]) -> Vec<usize> {
+    let mut offsets = Vec::new();
+    let mut at = 16;
+    while at < frames_end(log) {
+        offsets.push(at);
+        at += 16 + u32::from_le_bytes(log[at..at + 4].try_into().unwrap()) as usize;
+    }
+    offsets
+}
+
+/// One flipped bit in a frame in the middle of the log is corruption, not a torn tail: the
+/// frames after it were synced and answered. The start refuses, naming the log and the
+/// damaged frame's offset, and nothing is sent again; before, the scan ended at the damage
+/// and every operation of the later frames was forgotten (and sent again on a retry).
+#[tokio::test]
+async fn a_damaged_frame_in_the_middle_of_the_log_refuses_the_start() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let mut proxy = killed_after_refunds(&provider).await;
+    let path = log_of(&proxy.ledger_path());
+    let mut log = std::fs::read(&path).expect("read the log");
+    let frames = frame_offsets(&log);
+    assert!(
+        frames.len() >= 3,
+        "the refunds left {} frames",
+        frames.len()
+    );
+    let middle = frames[frames.len() / 2];
+    log[middle + 20] ^= 0x01;
+    std::fs::write(&path, &log).expect("damage the log");
+
+    let (status, said) = proxy.restart_expect_failure().await;
+    assert!(!status.success(), "{said}");
+    assert!(
+        said.contains(&path.display().to_string())
+            && said.contains(&format!("the frame at byte {middle} is damaged")),
+        "the refusal names the log and the damaged frame: {said}"
+    );
+    assert_eq!(provider.request_count(), OPERATIONS, "nothing sent again");
 }
 
 #[tokio::test]

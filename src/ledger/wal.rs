@@ -17,7 +17,9 @@
 //! answered. The log is preallocated and reused from its head after each checkpoint. A frame is `len u32, crc32 u32, lsn u64, records`; the checksum covers the
 //! length, the sequence number and the records. The scan ends at the first frame that is cut
 //! short, fails its checksum or does not follow its predecessor: only an unsynced append can
-//! be torn, and nobody was answered for it. The header (`IDEMWAL1` and a random ID also kept
+//! be torn, and nobody was answered for it. If a whole frame further on continues the sequence,
+//! the stop was damage in the middle, not a torn end, and the start is refused
+//! (`continuation`): replaying only the frames before it would forget answered ones. The header (`IDEMWAL1` and a random ID also kept
 //! in `meta`) ties the log to its ledger file: a log holding another file's frames is
 //! refused, never replayed.
 
@@ -152,7 +154,21 @@ impl Wal {
             replayed += 1;
             Ok(())
         });
-        let end = match walked {
+        // Only the last append can be torn: a whole frame beyond the scan's end that continues
+        // the sequence means a frame in the middle is damaged, and what follows it was
+        // answered too.
+        let floor = last.max(applied);
+        let end = walked.and_then(|end| match continuation(&self.file, end, floor)? {
+            None => Ok(end),
+            Some((at, lsn)) => Err(Fault::new(format!(
+                "{shown}: the frame at byte {end} is damaged, yet a whole frame after it (byte \
+                 {at}, sequence {lsn}, after {floor}) continues the log: the log is corrupt in \
+                 the middle, not torn at its end, and replaying only what comes before the \
+                 damage would forget answered operations. The ledger is not opened; keep the \
+                 ledger file and its log as they are and restore both from a backup"
+            ))),
+        });
+        let end = match end {
             Ok(end) => end,
             Err(e) => {
                 if let Some(txn) = txn {
@@ -161,6 +177,15 @@ impl Wal {
                 return Err(e);
             }
         };
+        let torn = torn_bytes(&self.file, end)?;
+        tracing::info!(
+            log = %shown,
+            replayed,
+            ignored_frames = usize::from(torn > 0),
+            ignored_bytes = torn,
+            "write-ahead log read: its frames beyond the last checkpoint were replayed; a torn \
+             last frame, if any, was ignored"
+        );
         if let Some(txn) = txn {
             txn.commit()?;
         }
@@ -417,6 +442,114 @@ fn walk_with(
     Ok(at)
 }
 
+/// How many damaged frames in a row `continuation` looks past.
+const DAMAGE_SPAN: u64 = 256;
+
+/// The first whole frame after byte `from` whose sequence number is one of the next
+/// `DAMAGE_SPAN` after `floor` (the last frame the scan accepted, or the checkpoint's): where
+/// the log goes on after a damaged frame. Frames left over from before a checkpoint have lower
+/// numbers, and the bytes of a torn append fail their checksum. The search looks for those
+/// numbers' upper seven bytes (`memmem`), in pieces, so it is quick and memory stays flat
+/// whatever the log's size.
+fn continuation(file: &File, from: u64, floor: u64) -> Result<Option<(u64, u64)>, Fault> {
+    let failed = |e: io::Error| Fault::new(format!("the write-ahead log: {e}"));
+    let len = file.metadata().map_err(failed)?.len();
+    let wanted = floor + 1..=floor.saturating_add(DAMAGE_SPAN);
+    let mut uppers: Vec<[u8; 7]> = wanted.clone().map(upper_bytes).collect();
+    uppers.dedup();
+    const PIECE: u64 = 1 << 20;
+    let mut buf = vec![0_u8; PIECE.min(len) as usize];
+    let mut start = from + 1;
+    while start + FRAME_HEAD as u64 <= len {
+        // Pieces overlap by a head: a head that starts in one piece is whole in it or the next.
+        let size = PIECE.min(len - start);
+        let piece = &mut buf[..size as usize];
+        file.read_exact_at(piece, start).map_err(failed)?;
+        let piece = &*piece;
+        for (from, to) in written(piece) {
+            for upper in &uppers {
+                for hit in memchr::memmem::find_iter(&piece[from..to], upper) {
+                    // The sequence number's upper bytes sit 9 bytes into a head.
+                    let Some(i) = (from + hit).checked_sub(9) else {
+                        continue;
+                    };
+                    let head = &piece[i..i + FRAME_HEAD];
+                    let lsn = u64::from_le_bytes(head[8..16].try_into().unwrap_or_default());
+                    let at = start + i as u64;
+                    if wanted.contains(&lsn) && is_whole_frame(file, at, len).map_err(failed)? {
+                        return Ok(Some((at, lsn)));
+                    }
+                }
+            }
+        }
+        if start + size >= len {
+            break;
+        }
+        start += size - FRAME_HEAD as u64;
+    }
+    Ok(None)
+}
+
+/// The stretches of `piece` outside its all-zero 4 KiB blocks (never written, or emptied),
+/// each widened by a head on both sides so no head across a block's edge is missed: a head
+/// inside a zero block is all zeros, never a frame. Searching only these keeps a mostly empty
+/// log quick, where the search pattern of a young ledger (seven zero bytes) is everywhere.
+fn written(piece: &[u8]) -> Vec<(usize, usize)> {
+    const BLOCK: usize = 4096;
+    static ZEROS: [u8; BLOCK] = [0; BLOCK];
+    let mut stretches: Vec<(usize, usize)> = Vec::new();
+    for (n, block) in piece.chunks(BLOCK).enumerate() {
+        if block == &ZEROS[..block.len()] {
+            continue;
+        }
+        let from = (n * BLOCK).saturating_sub(FRAME_HEAD);
+        let to = (n * BLOCK + block.len() + FRAME_HEAD).min(piece.len());
+        match stretches.last_mut() {
+            Some(last) if last.1 >= from => last.1 = to,
+            _ => stretches.push((from, to)),
+        }
+    }
+    stretches
+}
+
+/// The upper seven bytes of a sequence number as a head holds it (little-endian).
+fn upper_bytes(lsn: u64) -> [u8; 7] {
+    let mut upper = [0_u8; 7];
+    upper.copy_from_slice(&lsn.to_le_bytes()[1..]);
+    upper
+}
+
+/// Whether a whole frame with a valid checksum starts at `at`.
+fn is_whole_frame(file: &File, at: u64, len: u64) -> io::Result<bool> {
+    let mut head = [0_u8; FRAME_HEAD];
+    file.read_exact_at(&mut head, at)?;
+    let size = u64::from(u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
+    if at + FRAME_HEAD as u64 + size > len {
+        return Ok(false);
+    }
+    let mut frame = vec![0_u8; FRAME_HEAD + size as usize];
+    file.read_exact_at(&mut frame, at)?;
+    let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    Ok(checksum(&frame) == crc)
+}
+
+/// How many bytes the frame the scan stopped at claims (cut at the file's end): what a torn
+/// last append left. 0 when its head is zeroed (an emptied log) or the file ends there.
+fn torn_bytes(file: &File, at: u64) -> Result<u64, Fault> {
+    let failed = |e: io::Error| Fault::new(format!("the write-ahead log: {e}"));
+    let len = file.metadata().map_err(failed)?.len();
+    if at + FRAME_HEAD as u64 > len {
+        return Ok(len.saturating_sub(at));
+    }
+    let mut head = [0_u8; FRAME_HEAD];
+    file.read_exact_at(&mut head, at).map_err(failed)?;
+    if head.iter().all(|&b| b == 0) {
+        return Ok(0);
+    }
+    let size = u64::from(u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
+    Ok((FRAME_HEAD as u64 + size).min(len - at))
+}
+
 enum Header {
     /// No header yet (a new or emptied file).
     Empty,
@@ -531,6 +664,50 @@ mod tests {
         // A frame that does not follow its predecessor (left over from before a checkpoint).
         let stale = log(&[(9, b"new"), (3, b"old")]);
         assert_eq!(scan(&stale).frames, framed(&[(9, b"new")]));
+    }
+
+    /// The end of the scan over `bytes` and the continuation after it, read from a file.
+    fn continued(bytes: &[u8], floor: u64) -> (u64, Option<(u64, u64)>) {
+        let end = scan(bytes).end;
+        let mut file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut file, bytes).unwrap();
+        (end, continuation(&file, end, floor).unwrap())
+    }
+
+    #[test]
+    fn a_damaged_frame_followed_by_the_rest_of_the_log_is_found_and_a_torn_tail_is_not() {
+        let records: Vec<Vec<u8>> = (0..20).map(|n| vec![n as u8; 10 + n]).collect();
+        let frames: Vec<(u64, &[u8])> = (0..20).map(|n| (n as u64 + 1, &records[n][..])).collect();
+        let whole = log(&frames);
+        let seventh = log(&frames[..6]).len();
+        let eighth = log(&frames[..7]).len();
+        for at in seventh..eighth {
+            let mut damaged = whole.clone();
+            damaged[at] ^= 0x01;
+            let (end, found) = continued(&damaged, 0);
+            assert_eq!(end, seventh as u64, "flipped at {at}");
+            let (_, lsn) = found.unwrap_or_else(|| panic!("flipped at {at}: not found"));
+            assert!(lsn >= 8, "flipped at {at}: {lsn}");
+        }
+        // A torn last frame: nothing after it.
+        let torn = &whole[..whole.len() - 5];
+        assert_eq!(continued(torn, 0).1, None);
+        // Frames left over from before a checkpoint (lower numbers) after the end: no chain.
+        let mut reused = log(&[(31, b"new"), (32, b"newer")]);
+        reused.extend_from_slice(&[0; FRAME_HEAD]);
+        reused.extend_from_slice(&whole[HEADER as usize..]);
+        assert_eq!(continued(&reused, 32).1, None);
+        // The same leftovers beyond a checkpoint mark that is lower: they would continue it.
+        assert!(continued(&reused, 0).1.is_some());
+        // Over pieces: a continuation far beyond the damage is found across piece borders.
+        let mut far = log(&[(1, b"a")]);
+        far.extend(vec![0x77; 3 << 20]);
+        let mut next = vec![0; FRAME_HEAD];
+        next.extend_from_slice(b"b");
+        seal(2, &mut next).unwrap();
+        far.extend(next);
+        let (_, found) = continued(&far, 1);
+        assert_eq!(found.map(|(_, lsn)| lsn), Some(2));
     }
 
     #[test]
