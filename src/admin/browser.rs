@@ -55,16 +55,32 @@ pub fn json_body(headers: &HeaderMap) -> Result<(), AdminError> {
 }
 
 /// Where the request says it is going: its `Host`, else the URI's authority (h2); `Ok(None)`
-/// when it names no host (no browser sends that), `Err` when its `Host` is unreadable.
+/// when it names no host (no browser sends that), `Err` when its `Host` is unreadable: not an
+/// authority, or with a port that is not a number up to 65535 (`localhost:abc` would
+/// otherwise be taken for port 80).
 fn request_host(headers: &HeaderMap, uri: &Uri) -> Result<Option<Authority>, ()> {
     match headers.get(header::HOST) {
         Some(value) => value
             .to_str()
             .ok()
             .and_then(|v| v.parse::<Authority>().ok())
+            .filter(readable_port)
             .map(Some)
             .ok_or(()),
         None => Ok(uri.authority().cloned()),
+    }
+}
+
+/// Whether what follows the host is nothing, or `:` and a port `u16` reads (or no digit at
+/// all, which RFC 3986 allows and means the default port).
+fn readable_port(authority: &Authority) -> bool {
+    let after_user = authority.as_str().rsplit('@').next().unwrap_or_default();
+    match after_user.strip_prefix(authority.host()) {
+        Some("") => true,
+        Some(rest) => rest
+            .strip_prefix(':')
+            .is_some_and(|port| port.is_empty() || port.parse::<u16>().is_ok()),
+        None => false,
     }
 }
 
@@ -84,7 +100,7 @@ fn origin_authority(origin: &str) -> Option<Authority> {
     if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
         return None;
     }
-    rest.parse().ok()
+    rest.parse().ok().filter(readable_port)
 }
 
 /// Whether two authorities name the same host and port (80 when absent), ignoring case.
@@ -121,6 +137,8 @@ mod tests {
             "localhost",
             "LocalHost:1",
             "10.0.0.5",
+            "localhost:",
+            "[::1]:65535",
         ] {
             assert_eq!(status(&[("host", ok)], false), None, "{ok}");
         }
@@ -130,6 +148,9 @@ mod tests {
             "127.0.0.1.nip.io",
             "u@127.0.0.1",
             "a b",
+            "localhost:abc",
+            "127.0.0.1:65536",
+            "[::1]:1x",
         ] {
             assert_eq!(status(&[("host", bad)], false), Some(421), "{bad}");
             assert_eq!(status(&[("host", bad)], true), None, "{bad} with a token");
@@ -163,6 +184,7 @@ mod tests {
             "https://127.0.0.1:9901",
             "http://127.0.0.1:9901/",
             "http://localhost:9901",
+            "http://127.0.0.1:9901x",
             "",
         ] {
             assert_eq!(status(&[host, ("origin", bad)], false), Some(403), "{bad}");
@@ -172,6 +194,8 @@ mod tests {
             status(&[("origin", "http://127.0.0.1:9901")], false),
             Some(403)
         );
+        let unreadable = [("host", "127.0.0.1"), ("origin", "http://127.0.0.1:x")];
+        assert_eq!(status(&unreadable, true), Some(403));
     }
 
     #[test]
