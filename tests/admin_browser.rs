@@ -243,3 +243,32 @@ async fn a_host_whose_port_cannot_be_read_is_misdirected() {
     let listed = admin(&tokened, Method::GET, "/ops", &with_origin).await;
     problem(&listed, StatusCode::FORBIDDEN, "foreign-origin");
 }
+
+/// The listener's own origin is compared in any case, its scheme as its host.
+#[tokio::test]
+async fn the_own_origin_is_welcome_in_any_case() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = start(&provider, "", &[]).await;
+    let port = proxy.admin_addr().port();
+    for (host, origin) in [
+        (
+            format!("127.0.0.1:{port}"),
+            format!("HTTP://127.0.0.1:{port}"),
+        ),
+        (
+            format!("localhost:{port}"),
+            format!("Http://LocalHost:{port}"),
+        ),
+        (
+            format!("LOCALHOST:{port}"),
+            format!("http://localhost:{port}"),
+        ),
+    ] {
+        let headers = [("host", host.as_str()), ("origin", origin.as_str())];
+        let listed = admin(&proxy, Method::GET, "/ops", &headers).await;
+        assert_eq!(listed.status, StatusCode::OK, "{origin}: {}", listed.text());
+    }
+    let foreign = format!("HTTPS://127.0.0.1:{port}");
+    let listed = admin(&proxy, Method::GET, "/ops", &[("origin", &foreign)]).await;
+    problem(&listed, StatusCode::FORBIDDEN, "foreign-origin");
+}

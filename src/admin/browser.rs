@@ -93,10 +93,15 @@ fn local(host: &Authority) -> bool {
     name.eq_ignore_ascii_case("localhost") || name.parse::<IpAddr>().is_ok()
 }
 
-/// The authority of an `http://host[:port]` origin; `None` for `null`, another scheme, or
-/// anything with a path, query or user info.
+/// The authority of an `http://host[:port]` origin (the scheme in any case, as the host);
+/// `None` for `null`, another scheme, or anything with a path, query or user info.
 fn origin_authority(origin: &str) -> Option<Authority> {
-    let rest = origin.strip_prefix("http://")?;
+    const SCHEME: &str = "http://";
+    let scheme = origin.get(..SCHEME.len())?;
+    if !scheme.eq_ignore_ascii_case(SCHEME) {
+        return None;
+    }
+    let rest = &origin[SCHEME.len()..];
     if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
         return None;
     }
@@ -170,6 +175,8 @@ mod tests {
             ("origin", "http://LOCALHOST:9901"),
         ];
         assert_eq!(status(&local, false), None);
+        let upper = [host, ("origin", "HTTP://127.0.0.1:9901")];
+        assert_eq!(status(&upper, false), None);
         assert_eq!(
             status(
                 &[("host", "127.0.0.1"), ("origin", "http://127.0.0.1:80")],
