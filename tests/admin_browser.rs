@@ -272,3 +272,23 @@ async fn the_own_origin_is_welcome_in_any_case() {
     let listed = admin(&proxy, Method::GET, "/ops", &[("origin", &foreign)]).await;
     problem(&listed, StatusCode::FORBIDDEN, "foreign-origin");
 }
+
+/// A request with two `Origin` headers is refused, whichever comes first: one reader would
+/// take the first, another the last.
+#[tokio::test]
+async fn two_origins_are_refused() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = start(&provider, "", &[]).await;
+    let own = format!("http://127.0.0.1:{}", proxy.admin_addr().port());
+    for pair in [
+        [own.as_str(), "http://evil.example"],
+        ["http://evil.example", own.as_str()],
+        [own.as_str(), own.as_str()],
+    ] {
+        let headers = [("origin", pair[0]), ("origin", pair[1])];
+        let listed = admin(&proxy, Method::GET, "/ops", &headers).await;
+        problem(&listed, StatusCode::FORBIDDEN, "foreign-origin");
+    }
+    let listed = admin(&proxy, Method::GET, "/ops", &[("origin", &own)]).await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.text());
+}

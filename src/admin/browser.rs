@@ -25,15 +25,19 @@ pub fn check(headers: &HeaderMap, uri: &Uri, tokened: bool) -> Result<(), AdminE
     if !tokened && !local_host {
         return Err(AdminError::ForeignHost);
     }
-    let Some(origin) = headers.get(header::ORIGIN) else {
+    let mut origins = headers.get_all(header::ORIGIN).iter();
+    let Some(origin) = origins.next() else {
         return Ok(());
     };
-    let own = origin
-        .to_str()
-        .ok()
-        .and_then(origin_authority)
-        .zip(host.ok().flatten())
-        .is_some_and(|(origin, host)| same(&origin, &host));
+    // Two: one reader would take the first, another the last.
+    let single = origins.next().is_none();
+    let own = single
+        && origin
+            .to_str()
+            .ok()
+            .and_then(origin_authority)
+            .zip(host.ok().flatten())
+            .is_some_and(|(origin, host)| same(&origin, &host));
     if own {
         Ok(())
     } else {
@@ -201,6 +205,8 @@ mod tests {
             status(&[("origin", "http://127.0.0.1:9901")], false),
             Some(403)
         );
+        let own = ("origin", "http://127.0.0.1:9901");
+        assert_eq!(status(&[host, own, own], false), Some(403), "two origins");
         let unreadable = [("host", "127.0.0.1"), ("origin", "http://127.0.0.1:x")];
         assert_eq!(status(&unreadable, true), Some(403));
     }
