@@ -76,11 +76,15 @@ impl Token {
         &self.0
     }
 
-    /// Whether `headers` carry `Authorization: Bearer <this token>`. Both sides are hashed
-    /// first, so the constant-time comparison does not leak the token's length either.
+    /// Whether `headers` carry `Authorization: Bearer <this token>`, once: with two, one
+    /// reader would take the first and another the last, so neither is admitted. Both sides
+    /// are hashed first, so the constant-time comparison does not leak the token's length
+    /// either.
     pub fn admits(&self, headers: &HeaderMap) -> bool {
-        let Some(given) = headers
-            .get(header::AUTHORIZATION)
+        let mut values = headers.get_all(header::AUTHORIZATION).iter();
+        let Some(given) = values
+            .next()
+            .filter(|_| values.next().is_none())
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.split_once(' '))
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))

@@ -18,6 +18,7 @@
 //!   `ledger::postgres`); no module above it names one;
 //!   `ledger::copy` is `idemproxy ledger copy`.
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
+//! - `durable`: a new file's name made durable (its folder synced), for the ledger and the secret.
 //! - `rules`: what a provider's answer means: `[[provider.rule]]`s, then the status lists.
 //! - `decide`: the pure state machine of a guarded request (docs/reference.md section 5.3).
 //! - `answer`: replays, refusals and the `Idem-*` headers of every guarded answer.
@@ -60,6 +61,7 @@ pub mod decide;
 pub mod demo;
 pub mod dispatch;
 pub mod drain;
+pub mod durable;
 pub mod fingerprint;
 pub mod guard;
 pub mod handoff;

@@ -4,8 +4,9 @@
 //! decoded, `..` resolved), so a guarded route could be reached under a spelling the proxy
 //! does not recognise. This module owns two answers to that: `normalize`, the form every
 //! request is matched in and sent in (so nothing leaves outside the upstream's base path),
-//! and `ambiguity`, what makes a path too ambiguous to forward under a provider that guards
-//! routes. It never decides which route matches; `policy` does.
+//! `ambiguity`, what makes a path too ambiguous to forward under a provider that guards
+//! routes, and `loose_reading`, the path a server that decodes once more or trims whitespace
+//! takes it for. It never decides which route matches; `policy` does.
 
 use std::borrow::Cow;
 
@@ -79,7 +80,11 @@ fn escaped(bytes: &[u8], i: usize) -> Option<u8> {
 
 /// Every byte of a segment with each `%XX` escape decoded.
 fn decode_all(segment: &str) -> Vec<u8> {
-    let bytes = segment.as_bytes();
+    decode_bytes(segment.as_bytes())
+}
+
+/// `decode_all` over bytes (a segment decoded once already, to decode it again).
+fn decode_bytes(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
@@ -127,6 +132,46 @@ fn segment_ambiguity(raw: &str) -> Option<&'static str> {
         }
     }
     None
+}
+
+/// The path a server that reads paths loosely could take a normalized, route-relative `path`
+/// for, where the proxy reads each segment percent-decoded once: decoded once more (`%2520`
+/// is a space, `%252F` a `/`, `%3F` a `?`), a `?` or `#` this reveals ending the path, `/`
+/// and `\` separating segments, `;` starting a segment's parameters, trailing whitespace
+/// (spaces, tabs, line breaks) trimmed from each segment, then empty and `.` segments dropped and `..` resolved.
+/// `None` when that reading is the proxy's own. The caller asks whether it meets a guarded
+/// route: a path that comes near none is sent as it is.
+pub fn loose_reading(path: &str) -> Option<String> {
+    // Without an escape, whitespace, a `;` or a `\` both readings are the path itself: the
+    // common case, one pass with no allocation.
+    if !path
+        .bytes()
+        .any(|b| matches!(b, b'%' | b' ' | b'\t' | b';' | b'\\'))
+    {
+        return None;
+    }
+    let own: Vec<Vec<u8>> = (path.split('/').filter(|s| !s.is_empty()))
+        .map(decode_all)
+        .collect();
+    let again = decode_bytes(&own.join(&b'/'));
+    let end = (again.iter())
+        .position(|b| matches!(b, b'?' | b'#'))
+        .unwrap_or(again.len());
+    let mut loose: Vec<&[u8]> = Vec::new();
+    for segment in again[..end].split(|b| matches!(b, b'/' | b'\\')) {
+        let segment = segment.split(|&b| b == b';').next().unwrap_or_default();
+        match segment.trim_ascii_end() {
+            b"" | b"." => {}
+            b".." => {
+                loose.pop();
+            }
+            segment => loose.push(segment),
+        }
+    }
+    if loose.iter().eq(own.iter()) {
+        return None;
+    }
+    Some(format!("/{}", String::from_utf8_lossy(&loose.join(&b'/'))))
 }
 
 /// Whether `path` is `base` or lies below it, segment-wise (`/base` holds `/base/x`, not
@@ -233,6 +278,40 @@ mod tests {
             "/%",
         ] {
             assert_eq!(ambiguity(raw), None, "{raw}");
+        }
+    }
+
+    #[test]
+    fn a_loose_reading_decodes_once_more_and_trims_trailing_whitespace() {
+        for (path, reading) in [
+            ("/v1/refunds%20", "/v1/refunds"),
+            ("/v1/refunds%20%09%20", "/v1/refunds"),
+            ("/v1/refunds%250A", "/v1/refunds"),
+            ("/v1/refunds%2520", "/v1/refunds"),
+            ("/v1/refunds%3F", "/v1/refunds"),
+            ("/v1/refunds%3Fx=1/y", "/v1/refunds"),
+            ("/v1/refunds%23top", "/v1/refunds"),
+            ("/v1/refunds%252F", "/v1/refunds"),
+            ("/v1%252Frefunds", "/v1/refunds"),
+            ("/v1%255Crefunds", "/v1/refunds"),
+            ("/v1/refunds%253Bx", "/v1/refunds"),
+            ("/v1/x/%252E%252E/refunds", "/v1/refunds"),
+            ("/v1/refunds/re_1%20", "/v1/refunds/re_1"),
+            ("/v1/refunds%20/re_1", "/v1/refunds/re_1"),
+            ("/v1/a%2541", "/v1/aA"),
+        ] {
+            assert_eq!(loose_reading(path).as_deref(), Some(reading), "{path}");
+        }
+        for path in [
+            "/v1/refunds",
+            "/v1/refunds%20x",
+            "/v1/refunds/re%201",
+            "/v1/a%2Cb",
+            "/v1/%E2%82%AC",
+            "/v1/100%25",
+            "/",
+        ] {
+            assert_eq!(loose_reading(path), None, "{path}");
         }
     }
 

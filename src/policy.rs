@@ -572,7 +572,8 @@ impl Provider {
 
     /// A guarded route this request meets when letter case is ignored. A request that
     /// matches no guarded route exactly but one of these is a case-insensitive server's
-    /// spelling of a guarded route.
+    /// spelling of a guarded route; `path` may also be another server's reading of the
+    /// request's path (`path::loose_reading`).
     pub fn guarded_ignoring_case(&self, method: &Method, path: &str) -> Option<&Route> {
         self.routes
             .iter()

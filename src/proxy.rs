@@ -19,7 +19,7 @@ use hyper::body::Incoming;
 use crate::app::{App, Forward};
 use crate::guard::Target;
 use crate::path;
-use crate::policy::{PathCase, Provider, Unmatched};
+use crate::policy::{Captures, PathCase, Provider, Route, Unmatched};
 use crate::problem::{Context, Problem};
 use crate::upstream;
 use crate::wire::{BoxError, ProxyBody};
@@ -149,31 +149,55 @@ fn resolve<'a>(app: &'a App, req: &Request<Incoming>) -> Result<Target<'a>, Refu
         (Some((r, captures)), PathCase::Insensitive) => r.matcher.spell(captures),
         _ => rel_path,
     };
-    if !route.as_ref().is_some_and(|(r, _)| r.is_guarded())
-        && let Some(guarded) = provider.guarded_ignoring_case(req.method(), &rel_path)
-    {
-        // Matched as written (any case is "as written" under `insensitive`): an unguarded
-        // route listed before it took the request.
-        if let Some((taken, _)) = &route
-            && (provider.path_case == PathCase::Insensitive
-                || guarded.matcher.matches(req.method(), &rel_path).is_some())
-        {
-            return Err(refused(Problem::ShadowedRoute {
-                taken: taken.pattern.clone(),
-                guarded: guarded.pattern.clone(),
-            }));
-        }
-        let why = format!(
-            "differs only in letter case from the guarded route `{}`",
-            guarded.pattern
-        );
-        return Err(refused(Problem::InvalidPath(why)));
+    if provider.guards_routes() {
+        near_guarded(provider, req.method(), &rel_path, route.as_ref()).map_err(refused)?;
     }
     Ok(Target {
         provider,
         rel_path,
         route,
     })
+}
+
+/// Refuses a request another server could take for a guarded route where the proxy sees it
+/// reach none, or reach one with other captures: one that meets a guarded route with letter
+/// case ignored (in the method and the literals), or whose loose reading
+/// (`path::loose_reading`: decoded once more, trailing whitespace trimmed) does.
+fn near_guarded(
+    provider: &Provider,
+    method: &Method,
+    rel_path: &str,
+    route: Option<&(&Route, Captures)>,
+) -> Result<(), Problem> {
+    if !route.is_some_and(|(r, _)| r.is_guarded())
+        && let Some(guarded) = provider.guarded_ignoring_case(method, rel_path)
+    {
+        // Matched as written (any case is "as written" under `insensitive`): an unguarded
+        // route listed before it took the request.
+        if let Some((taken, _)) = route
+            && (provider.path_case == PathCase::Insensitive
+                || guarded.matcher.matches(method, rel_path).is_some())
+        {
+            return Err(Problem::ShadowedRoute {
+                taken: taken.pattern.clone(),
+                guarded: guarded.pattern.clone(),
+            });
+        }
+        return Err(Problem::InvalidPath(format!(
+            "differs only in letter case from the guarded route `{}`",
+            guarded.pattern
+        )));
+    }
+    if let Some(reading) = path::loose_reading(rel_path)
+        && let Some(guarded) = provider.guarded_ignoring_case(method, &reading)
+    {
+        return Err(Problem::InvalidPath(format!(
+            "reads as `{reading}`, a path of the guarded route `{}`, to a server that decodes \
+             it once more or trims trailing whitespace",
+            guarded.pattern
+        )));
+    }
+    Ok(())
 }
 
 /// The provider of a request (by mount, or by host, port and base path for absolute-form

@@ -161,10 +161,11 @@ impl Secret {
                 .ok_or(SecretError::BadFile { path: shown() }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let bytes = random_bytes()?;
-                if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(parent).map_err(io)?;
+                if let Some(parent) = path.parent() {
+                    crate::durable::create_dir_all(parent).map_err(io)?;
                 }
                 create_private(path, &hex::encode(bytes)).map_err(io)?;
+                crate::durable::sync_parent(path).map_err(io)?;
                 Ok(Secret::from_bytes(bytes))
             }
             Err(e) => Err(io(e)),

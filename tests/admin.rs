@@ -105,6 +105,34 @@ async fn healthz_is_open_and_every_other_call_needs_the_token() {
     );
 }
 
+/// A request with two `Authorization` headers is refused 401, whichever holds the token: one
+/// reader would take the first, another the last.
+#[tokio::test]
+async fn two_authorization_headers_are_refused() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = Proxy::builder()
+        .policy("shop", &shop(&provider, ""))
+        .env("IDEMPROXY_ADMIN_TOKEN", TOKEN)
+        .start()
+        .await;
+    let bearer = format!("Bearer {TOKEN}");
+    for pair in [
+        [bearer.as_str(), "Bearer wrong"],
+        ["Bearer wrong", bearer.as_str()],
+        [bearer.as_str(), bearer.as_str()],
+    ] {
+        let headers = [("authorization", pair[0]), ("authorization", pair[1])];
+        let url = proxy.admin_url("/ops");
+        let resp = send(Method::GET, &url, &headers, "")
+            .await
+            .expect("admin answers");
+        problem(&resp, StatusCode::UNAUTHORIZED, "unauthorized");
+        assert_eq!(resp.header("www-authenticate"), Some("Bearer"));
+    }
+    let listed = call(&proxy, Method::GET, "/ops", "", Some(TOKEN)).await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.text());
+}
+
 /// Five operations, oldest first: op-1..op-3 succeeded on `create`, op-4 and op-5 failed
 /// (402) on `cancel`.
 async fn five_ops(proxy: &Proxy, provider: &FakeProvider) -> Vec<String> {

@@ -209,3 +209,86 @@ async fn healthz_answers_any_host_and_origin() {
     let health = admin(&proxy, Method::GET, "/healthz", &headers).await;
     assert_eq!(health.status, StatusCode::OK, "{}", health.text());
 }
+
+/// A `Host` whose port is not a number from 0 to 65535 cannot be read, and an unreadable
+/// `Host` is misdirected without a token, as one that is no authority at all: its port
+/// would otherwise be taken for 80 when the `Origin` is compared.
+#[tokio::test]
+async fn a_host_whose_port_cannot_be_read_is_misdirected() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = start(&provider, "", &[]).await;
+    for host in [
+        "localhost:abc",
+        "localhost:80x",
+        "127.0.0.1:65536",
+        "[::1]:99999",
+        "a b",
+    ] {
+        let listed = admin(&proxy, Method::GET, "/ops", &[("host", host)]).await;
+        problem(&listed, StatusCode::MISDIRECTED_REQUEST, "misdirected");
+        let with_origin = [("host", host), ("origin", "http://localhost")];
+        let listed = admin(&proxy, Method::GET, "/ops", &with_origin).await;
+        problem(&listed, StatusCode::MISDIRECTED_REQUEST, "misdirected");
+    }
+    // With a token any `Host` is accepted, but an unreadable one is no page's own origin.
+    let tokened = start(&provider, "", &[("IDEMPROXY_ADMIN_TOKEN", TOKEN)]).await;
+    let bearer = format!("Bearer {TOKEN}");
+    let unreadable = [
+        ("host", "localhost:abc"),
+        ("authorization", bearer.as_str()),
+    ];
+    let listed = admin(&tokened, Method::GET, "/ops", &unreadable).await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.text());
+    let with_origin = [unreadable[0], unreadable[1], ("origin", "http://localhost")];
+    let listed = admin(&tokened, Method::GET, "/ops", &with_origin).await;
+    problem(&listed, StatusCode::FORBIDDEN, "foreign-origin");
+}
+
+/// The listener's own origin is compared in any case, its scheme as its host.
+#[tokio::test]
+async fn the_own_origin_is_welcome_in_any_case() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = start(&provider, "", &[]).await;
+    let port = proxy.admin_addr().port();
+    for (host, origin) in [
+        (
+            format!("127.0.0.1:{port}"),
+            format!("HTTP://127.0.0.1:{port}"),
+        ),
+        (
+            format!("localhost:{port}"),
+            format!("Http://LocalHost:{port}"),
+        ),
+        (
+            format!("LOCALHOST:{port}"),
+            format!("http://localhost:{port}"),
+        ),
+    ] {
+        let headers = [("host", host.as_str()), ("origin", origin.as_str())];
+        let listed = admin(&proxy, Method::GET, "/ops", &headers).await;
+        assert_eq!(listed.status, StatusCode::OK, "{origin}: {}", listed.text());
+    }
+    let foreign = format!("HTTPS://127.0.0.1:{port}");
+    let listed = admin(&proxy, Method::GET, "/ops", &[("origin", &foreign)]).await;
+    problem(&listed, StatusCode::FORBIDDEN, "foreign-origin");
+}
+
+/// A request with two `Origin` headers is refused, whichever comes first: one reader would
+/// take the first, another the last.
+#[tokio::test]
+async fn two_origins_are_refused() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = start(&provider, "", &[]).await;
+    let own = format!("http://127.0.0.1:{}", proxy.admin_addr().port());
+    for pair in [
+        [own.as_str(), "http://evil.example"],
+        ["http://evil.example", own.as_str()],
+        [own.as_str(), own.as_str()],
+    ] {
+        let headers = [("origin", pair[0]), ("origin", pair[1])];
+        let listed = admin(&proxy, Method::GET, "/ops", &headers).await;
+        problem(&listed, StatusCode::FORBIDDEN, "foreign-origin");
+    }
+    let listed = admin(&proxy, Method::GET, "/ops", &[("origin", &own)]).await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.text());
+}

@@ -1,7 +1,8 @@
 //! Path spellings (issue 7 item 5): every request leaves in its normalized form and never
 //! outside the upstream's base path; under a provider with guarded routes, spellings that
 //! servers read differently (encoded `/` or `\`, `;` parameters, control characters, dot
-//! segments, another letter case of a guarded route, lowercase methods, method overrides)
+//! segments, another letter case of a guarded route, a spelling that decoded once more or
+//! with trailing whitespace trimmed is a guarded path, lowercase methods, method overrides)
 //! are refused with 400 before anything is sent.
 
 mod common;
@@ -50,6 +51,22 @@ async fn spellings_servers_read_as_a_guarded_path_are_refused_400_invalid_path()
         "/pay/v1/refunds%00",
         "/pay/v1/refunds%0A",
         "/pay/v1/other%2Fthing",
+        // Near-spellings: decoded once more, or with trailing whitespace trimmed, a server
+        // reads them as a guarded path the proxy does not see in them.
+        "/pay/v1/refunds%20",
+        "/pay/v1/refunds%20%20",
+        "/pay/v1/refunds%3F",
+        "/pay/v1/refunds%3Fx=1",
+        "/pay/v1/refunds%23",
+        "/pay/v1/refunds%252F",
+        "/pay/v1/refunds%252f",
+        "/pay/v1/refunds%2520",
+        "/pay/v1/refunds%2509",
+        "/pay/v1/refunds%09",
+        "/pay/V1/Refunds%20",
+        "/pay/v1/refunds/re_1%20",
+        "/pay/v1/refunds/re_1%2520",
+        "/pay/v1/refunds%20/re_1",
     ];
     for path in spellings {
         let resp = send(Method::POST, &proxy.url(path), &[OP], "a=1")
@@ -60,6 +77,62 @@ async fn spellings_servers_read_as_a_guarded_path_are_refused_400_invalid_path()
         assert_eq!(resp.header("idem-state"), None, "{path}");
     }
     assert_eq!(provider.request_count(), 0, "nothing was sent");
+    let resp = send(Method::POST, &proxy.url("/pay/v1/refunds%2520"), &[OP], "")
+        .await
+        .expect("answer");
+    let body = problem(&resp, StatusCode::BAD_REQUEST, "invalid-path");
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("`/v1/refunds`") && detail.contains("`POST /v1/refunds/{id*}`"),
+        "names the reading and the route: {detail}"
+    );
+}
+
+/// What comes near no guarded route passes: a longer name, whitespace inside a segment, an
+/// unguarded path with `%20`, and a method the guarded route does not take. A guarded
+/// request whose capture holds an escape that reads the same once more is guarded as usual.
+#[tokio::test]
+async fn spellings_near_no_guarded_route_still_pass() {
+    let (provider, proxy) = start().await;
+    for (method, path) in [
+        (Method::POST, "/pay/v1/refundsX"),
+        (Method::POST, "/pay/v1/refunds%20x"),
+        (Method::POST, "/pay/v1/charges%20"),
+        (Method::POST, "/pay/v1/charges%2520"),
+        (Method::GET, "/pay/v1/refunds%20"),
+    ] {
+        let resp = send(method, &proxy.url(path), &[OP], "a=1")
+            .await
+            .expect("answer");
+        assert_eq!(resp.status, StatusCode::OK, "{path}: {}", resp.text());
+        assert_eq!(resp.header("idem-state"), None, "{path} is unguarded");
+    }
+    let guarded = send(
+        Method::POST,
+        &proxy.url("/pay/v1/refunds/re%201"),
+        &[OP],
+        "a=1",
+    )
+    .await
+    .expect("answer");
+    assert_eq!(guarded.status, StatusCode::OK, "{}", guarded.text());
+    assert_eq!(guarded.header("idem-state"), Some("succeeded"));
+    let paths: Vec<String> = provider
+        .requests()
+        .into_iter()
+        .map(|r| r.path_and_query)
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "/base/v1/refundsX",
+            "/base/v1/refunds%20x",
+            "/base/v1/charges%20",
+            "/base/v1/charges%2520",
+            "/base/v1/refunds%20",
+            "/base/v1/refunds/re%201",
+        ]
+    );
 }
 
 #[tokio::test]

@@ -25,15 +25,19 @@ pub fn check(headers: &HeaderMap, uri: &Uri, tokened: bool) -> Result<(), AdminE
     if !tokened && !local_host {
         return Err(AdminError::ForeignHost);
     }
-    let Some(origin) = headers.get(header::ORIGIN) else {
+    let mut origins = headers.get_all(header::ORIGIN).iter();
+    let Some(origin) = origins.next() else {
         return Ok(());
     };
-    let own = origin
-        .to_str()
-        .ok()
-        .and_then(origin_authority)
-        .zip(host.ok().flatten())
-        .is_some_and(|(origin, host)| same(&origin, &host));
+    // Two: one reader would take the first, another the last.
+    let single = origins.next().is_none();
+    let own = single
+        && origin
+            .to_str()
+            .ok()
+            .and_then(origin_authority)
+            .zip(host.ok().flatten())
+            .is_some_and(|(origin, host)| same(&origin, &host));
     if own {
         Ok(())
     } else {
@@ -55,16 +59,32 @@ pub fn json_body(headers: &HeaderMap) -> Result<(), AdminError> {
 }
 
 /// Where the request says it is going: its `Host`, else the URI's authority (h2); `Ok(None)`
-/// when it names no host (no browser sends that), `Err` when its `Host` is unreadable.
+/// when it names no host (no browser sends that), `Err` when its `Host` is unreadable: not an
+/// authority, or with a port that is not a number up to 65535 (`localhost:abc` would
+/// otherwise be taken for port 80).
 fn request_host(headers: &HeaderMap, uri: &Uri) -> Result<Option<Authority>, ()> {
     match headers.get(header::HOST) {
         Some(value) => value
             .to_str()
             .ok()
             .and_then(|v| v.parse::<Authority>().ok())
+            .filter(readable_port)
             .map(Some)
             .ok_or(()),
         None => Ok(uri.authority().cloned()),
+    }
+}
+
+/// Whether what follows the host is nothing, or `:` and a port `u16` reads (or no digit at
+/// all, which RFC 3986 allows and means the default port).
+fn readable_port(authority: &Authority) -> bool {
+    let after_user = authority.as_str().rsplit('@').next().unwrap_or_default();
+    match after_user.strip_prefix(authority.host()) {
+        Some("") => true,
+        Some(rest) => rest
+            .strip_prefix(':')
+            .is_some_and(|port| port.is_empty() || port.parse::<u16>().is_ok()),
+        None => false,
     }
 }
 
@@ -77,14 +97,19 @@ fn local(host: &Authority) -> bool {
     name.eq_ignore_ascii_case("localhost") || name.parse::<IpAddr>().is_ok()
 }
 
-/// The authority of an `http://host[:port]` origin; `None` for `null`, another scheme, or
-/// anything with a path, query or user info.
+/// The authority of an `http://host[:port]` origin (the scheme in any case, as the host);
+/// `None` for `null`, another scheme, or anything with a path, query or user info.
 fn origin_authority(origin: &str) -> Option<Authority> {
-    let rest = origin.strip_prefix("http://")?;
+    const SCHEME: &str = "http://";
+    let scheme = origin.get(..SCHEME.len())?;
+    if !scheme.eq_ignore_ascii_case(SCHEME) {
+        return None;
+    }
+    let rest = &origin[SCHEME.len()..];
     if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
         return None;
     }
-    rest.parse().ok()
+    rest.parse().ok().filter(readable_port)
 }
 
 /// Whether two authorities name the same host and port (80 when absent), ignoring case.
@@ -121,6 +146,8 @@ mod tests {
             "localhost",
             "LocalHost:1",
             "10.0.0.5",
+            "localhost:",
+            "[::1]:65535",
         ] {
             assert_eq!(status(&[("host", ok)], false), None, "{ok}");
         }
@@ -130,6 +157,9 @@ mod tests {
             "127.0.0.1.nip.io",
             "u@127.0.0.1",
             "a b",
+            "localhost:abc",
+            "127.0.0.1:65536",
+            "[::1]:1x",
         ] {
             assert_eq!(status(&[("host", bad)], false), Some(421), "{bad}");
             assert_eq!(status(&[("host", bad)], true), None, "{bad} with a token");
@@ -149,6 +179,8 @@ mod tests {
             ("origin", "http://LOCALHOST:9901"),
         ];
         assert_eq!(status(&local, false), None);
+        let upper = [host, ("origin", "HTTP://127.0.0.1:9901")];
+        assert_eq!(status(&upper, false), None);
         assert_eq!(
             status(
                 &[("host", "127.0.0.1"), ("origin", "http://127.0.0.1:80")],
@@ -163,6 +195,7 @@ mod tests {
             "https://127.0.0.1:9901",
             "http://127.0.0.1:9901/",
             "http://localhost:9901",
+            "http://127.0.0.1:9901x",
             "",
         ] {
             assert_eq!(status(&[host, ("origin", bad)], false), Some(403), "{bad}");
@@ -172,6 +205,10 @@ mod tests {
             status(&[("origin", "http://127.0.0.1:9901")], false),
             Some(403)
         );
+        let own = ("origin", "http://127.0.0.1:9901");
+        assert_eq!(status(&[host, own, own], false), Some(403), "two origins");
+        let unreadable = [("host", "127.0.0.1"), ("origin", "http://127.0.0.1:x")];
+        assert_eq!(status(&unreadable, true), Some(403));
     }
 
     #[test]

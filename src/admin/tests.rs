@@ -108,6 +108,12 @@ fn the_token_admits_only_its_own_bearer() {
     assert!(!token.admits(&auth("Basic s3cret")));
     assert!(!token.admits(&auth("s3cret")));
     assert!(!token.admits(&HeaderMap::new()));
+    let mut twice = auth("Bearer s3cret");
+    twice.append(
+        header::AUTHORIZATION,
+        HeaderValue::from_static("Bearer s3cret"),
+    );
+    assert!(!token.admits(&twice), "two `Authorization` headers");
     assert!(Token::new("  ").is_none());
     assert!(!format!("{token:?}").contains("s3cret"));
 }

@@ -343,8 +343,8 @@ fn open_blocking(
     now: Timestamp,
     secret_check: Option<String>,
 ) -> Result<Opened, LedgerError> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| open_error(path, e))?;
+    if let Some(parent) = path.parent() {
+        crate::durable::create_dir_all(parent).map_err(|e| open_error(path, e))?;
     }
     let db = create_database(path).map_err(|e| open_error(path, e))?;
     let mut wal = Wal::open(path, &db).map_err(|e| open_error(path, e))?;
@@ -400,24 +400,32 @@ pub(super) fn check(path: &Path) -> Result<super::Checked, LedgerError> {
 /// (`bench/ab.sh`, docs/performance.md).
 const CACHE_BYTES: usize = 10 << 20;
 
-/// Opens (or creates) the database file with the ledger's settings; start-up and the reopen
-/// after a storage error use the same.
+/// Opens (or creates) the database file with the ledger's settings; start-up, the reopen
+/// after a storage error and `ledger copy` use the same. A file it creates has its name made
+/// durable (its folder synced) once redb has made it a database.
 pub(crate) fn create_database(path: &Path) -> Result<Database, redb::DatabaseError> {
-    private_file(path).map_err(redb::StorageError::from)?;
-    Database::builder().set_cache_size(CACHE_BYTES).create(path)
+    let created = private_file(path).map_err(redb::StorageError::from)?;
+    let db = Database::builder()
+        .set_cache_size(CACHE_BYTES)
+        .create(path)?;
+    if created {
+        crate::durable::sync_parent(path).map_err(redb::StorageError::from)?;
+    }
+    Ok(db)
 }
 
 /// Creates `path` empty and readable by its owner only (0600), unless it exists: the ledger
 /// and its log hold stored answers and kept requests, for this process's user alone. An
 /// existing file keeps the mode it has. (redb initializes an empty file as a new database.)
-fn private_file(path: &Path) -> std::io::Result<()> {
+/// Whether it created the file.
+fn private_file(path: &Path) -> std::io::Result<bool> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     match options.open(path) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(e),
     }
 }

@@ -109,6 +109,9 @@ impl Wal {
         if id.is_none() || id != kept {
             if !has_frames(&wal.file)? {
                 wal.write_header().map_err(failed)?;
+                // A log without a header is new (or was left empty before its name could be
+                // made durable): its folder is synced, so a power cut cannot lose the name.
+                crate::durable::sync_parent(&wal.path).map_err(failed)?;
             } else {
                 return Err(Fault::new(format!(
                     "{} holds writes of another ledger file (was the ledger replaced or \

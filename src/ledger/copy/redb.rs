@@ -316,8 +316,8 @@ fn open_target(path: PathBuf) -> Result<Loader, CopyError> {
             }
             Err(e) => return Err(write_error(e.to_string())),
         }
-    } else if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| write_error(e.to_string()))?;
+    } else if let Some(parent) = path.parent() {
+        crate::durable::create_dir_all(parent).map_err(|e| write_error(e.to_string()))?;
     }
     let db = match crate::ledger::redb::create_database(&path) {
         Ok(db) => db,
