@@ -27,7 +27,7 @@ case $scenario in
 esac
 source bench/lib.sh
 
-declare -A cpu_of reqs_of p50_of
+declare -A cpu_of reqs_of p50_of p99_of
 for round in $(seq "$rounds"); do
   for side in A B; do
     if [ "$side" = A ]; then
@@ -50,13 +50,13 @@ for round in $(seq "$rounds"); do
     fi
     wrk -t1 -c"$conns" -d1s ${script:+-s "$script"} "$url" ${arg:+-- "warm$arg"} >/dev/null
     run "$side" "$conns" "$url" "$script" "$arg"
-    read -r _ _ rps p50 _ errs cpu <<<"${rows[-1]}"
+    read -r _ _ rps p50 p99 errs cpu <<<"${rows[-1]}"
     if [ "$bin" = nginx ]; then rss=-; else rss=$(peak_rss); fi
     if [ "$bin" = nginx ]; then on=""; else
       on="  on $(du -h --apparent-size "$work/$side$round/ledger.redb" | cut -f1) of ledger"; fi
-    printf '%s round %d: %7d req/s  p50 %5.2f ms  %6.1f µs CPU/req  %d errors  peak RSS %s%s\n' \
-      "$side" "$round" "$rps" "$p50" "$cpu" "$errs" "$rss" "$on"
-    reqs_of[$side]+="$rps "; cpu_of[$side]+="$cpu "; p50_of[$side]+="$p50 "
+    printf '%s round %d: %7d req/s  p50 %5.2f ms  p99 %6.2f ms  %6.1f µs CPU/req  %d errors  peak RSS %s%s\n' \
+      "$side" "$round" "$rps" "$p50" "$p99" "$cpu" "$errs" "$rss" "$on"
+    reqs_of[$side]+="$rps "; cpu_of[$side]+="$cpu "; p50_of[$side]+="$p50 "; p99_of[$side]+="$p99 "
     if [ "$bin" != nginx ]; then
       stop_proxy
       rm -f "$work/$side$round/ledger.redb"
@@ -66,5 +66,6 @@ done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 awk -v ra="$(median <<<"${reqs_of[A]}")" -v rb="$(median <<<"${reqs_of[B]}")" \
     -v ca="$(median <<<"${cpu_of[A]}")" -v cb="$(median <<<"${cpu_of[B]}")" \
-    -v pa="$(median <<<"${p50_of[A]}")" -v pb="$(median <<<"${p50_of[B]}")" -v s="$scenario" -v c="$conns" \
-  'BEGIN {printf "%s at %d connections, B over A (medians): req/s %.3f, CPU per request %.3f, p50 %.2f vs %.2f ms\n", s, c, rb/ra, cb/ca, pb, pa}'
+    -v pa="$(median <<<"${p50_of[A]}")" -v pb="$(median <<<"${p50_of[B]}")" \
+    -v qa="$(median <<<"${p99_of[A]}")" -v qb="$(median <<<"${p99_of[B]}")" -v s="$scenario" -v c="$conns" \
+  'BEGIN {printf "%s at %d connections, B over A (medians): req/s %.3f, CPU per request %.3f, p50 %.2f vs %.2f ms, p99 %.2f vs %.2f ms\n", s, c, rb/ra, cb/ca, pb, pa, qb, qa}'
