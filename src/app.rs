@@ -62,7 +62,7 @@ impl App {
     pub async fn new(config: Config) -> Result<App, String> {
         let admin_token = crate::admin::Token::from_env();
         crate::admin::check_exposure(&config, admin_token.as_ref())?;
-        let secret = Secret::load(&config.ledger).map_err(|e| e.to_string())?;
+        let secret = Secret::load(&config.ledger.place()).map_err(|e| e.to_string())?;
         let upstreams = Upstreams::new(&config.providers)?;
         let metrics = Arc::new(Metrics::new());
         let observer = metrics.clone();
@@ -86,7 +86,9 @@ impl App {
         let (ledger, orphaned) = Ledger::open(&config.ledger, Timestamp::now(), options)
             .await
             .map_err(|e| match e {
-                LedgerError::OtherSecret { .. } => Secret::other_secret(&config.ledger).to_string(),
+                LedgerError::OtherSecret { .. } => {
+                    Secret::other_secret(&config.ledger.place()).to_string()
+                }
                 e => e.to_string(),
             })?;
         if !orphaned.is_empty() {

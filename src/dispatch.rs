@@ -10,39 +10,21 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, header};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 
 use crate::app::App;
 use crate::clock::Timestamp;
+use crate::kept::Outgoing;
 use crate::ledger::Permit;
 use crate::operation::{
     Event, EventKind, Logged, Operation, RequestChange, State, StoredResponse, Write,
 };
 use crate::policy::Provider;
+use crate::policy::rule::{self, Classified, Means};
 use crate::problem::{Context, Problem};
-use crate::rules::{self, Classified, Means};
 use crate::upstream::{self, Gate, SendError};
 use crate::wire::{BoxError, ProxyBody, Unbuffered, collect_limited, full};
-
-/// A buffered request ready to be sent (and sent again, byte for byte).
-#[derive(Debug, Clone)]
-pub struct Outgoing {
-    pub method: Method,
-    pub uri: Uri,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-}
-
-impl Outgoing {
-    fn request(&self) -> Request<ProxyBody> {
-        let mut req = Request::new(full(self.body.clone()));
-        *req.method_mut() = self.method.clone();
-        *req.uri_mut() = self.uri.clone();
-        *req.headers_mut() = self.headers.clone();
-        req
-    }
-}
 
 /// A claimed attempt of an operation of the provider `run` is given.
 pub struct Exchange {
@@ -254,7 +236,7 @@ impl Record {
             Ok(answer) => {
                 let status = answer.status.as_u16();
                 let classified =
-                    rules::classify(&provider.rules, &provider.outcomes, status, &answer.body);
+                    rule::classify(&provider.rules, &provider.outcomes, status, &answer.body);
                 let state = match classified.means {
                     Means::Succeeded => State::Succeeded,
                     Means::Failed => State::Failed,

@@ -9,12 +9,31 @@
 //! it keeps; each re-send carries the current caller's headers. It never reads the ledger.
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Uri, header};
+use http::{HeaderMap, HeaderValue, Method, Request, Uri, header};
 
-use crate::dispatch::Outgoing;
 use crate::identity;
 use crate::policy::{KeyPlacement, Provider};
 use crate::secret::{Secret, SecretError};
+use crate::wire::{ProxyBody, full};
+
+/// A buffered request ready to be sent (and sent again, byte for byte).
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    pub method: Method,
+    pub uri: Uri,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Outgoing {
+    pub fn request(&self) -> Request<ProxyBody> {
+        let mut req = Request::new(full(self.body.clone()));
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.uri.clone();
+        *req.headers_mut() = self.headers.clone();
+        req
+    }
+}
 
 /// Version tag of the layout below.
 const V1: u8 = 1;

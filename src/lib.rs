@@ -3,7 +3,8 @@
 //! # Layout
 //! - `clock`: timestamps, read in one place so pure code takes time as an argument.
 //! - `config`: reads `proxy.toml` and the policy files, validates them into domain types.
-//! - `policy`: the validated provider and route types, route matching, outcome classes.
+//! - `policy`: the validated provider and route types, route matching, outcome classes, and
+//!   what an answer means (`policy::rule`).
 //! - `path`: the one normalized spelling of a request path, and the ambiguous ones refused.
 //! - `template`: the `{source:argument}` template language (docs/reference.md section 4).
 //! - `body`: a buffered request body, parsed once by content type (JSON, form, bytes).
@@ -19,7 +20,6 @@
 //!   `ledger::copy` is `idemproxy ledger copy`.
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
 //! - `durable`: a new file's name made durable (its folder synced), for the ledger and the secret.
-//! - `rules`: what a provider's answer means: `[[provider.rule]]`s, then the status lists.
 //! - `decide`: the pure state machine of a guarded request (docs/reference.md section 5.3).
 //! - `answer`: replays, refusals and the `Idem-*` headers of every guarded answer.
 //! - `app`: the shared immutable state of a running proxy.
@@ -80,7 +80,6 @@ pub mod proxy;
 pub mod reconcile;
 pub mod replays;
 pub mod retention;
-pub mod rules;
 pub mod secret;
 pub mod server;
 pub mod settle;

@@ -189,7 +189,7 @@ fn check_ledger(config: &idemproxy::config::Config) -> Result<(), String> {
     let postgres = matches!(shown, LedgerAt::Postgres(_));
     // A file ledger's secret is not compared: only a PostgreSQL one needs it here.
     let check_value = if postgres {
-        Secret::load(shown)
+        Secret::load(&shown.place())
             .map_err(|e| e.to_string())?
             .check_value()
     } else {
@@ -213,7 +213,7 @@ fn check_ledger(config: &idemproxy::config::Config) -> Result<(), String> {
         }
         Ok(Checked::Unfinished) => Err(format!("{file}: ledger: {shown}: {}", Checked::UNFINISHED)),
         Err(LedgerError::OtherSecret { .. }) => {
-            Err(Secret::other_secret(&config.ledger).to_string())
+            Err(Secret::other_secret(&config.ledger.place()).to_string())
         }
         Err(LedgerError::Open { reason, .. }) if postgres => Err(format!(
             "{file}: ledger: {shown} cannot be reached: {reason} (check the URL, the network \

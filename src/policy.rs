@@ -2,7 +2,14 @@
 //!
 //! This module owns the domain types a policy file turns into (`Provider`, `Route`, their
 //! enums), route matching and outcome classification. It never reads files or parses TOML;
-//! `config` does that and builds these values only after every check has passed.
+//! `config` does that and builds these values only after every check has passed. Its rooms:
+//! `rule`, what a provider's answer means (`[[provider.rule]]`, then the status lists);
+//! `answer`, how the proxy's own problem answers are shaped for a provider's SDK; `field`, an
+//! `approval_show` entry.
+
+pub mod answer;
+pub mod field;
+pub mod rule;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -373,7 +380,7 @@ pub struct Route {
     pub fingerprint_ignore: Vec<String>,
     pub fingerprint_headers: Vec<HeaderName>,
     /// The fields of the kept first request shown to the person who approves (`approval_show`).
-    pub approval_show: Vec<crate::shown::Field>,
+    pub approval_show: Vec<field::Field>,
     pub reconcile: Option<Reconcile>,
 }
 
@@ -491,9 +498,9 @@ pub struct Provider {
     /// The status of the `outcome-unknown`, `in-flight` and `awaiting-approval` answers.
     pub pending_status: u16,
     /// `[[provider.rule]]`, tried in order before `outcomes`.
-    pub rules: Vec<crate::rules::AnswerRule>,
+    pub rules: Vec<crate::policy::rule::AnswerRule>,
     /// `[[provider.answer]]`: how the proxy's own problem answers are shaped, tried in order.
-    pub answers: Vec<crate::shape::AnswerShape>,
+    pub answers: Vec<answer::AnswerShape>,
     pub routes: Vec<Route>,
     /// The policy file this came from, for messages.
     pub file: PathBuf,

@@ -13,8 +13,6 @@ use std::fmt;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::ledger::LedgerAt;
-
 use ring::aead::{self, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
@@ -80,11 +78,38 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// Where the ledger a secret serves lives, as far as the secret is concerned: a file (its
+/// secret file may be made beside it) or a database shared by replicas (whose secret comes
+/// from the environment or an existing file), with the name messages show (never a password).
+#[derive(Debug, Clone)]
+pub enum Place {
+    File(PathBuf),
+    Shared(String),
+}
+
+impl Place {
+    fn file(&self) -> Option<&Path> {
+        match self {
+            Place::File(path) => Some(path),
+            Place::Shared(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Place::File(path) => write!(f, "{}", path.display()),
+            Place::Shared(shown) => f.write_str(shown),
+        }
+    }
+}
+
 impl Secret {
     /// The secret from `IDEMPROXY_SECRET`, else from `IDEMPROXY_SECRET_FILE`, else from
     /// `<ledger>.secret`, creating that file (mode 0600, 32 random bytes as hex) when absent.
     /// A PostgreSQL ledger needs one of the variables, and the file must exist.
-    pub fn load(ledger: &LedgerAt) -> Result<Secret, SecretError> {
+    pub fn load(ledger: &Place) -> Result<Secret, SecretError> {
         if let Ok(hex) = std::env::var(SECRET_ENV)
             && !hex.trim().is_empty()
         {
@@ -93,8 +118,8 @@ impl Secret {
                 .ok_or(SecretError::BadEnv);
         }
         match (Self::file_path(ledger), ledger) {
-            (Some(path), LedgerAt::File(_)) => Self::from_file(&path),
-            (Some(path), LedgerAt::Postgres(_)) => Self::read_file(&path),
+            (Some(path), Place::File(_)) => Self::from_file(&path),
+            (Some(path), Place::Shared(_)) => Self::read_file(&path),
             (None, _) => Err(SecretError::Required {
                 ledger: ledger.to_string(),
             }),
@@ -102,7 +127,7 @@ impl Secret {
     }
 
     /// Where `load` takes the secret from, for messages: the variable's name or the file's path.
-    pub fn origin(ledger: &LedgerAt) -> String {
+    pub fn origin(ledger: &Place) -> String {
         match std::env::var(SECRET_ENV) {
             Ok(hex) if !hex.trim().is_empty() => SECRET_ENV.to_string(),
             _ => match Self::file_path(ledger) {
@@ -113,14 +138,14 @@ impl Secret {
     }
 
     /// The refusal to serve `ledger` with a secret other than the one it was first used with.
-    pub fn other_secret(ledger: &LedgerAt) -> SecretError {
+    pub fn other_secret(ledger: &Place) -> SecretError {
         match ledger {
-            LedgerAt::File(path) => SecretError::OtherSecret {
+            Place::File(path) => SecretError::OtherSecret {
                 ledger: path.display().to_string(),
                 origin: Self::origin(ledger),
                 file: Self::default_path_of(path, ledger).display().to_string(),
             },
-            LedgerAt::Postgres(_) => SecretError::OtherSharedSecret {
+            Place::Shared(_) => SecretError::OtherSharedSecret {
                 ledger: ledger.to_string(),
                 origin: Self::origin(ledger),
             },
@@ -128,7 +153,7 @@ impl Secret {
     }
 
     /// `IDEMPROXY_SECRET_FILE`, else `<ledger>.secret` beside a ledger file.
-    fn file_path(ledger: &LedgerAt) -> Option<PathBuf> {
+    fn file_path(ledger: &Place) -> Option<PathBuf> {
         match std::env::var_os(SECRET_FILE_ENV) {
             // Blank counts as unset, as for `IDEMPROXY_SECRET`.
             Some(p) if !p.to_string_lossy().trim().is_empty() => Some(PathBuf::from(p)),
@@ -137,7 +162,7 @@ impl Secret {
     }
 
     /// The secret file of a ledger file (`IDEMPROXY_SECRET_FILE` wins).
-    fn default_path_of(path: &Path, ledger: &LedgerAt) -> PathBuf {
+    fn default_path_of(path: &Path, ledger: &Place) -> PathBuf {
         Self::file_path(ledger).unwrap_or_else(|| Self::default_path(path))
     }
 

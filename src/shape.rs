@@ -11,171 +11,13 @@
 //! never removes or changes an RFC 9457 member or one of the proxy's own (config refuses
 //! them), never sends a media type but the two below, and knows no provider by name.
 
-use http::{HeaderName, HeaderValue, Response, StatusCode, header};
+use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::{Map, Value};
 
 use crate::policy::Provider;
+use crate::policy::answer::{Hole, MediaType, Shaped};
 use crate::problem::Own;
 use crate::wire::{ProxyBody, full};
-
-/// One `[[provider.answer]]`: which problems it shapes, and what it adds.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AnswerShape {
-    /// Short problem names (`parameter-mismatch`); `None`: every problem (`["*"]`).
-    pub problems: Option<Vec<String>>,
-    pub headers: Vec<(HeaderName, Text)>,
-    /// Members added to the problem+json object, in order.
-    pub body: Vec<(String, Shaped)>,
-    pub content_type: MediaType,
-}
-
-/// The `Content-Type` of a shaped answer. The body is the same RFC 9457 object either way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MediaType {
-    /// `application/problem+json`, as every unshaped problem answer.
-    #[default]
-    ProblemJson,
-    /// `application/json`, for SDKs that read no other media type.
-    Json,
-}
-
-/// The media types by name.
-pub const MEDIA_TYPES: &[(&str, MediaType)] = &[
-    ("application/problem+json", MediaType::ProblemJson),
-    ("application/json", MediaType::Json),
-];
-
-impl MediaType {
-    fn header(self) -> HeaderValue {
-        HeaderValue::from_static(match self {
-            MediaType::ProblemJson => "application/problem+json",
-            MediaType::Json => "application/json",
-        })
-    }
-}
-
-impl AnswerShape {
-    fn applies_to(&self, kind: &str) -> bool {
-        self.problems
-            .as_ref()
-            .is_none_or(|names| names.iter().any(|n| n == kind))
-    }
-}
-
-/// A value of a shaped body.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Shaped {
-    /// A string with placeholders.
-    Text(Text),
-    /// A string that is exactly `{status}`, `{retry_after}` or `{retry_after_ms}`: a number.
-    Number(Hole),
-    /// A number, a boolean.
-    Literal(Value),
-    Object(Vec<(String, Shaped)>),
-    Array(Vec<Shaped>),
-}
-
-/// A placeholder of a shaped header value or body string.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hole {
-    Detail,
-    Title,
-    /// The full URN.
-    Type,
-    /// The short name.
-    Problem,
-    Status,
-    OperationId,
-    /// Seconds.
-    RetryAfter,
-    RetryAfterMs,
-}
-
-/// The placeholders by name.
-pub const HOLES: &[(&str, Hole)] = &[
-    ("detail", Hole::Detail),
-    ("title", Hole::Title),
-    ("type", Hole::Type),
-    ("problem", Hole::Problem),
-    ("status", Hole::Status),
-    ("operation_id", Hole::OperationId),
-    ("retry_after", Hole::RetryAfter),
-    ("retry_after_ms", Hole::RetryAfterMs),
-];
-
-/// Text with `{placeholder}`s; `{{` and `}}` are literal braces.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Text {
-    parts: Vec<Piece>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Piece {
-    Literal(String),
-    Hole(Hole),
-}
-
-impl Text {
-    /// Parses `"{detail} (see {operation_id})"`. An unknown placeholder, an unclosed `{` or a
-    /// stray `}` is an error naming the fix.
-    pub fn parse(text: &str) -> Result<Text, String> {
-        let names: Vec<&str> = HOLES.iter().map(|(n, _)| *n).collect();
-        let mut parts = Vec::new();
-        let mut literal = String::new();
-        let mut rest = text;
-        while let Some(c) = rest.chars().next() {
-            if rest.starts_with("{{") || rest.starts_with("}}") {
-                literal.push(c);
-                rest = &rest[2..];
-            } else if c == '}' {
-                return Err(format!("\"{text}\": stray \"}}\" (write \"}}}}\")"));
-            } else if c == '{' {
-                let Some(end) = rest.find('}') else {
-                    return Err(format!("\"{text}\": unclosed \"{{\" (write \"{{{{\")"));
-                };
-                let name = &rest[1..end];
-                let Some((_, hole)) = HOLES.iter().find(|(n, _)| *n == name) else {
-                    return Err(format!(
-                        "\"{text}\": unknown placeholder {{{name}}} (expected {})",
-                        names.join(", ")
-                    ));
-                };
-                if !literal.is_empty() {
-                    parts.push(Piece::Literal(std::mem::take(&mut literal)));
-                }
-                parts.push(Piece::Hole(*hole));
-                rest = &rest[end + 1..];
-            } else {
-                literal.push(c);
-                rest = &rest[c.len_utf8()..];
-            }
-        }
-        if !literal.is_empty() {
-            parts.push(Piece::Literal(literal));
-        }
-        Ok(Text { parts })
-    }
-
-    /// The text alone, if it is exactly one placeholder.
-    pub fn only_hole(&self) -> Option<Hole> {
-        match self.parts[..] {
-            [Piece::Hole(hole)] => Some(hole),
-            _ => None,
-        }
-    }
-
-    /// The rendered text; `None` if a placeholder has no value for this answer.
-    fn render(&self, values: &Values) -> Option<String> {
-        let mut out = String::new();
-        for part in &self.parts {
-            match part {
-                Piece::Literal(text) => out.push_str(text),
-                Piece::Hole(hole) => out.push_str(&values.text(*hole)?),
-            }
-        }
-        Some(out)
-    }
-}
 
 /// The placeholders' values for one answer.
 struct Values<'a> {
@@ -214,7 +56,7 @@ impl Values<'_> {
     /// A body value; `None` (the member is left out) where a placeholder has no value.
     fn value(&self, shaped: &Shaped) -> Option<Value> {
         Some(match shaped {
-            Shaped::Text(text) => Value::from(text.render(self)?),
+            Shaped::Text(text) => Value::from(text.render(|hole| self.text(hole))?),
             Shaped::Number(hole) => Value::from(self.number(*hole)?),
             Shaped::Literal(value) => value.clone(),
             Shaped::Object(members) => Value::Object(self.members(members)),
@@ -254,7 +96,7 @@ pub fn apply(provider: &Provider, resp: &mut Response<ProxyBody>) {
         };
         for (name, text) in &shape.headers {
             let value = text
-                .render(&values)
+                .render(|hole| values.text(hole))
                 .and_then(|v| HeaderValue::from_str(&v).ok());
             if let Some(value) = value {
                 resp.headers_mut().insert(name.clone(), value);
@@ -278,6 +120,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::policy::answer::Text;
 
     fn own(kind: &'static str, retry_after: Option<Duration>) -> Own {
         let mut body = Map::new();
@@ -302,7 +145,7 @@ mod tests {
             own: &own,
             status: 503,
         };
-        let t = |s: &str| text(s).render(&values);
+        let t = |s: &str| text(s).render(|hole| values.text(hole));
         assert_eq!(
             t("{problem}: {detail}").as_deref(),
             Some("in-flight: Nothing was sent.")

@@ -232,7 +232,7 @@ fn every_key_set_is_taken() {
         (
             StatusRule::Class(4),
             Some("/error/code"),
-            idemproxy::rules::Means::Pending
+            idemproxy::policy::rule::Means::Pending
         )
     );
     assert_eq!(rule.equals, Some(serde_json::json!(704)));

@@ -10,8 +10,8 @@ use toml::{Table, Value};
 use super::Scope;
 use super::raw::RawAnswer;
 use super::values;
+use crate::policy::answer::{AnswerShape, Hole, MEDIA_TYPES, MediaType, Shaped, Text};
 use crate::problem::{KEPT_MEMBERS, KINDS};
-use crate::shape::{AnswerShape, Hole, MEDIA_TYPES, MediaType, Shaped, Text};
 
 /// Every `[[provider.answer]]`, in order; `None` if any has an error.
 pub(super) fn answers(s: &mut Scope, raw: Vec<RawAnswer>) -> Option<Vec<AnswerShape>> {

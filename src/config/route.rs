@@ -12,10 +12,10 @@ use super::raw::{RawReconcile, RawRoute};
 use super::values::{duration, json_pointer, name};
 use super::{Scope, hazards};
 use crate::fingerprint::QUERY_ONLY;
+use crate::policy::field::Field;
 use crate::policy::{
     Approval, Effect, Lookup, Matcher, OnMissingId, PathCase, Reconcile, Route, Segment,
 };
-use crate::shown::Field;
 use crate::template::{Part, Template};
 
 /// Every `[[route]]`, then the checks between routes of one provider. `redact` is the

@@ -10,8 +10,8 @@ use super::provider::{required, status_rule};
 use super::raw::RawRule;
 use super::values::json_pointer;
 use super::{ConfigError, Scope};
+use crate::policy::rule::{AnswerRule, Means};
 use crate::policy::{Approval, Provider};
-use crate::rules::{AnswerRule, Means};
 use crate::template::Part;
 
 const MEANS: &[(&str, Means)] = &[

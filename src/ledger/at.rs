@@ -30,6 +30,14 @@ impl LedgerAt {
             LedgerAt::Postgres(_) => None,
         }
     }
+
+    /// Where it is, as the installation secret sees it.
+    pub fn place(&self) -> crate::secret::Place {
+        match self {
+            LedgerAt::File(path) => crate::secret::Place::File(path.clone()),
+            LedgerAt::Postgres(url) => crate::secret::Place::Shared(url.to_string()),
+        }
+    }
 }
 
 impl fmt::Display for LedgerAt {

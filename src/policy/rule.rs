@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use crate::policy::{Outcome, Outcomes, StatusRule};
+use super::{Outcome, Outcomes, StatusRule};
 
 /// What an answer means for the operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
