@@ -23,96 +23,28 @@ mod query;
 mod stream;
 #[cfg(test)]
 mod tests;
+pub mod token;
 mod ui;
 mod view;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 pub use action::{MAX_REASON, Resolution};
 pub use error::AdminError;
 pub use query::{DEFAULT_LIMIT, ListQuery, MAX_LIMIT, parse_list_query};
 pub use stream::{EventFilter, KEEP_ALIVE, OPENING, parse_filter};
+pub use token::{TOKEN_VAR, Token, check_exposure};
 
 use crate::app::App;
-use crate::config::Config;
 use crate::wire::{ProxyBody, Unbuffered, collect_limited, full};
-
-/// The environment variable holding the admin bearer token.
-pub const TOKEN_VAR: &str = "IDEMPROXY_ADMIN_TOKEN";
 
 /// Admin request bodies beyond `max_stored_response` (a resolve carries a whole response body,
 /// JSON-escaped) by this much.
 const BODY_SLACK: u64 = 64 * 1024;
-
-/// The admin bearer token; its `Debug` never shows it.
-#[derive(Clone)]
-pub struct Token(String);
-
-impl std::fmt::Debug for Token {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Token(<redacted>)")
-    }
-}
-
-impl Token {
-    /// A token; `None` when blank (a blank token would let `Bearer ` in).
-    pub fn new(value: &str) -> Option<Token> {
-        let value = value.trim();
-        (!value.is_empty()).then(|| Token(value.to_string()))
-    }
-
-    /// `IDEMPROXY_ADMIN_TOKEN`, if set and not blank.
-    pub fn from_env() -> Option<Token> {
-        std::env::var(TOKEN_VAR).ok().and_then(|v| Token::new(&v))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// Whether `headers` carry `Authorization: Bearer <this token>`, once: with two, one
-    /// reader would take the first and another the last, so neither is admitted. Both sides
-    /// are hashed first, so the constant-time comparison does not leak the token's length
-    /// either.
-    pub fn admits(&self, headers: &HeaderMap) -> bool {
-        let mut values = headers.get_all(header::AUTHORIZATION).iter();
-        let Some(given) = values
-            .next()
-            .filter(|_| values.next().is_none())
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim())
-        else {
-            return false;
-        };
-        let given = Sha256::digest(given.as_bytes());
-        let expected = Sha256::digest(self.0.as_bytes());
-        given.ct_eq(&expected).into()
-    }
-}
-
-/// Refuses an `admin_listen` other than loopback without a token: anyone who can reach the
-/// admin API can resolve, approve and reject operations.
-pub fn check_exposure(config: &Config, token: Option<&Token>) -> Result<(), String> {
-    let addr = config.admin_listen;
-    if addr.ip().is_loopback() || token.is_some() {
-        return Ok(());
-    }
-    Err(format!(
-        "{}: admin_listen = \"{addr}\" is reachable beyond this machine, but {TOKEN_VAR} is not \
-         set; anyone who can reach it could resolve, approve or reject operations. Set \
-         {TOKEN_VAR}, or use a loopback address such as \"127.0.0.1:{}\".",
-        config.file.display(),
-        addr.port()
-    ))
-}
 
 /// Serves one admin request. Every call but `/healthz` must pass the browser checks (own
 /// `Origin`; without a token, a loopback `Host`) and needs the token when one is set, except

@@ -34,11 +34,11 @@ pub struct App {
     /// it re-reads the ledger when (and only when) its own operation may have finished.
     pub completions: broadcast::Sender<Arc<str>>,
     /// `IDEMPROXY_ADMIN_TOKEN`, read once at start; `None`: the admin API is open (loopback).
-    pub admin_token: Option<crate::admin::Token>,
+    pub admin_token: Option<crate::admin::token::Token>,
     /// The installation secret (keyed hashes, the kept request's encryption); never logged.
     pub secret: Secret,
     /// The headers of each unknown operation's last request, for the settler; memory only.
-    pub credentials: crate::settle::Credentials,
+    pub credentials: crate::kept::Credentials,
     /// This proxy's `Via` entry, derived from the secret.
     pub via: Via,
     /// Each provider's principal of a request that carries none of its `principal_headers`.
@@ -53,15 +53,15 @@ pub struct App {
     /// would otherwise hold their connections open through the grace period.
     pub closing: tokio_util::sync::CancellationToken,
     /// `[notify]`'s webhook, queue and signing key; `None`: no notifications.
-    pub notifier: Option<crate::notify::Notifier>,
+    pub notifier: Option<crate::notify::notifier::Notifier>,
 }
 
 impl App {
     /// Builds the state a server needs: upstream clients and the opened ledger (whose
     /// operations left `in_flight` by an earlier process become `unknown`).
     pub async fn new(config: Config) -> Result<App, String> {
-        let admin_token = crate::admin::Token::from_env();
-        crate::admin::check_exposure(&config, admin_token.as_ref())?;
+        let admin_token = crate::admin::token::Token::from_env();
+        crate::admin::token::check_exposure(&config, admin_token.as_ref())?;
         let secret = Secret::load(&config.ledger.place()).map_err(|e| e.to_string())?;
         let upstreams = Upstreams::new(&config.providers)?;
         let metrics = Arc::new(Metrics::new());
@@ -97,7 +97,7 @@ impl App {
                 "operations left in flight by the previous process are now unknown"
             );
         }
-        let notifier = crate::notify::Notifier::new(&config)?;
+        let notifier = crate::notify::notifier::Notifier::new(&config)?;
         if notifier.is_some() {
             for outcome in ["sent", "failed", "dropped"] {
                 metrics.notifications(outcome, 0);
@@ -127,7 +127,7 @@ impl App {
         for op in &orphaned {
             app.escalate(op);
             if let Some(notifier) = &app.notifier {
-                notifier.orphaned(&app, op);
+                notifier.orphaned(app.rules(&op.provider, &op.route), &app.metrics, op);
             }
         }
         Ok(app)

@@ -8,6 +8,9 @@
 //! request of a later attempt. It holds no credentials: the content type is the only header
 //! it keeps; each re-send carries the current caller's headers. It never reads the ledger.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Uri, header};
 
@@ -192,6 +195,59 @@ fn take<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
     let (chunk, after) = after.split_at(len);
     *rest = after;
     Some(chunk)
+}
+
+/// Callers' headers kept in memory at most (the oldest are forgotten first).
+const REMEMBERED: usize = 4096;
+
+/// The headers of each unknown operation's last request, in memory only: the settler
+/// re-sends with the credentials of the operation's own last caller, never another's.
+#[derive(Default)]
+pub struct Credentials {
+    inner: Mutex<Remembered>,
+}
+
+#[derive(Default)]
+struct Remembered {
+    by_id: HashMap<String, (u64, HeaderMap)>,
+    next: u64,
+}
+
+impl Credentials {
+    /// Remembers the cleaned headers of the last request for `id` (forgetting the oldest
+    /// entry when full).
+    pub fn remember(&self, id: &str, headers: HeaderMap) {
+        let mut r = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        r.next += 1;
+        let n = r.next;
+        r.by_id.insert(id.to_owned(), (n, headers));
+        if r.by_id.len() > REMEMBERED {
+            let oldest = r
+                .by_id
+                .iter()
+                .min_by_key(|(_, (n, _))| *n)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                r.by_id.remove(&oldest);
+            }
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Option<HeaderMap> {
+        let r = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        r.by_id.get(id).map(|(_, h)| h.clone())
+    }
+
+    pub fn forget(&self, id: &str) {
+        let mut r = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        r.by_id.remove(id);
+    }
+
+    /// Forgets the headers of every operation `keep` says no to (those no longer unknown).
+    pub fn keep_only(&self, keep: impl Fn(&str) -> bool) {
+        let mut r = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        r.by_id.retain(|id, _| keep(id));
+    }
 }
 
 #[cfg(test)]

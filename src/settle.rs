@@ -17,7 +17,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderMap;
@@ -45,52 +45,6 @@ const LONGEST: Duration = Duration::from_secs(300);
 const QUIET: Duration = Duration::from_secs(2);
 /// Unknown operations read per ledger page.
 const PAGE: usize = 200;
-/// Callers' headers kept in memory at most (the oldest are forgotten first).
-const REMEMBERED: usize = 4096;
-
-/// The headers of each unknown operation's last request, in memory only.
-#[derive(Default)]
-pub struct Credentials {
-    inner: Mutex<Remembered>,
-}
-
-#[derive(Default)]
-struct Remembered {
-    by_id: HashMap<String, (u64, HeaderMap)>,
-    next: u64,
-}
-
-impl Credentials {
-    /// Remembers the cleaned headers of the last request for `id` (forgetting the oldest
-    /// entry when full).
-    pub fn remember(&self, id: &str, headers: HeaderMap) {
-        let mut r = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        r.next += 1;
-        let n = r.next;
-        r.by_id.insert(id.to_owned(), (n, headers));
-        if r.by_id.len() > REMEMBERED {
-            let oldest = r
-                .by_id
-                .iter()
-                .min_by_key(|(_, (n, _))| *n)
-                .map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                r.by_id.remove(&oldest);
-            }
-        }
-    }
-
-    fn get(&self, id: &str) -> Option<HeaderMap> {
-        let r = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        r.by_id.get(id).map(|(_, h)| h.clone())
-    }
-
-    fn forget(&self, id: &str) {
-        let mut r = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        r.by_id.remove(id);
-    }
-}
-
 /// What the settler did with one operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Action {
@@ -155,21 +109,7 @@ async fn pass(app: &Arc<App>, backoff: &mut HashMap<String, (Duration, Instant)>
     }
     // Operations that left `unknown` need no back-off, nor their caller's headers.
     backoff.retain(|id, _| seen.contains(id));
-    let gone: Vec<String> = {
-        let r = app
-            .credentials
-            .inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        r.by_id
-            .keys()
-            .filter(|id| !seen.contains(*id))
-            .cloned()
-            .collect()
-    };
-    for id in gone {
-        app.credentials.forget(&id);
-    }
+    app.credentials.keep_only(|id| seen.contains(id));
 }
 
 /// Settles one unknown operation if the rules allow and credentials are at hand.

@@ -4,13 +4,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 
 use super::action::{
     Resolution, approve, parse_approve, parse_reject, parse_resolution, reject, resolve,
 };
 use super::*;
 use crate::clock::Timestamp;
+use crate::config::Config;
 use crate::config::{Limits, Retention};
 use crate::operation::{Approval, EventKind, Operation, RequestChange, State};
 
