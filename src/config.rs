@@ -438,6 +438,38 @@ fn under(outer: &str, inner: &str) -> bool {
         .is_some_and(|rest| rest.starts_with('/'))
 }
 
+/// Header names under `key` (each checked), or `default` when absent.
+fn headers(
+    s: &mut Scope,
+    key: &str,
+    raw: Option<Vec<String>>,
+    default: &[&str],
+) -> Option<Vec<http::HeaderName>> {
+    let raw = raw.unwrap_or_else(|| default.iter().map(|h| h.to_string()).collect());
+    let names: Vec<Option<http::HeaderName>> = raw
+        .iter()
+        .enumerate()
+        .map(|(i, h)| s.check(&format!("{key}[{i}]"), values::header(h)))
+        .collect();
+    names.into_iter().collect()
+}
+
+/// A key that must be present, then checked.
+fn required<T>(
+    s: &mut Scope,
+    key: &str,
+    raw: Option<String>,
+    check: impl FnOnce(String) -> Result<T, String>,
+) -> Option<T> {
+    match raw {
+        None => {
+            s.push(key, "missing (this key is required)");
+            None
+        }
+        Some(v) => s.check(key, check(v)),
+    }
+}
+
 /// Collects errors for one file under a key prefix such as `provider.` or `route "x": `.
 struct Scope<'a> {
     file: &'a Path,

@@ -10,11 +10,12 @@ use toml::Value;
 
 use super::raw::{RawOutcomes, RawPolicy, RawProvider};
 use super::route::routes;
+use super::values::status_rule;
 use super::values::{ca_file, header, json_pointer, mount, name, upstream};
-use super::{Claim, ConfigError, MIN_WAIT, Scope, read_toml};
+use super::{Claim, ConfigError, MIN_WAIT, Scope, headers, read_toml, required};
 use crate::policy::{
-    Approval, Dedupe, Effect, EnvTemplate, KeyFormat, KeyPlacement, OnMissingId, Outcomes,
-    PathCase, Provider, Route, StatusRule, Unmatched,
+    Dedupe, EnvTemplate, KeyFormat, KeyPlacement, Outcomes, PathCase, Provider, Route, StatusRule,
+    Unmatched,
 };
 
 pub(super) fn load_policy(file: &Path, errors: &mut Vec<ConfigError>) -> (Claim, Option<Provider>) {
@@ -165,19 +166,6 @@ pub(super) const PATH_CASES: &[(&str, PathCase)] = &[
 
 pub(super) const CONTROL_HEADERS: &[&str] = &["x-operation-id", "x-workflow-id"];
 
-pub(super) const EFFECTS: &[(&str, Effect)] = &[
-    ("read_only", Effect::ReadOnly),
-    ("idempotent", Effect::Idempotent),
-    ("compensable", Effect::Compensable),
-    ("irreversible", Effect::Irreversible),
-];
-
-pub(super) const ON_MISSING_ID: &[(&str, OnMissingId)] =
-    &[("reject", OnMissingId::Reject), ("pass", OnMissingId::Pass)];
-
-pub(super) const APPROVALS: &[(&str, Approval)] =
-    &[("none", Approval::None), ("required", Approval::Required)];
-
 /// `connect_to`: an IP address and a port, or `""` (none). Never a host name: the point is
 /// to connect somewhere without resolving one.
 fn connect_to(raw: Option<&str>) -> Result<Option<std::net::SocketAddr>, String> {
@@ -296,40 +284,11 @@ pub(super) fn status_rules(
     rules.into_iter().collect()
 }
 
-pub(super) fn status_rule(v: &Value) -> Result<StatusRule, String> {
-    let fix = "expected a status code from 100 to 599 or a class \"1xx\" to \"5xx\"";
-    match v {
-        Value::Integer(n) if (100..=599).contains(n) => u16::try_from(*n)
-            .map(StatusRule::Exact)
-            .map_err(|_| fix.to_string()),
-        Value::String(s) => match s.to_ascii_lowercase().as_bytes() {
-            [c @ b'1'..=b'5', b'x', b'x'] => Ok(StatusRule::Class(c - b'0')),
-            _ => Err(format!("\"{s}\" is not a status class ({fix})")),
-        },
-        other => Err(format!("{other} is not a status rule ({fix})")),
-    }
-}
-
 pub(super) fn rule_text(rule: StatusRule) -> String {
     match rule {
         StatusRule::Exact(code) => code.to_string(),
         StatusRule::Class(class) => format!("\"{class}xx\""),
     }
-}
-
-pub(super) fn headers(
-    s: &mut Scope,
-    key: &str,
-    raw: Option<Vec<String>>,
-    default: &[&str],
-) -> Option<Vec<HeaderName>> {
-    let raw = raw.unwrap_or_else(|| default.iter().map(|h| h.to_string()).collect());
-    let names: Vec<Option<HeaderName>> = raw
-        .iter()
-        .enumerate()
-        .map(|(i, h)| s.check(&format!("{key}[{i}]"), header(h)))
-        .collect();
-    names.into_iter().collect()
 }
 
 /// `settle_headers`: header name -> value with `${VAR}` references to the environment, read
@@ -348,22 +307,6 @@ fn settle_headers(
         })
         .collect();
     checked.into_iter().collect()
-}
-
-/// A key that must be present, then checked.
-pub(super) fn required<T>(
-    s: &mut Scope,
-    key: &str,
-    raw: Option<String>,
-    check: impl FnOnce(String) -> Result<T, String>,
-) -> Option<T> {
-    match raw {
-        None => {
-            s.push(key, "missing (this key is required)");
-            None
-        }
-        Some(v) => s.check(key, check(v)),
-    }
 }
 
 /// `principal_headers`: `authorization` first, always (docs/reference.md section 3.1), then the listed others.

@@ -7,10 +7,11 @@ use std::time::Duration;
 use http::{HeaderName, Method};
 use toml::Value;
 
-use super::provider::{APPROVALS, EFFECTS, ON_MISSING_ID, headers, required};
 use super::raw::{RawReconcile, RawRoute};
+use super::values::{APPROVALS, EFFECTS, ON_MISSING_ID};
 use super::values::{duration, json_pointer, name};
 use super::{Scope, hazards};
+use super::{headers, required};
 use crate::fingerprint::QUERY_ONLY;
 use crate::policy::field::Field;
 use crate::policy::{

@@ -6,9 +6,10 @@ use std::path::Path;
 
 use toml::Value;
 
-use super::provider::{required, status_rule};
 use super::raw::RawRule;
+use super::required;
 use super::values::json_pointer;
+use super::values::status_rule;
 use super::{ConfigError, Scope};
 use crate::policy::rule::{AnswerRule, Means};
 use crate::policy::{Approval, Provider};

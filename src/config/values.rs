@@ -11,7 +11,7 @@ use http::HeaderName;
 use toml::Value;
 
 use super::raw::{self, parse_duration, parse_size};
-use crate::policy::{Scheme, Upstream};
+use crate::policy::{Approval, Effect, OnMissingId, Scheme, StatusRule, Upstream};
 
 /// Provider names `[a-z0-9_-]+`; route and capture names `[a-z0-9_]+`.
 pub(super) fn name(text: String, what: &str, dash: bool) -> Result<String, String> {
@@ -185,6 +185,33 @@ pub(super) fn choice<T: Copy>(
                 names.join(", ")
             ))
         }
+    }
+}
+
+pub(super) const EFFECTS: &[(&str, Effect)] = &[
+    ("read_only", Effect::ReadOnly),
+    ("idempotent", Effect::Idempotent),
+    ("compensable", Effect::Compensable),
+    ("irreversible", Effect::Irreversible),
+];
+
+pub(super) const ON_MISSING_ID: &[(&str, OnMissingId)] =
+    &[("reject", OnMissingId::Reject), ("pass", OnMissingId::Pass)];
+
+pub(super) const APPROVALS: &[(&str, Approval)] =
+    &[("none", Approval::None), ("required", Approval::Required)];
+
+pub(super) fn status_rule(v: &Value) -> Result<StatusRule, String> {
+    let fix = "expected a status code from 100 to 599 or a class \"1xx\" to \"5xx\"";
+    match v {
+        Value::Integer(n) if (100..=599).contains(n) => u16::try_from(*n)
+            .map(StatusRule::Exact)
+            .map_err(|_| fix.to_string()),
+        Value::String(s) => match s.to_ascii_lowercase().as_bytes() {
+            [c @ b'1'..=b'5', b'x', b'x'] => Ok(StatusRule::Class(c - b'0')),
+            _ => Err(format!("\"{s}\" is not a status class ({fix})")),
+        },
+        other => Err(format!("{other} is not a status rule ({fix})")),
     }
 }
 
