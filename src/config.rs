@@ -22,6 +22,7 @@
 //! - `notify`: `[notify]`, the webhook that tells a person when an operation needs one.
 
 mod answer;
+mod at;
 mod forward;
 mod hazards;
 mod inbound;
@@ -40,8 +41,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use crate::ledger::{LedgerAt, PgUrl};
 use crate::policy::Provider;
+pub use at::{LedgerAt, PgUrl, SslMode};
 use provider::load_policy;
 use raw::{RawLimits, RawProxy};
 use values::{duration, size, socket};

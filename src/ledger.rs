@@ -50,7 +50,6 @@ macro_rules! on_both_backends {
     )*};
 }
 
-mod at;
 mod batch;
 mod change;
 mod codec;
@@ -80,8 +79,8 @@ pub use self::hot::Replayable;
 use self::postgres::Postgres;
 use self::redb::Redb;
 use crate::clock::Timestamp;
+pub use crate::config::{LedgerAt, PgUrl, SslMode};
 use crate::operation::{Event, Operation, State, StoredResponse, Write};
-pub use at::{LedgerAt, PgUrl, SslMode};
 pub use batch::Commit;
 pub use feed::Published;
 pub use replays::{ReplayNote, Replays};

@@ -1,53 +1,70 @@
 //! idemproxy: an HTTP proxy that stops AI agents from doing the same real-world thing twice.
 //!
 //! # Layout
-//! - `clock`: timestamps, read in one place so pure code takes time as an argument.
-//! - `config`: reads `proxy.toml` and the policy files, validates them into domain types.
-//! - `policy`: the validated provider and route types, route matching, outcome classes, and
-//!   what an answer means (`policy::rule`).
-//! - `path`: the one normalized spelling of a request path, and the ambiguous ones refused.
-//! - `template`: the `{source:argument}` template language (docs/reference.md section 4).
-//! - `body`: a buffered request body, parsed once by content type (JSON, form, bytes).
-//! - `fingerprint`: the canonical parameter hash and the per-field hashes behind a 409.
-//! - `identity`: operation IDs, idempotency keys and their injection into a request.
-//! - `kept`: the sealed first request that makes every re-send byte-identical.
-//! - `shown`: the fields of a kept request shown to the person who approves it, masked.
-//! - `operation`: the operation model (operation, state, approval, event, stored response, the
-//!   `Write` a decision asks for) that decisions, the admin API and the ledger share.
+//! From the top down; a module imports only from its own layer's lower neighbours and the
+//! layers below it (`.ci/imports` prints the graph and its circles).
+//!
+//! Commands and services started by the server:
+//! - `demo`: `idemproxy demo`, a lost-response refund told end to end, offline.
+//! - `ops`: the `idemproxy ops` command line, a client of the admin API.
+//! - `server`: listeners, connections, the stop; `shard`: one single-threaded runtime per core
+//!   serving the agents' connections; `handoff`: each shard's inbox, where answers from other
+//!   threads (the ledger's) wait for one wake-up of the shard per bunch; `inbound`: connection
+//!   limits (the wait for each request head, the connection cap, accept backoff); `drain`:
+//!   graceful shutdown of the served connections.
+//! - `admin`: the admin API, with the live event stream (`GET /events`); its token is
+//!   `admin::token`.
+//! - `notify`: notifications to the `[notify]` webhook when an operation needs a person (the
+//!   notifier itself: `notify::notifier`).
+//! - `retention`: the background task that prunes finished operations past `[retention]`.
+//!
+//! The request path:
+//! - `proxy`: routing and unguarded streaming; `budget`: the buffered request bytes, and
+//!   reading a guarded body under them; `shape`: the proxy's own problem answers shaped for a
+//!   provider's SDK (`pending_status`, `[[provider.answer]]`).
+//! - `guard`: the ledger protocol for guarded routes, step by step; `settle`: the background
+//!   settler of unknown operations (re-send or look up).
+//! - `claim`: the one ledger transaction that decides a guarded request and records it;
+//!   `dispatch`: one claimed attempt (send, classify, record, answer), which outlives the
+//!   agent; `reconcile`: asking the provider whether an unknown effect happened; `answer`:
+//!   replays, refusals and the `Idem-*` headers of every guarded answer; `replays`: replay
+//!   counts kept in memory and written coalesced.
+//! - `app`: the shared immutable state of a running proxy (config, ledger, upstreams and the
+//!   handles the request path reads).
+//!
+//! Storage and the network:
 //! - `ledger`: storage only: the durable ledger as one type (`Ledger`) with a small domain API,
 //!   dispatching to its backend (redb, `ledger::redb`, or PostgreSQL shared by replicas,
-//!   `ledger::postgres`); no module above it names one;
-//!   `ledger::copy` is `idemproxy ledger copy`.
+//!   `ledger::postgres`); no module above it names one; `ledger::copy` is `idemproxy ledger
+//!   copy`.
+//! - `upstream`: pooled connections to providers (TLS by rustls), the last check before a
+//!   guarded request's first byte (`upstream::gate`), and header hygiene.
+//! - `metrics`: Prometheus counters, histograms and gauges.
+//!
+//! The model:
+//! - `config`: reads `proxy.toml` and the policy files, validates them into domain types.
+//! - `policy`: the validated provider and route types, route matching, outcome classes, what
+//!   an answer means (`policy::rule`), answer shapes (`policy::answer`) and `approval_show`
+//!   entries (`policy::field`).
+//! - `decide`: the pure state machine of a guarded request (docs/reference.md section 5.3).
+//! - `operation`: the operation model (operation, state, approval, event, stored response, the
+//!   `Write` a decision asks for) that decisions, the admin API and the ledger share.
+//! - `problem`: every refusal, and the one place it becomes problem+json.
+//! - `identity`: operation IDs, idempotency keys and their injection into a request.
+//! - `kept`: the request as sent (`Outgoing`), the sealed first request that makes every
+//!   re-send byte-identical, and the last caller's headers kept in memory for the settler.
+//! - `shown`: the fields of a kept request shown to the person who approves it, masked.
+//! - `fingerprint`: the canonical parameter hash and the per-field hashes behind a 409 (its
+//!   walk, its field paths, the principal).
+//! - `template`: the `{source:argument}` template language (docs/reference.md section 4).
+//! - `path`: the one normalized spelling of a request path, and the ambiguous ones refused.
+//!
+//! The ground floor:
+//! - `body`: a buffered request body, parsed once by content type (JSON, form, bytes).
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
 //! - `durable`: a new file's name made durable (its folder synced), for the ledger and the secret.
-//! - `decide`: the pure state machine of a guarded request (docs/reference.md section 5.3).
-//! - `answer`: replays, refusals and the `Idem-*` headers of every guarded answer.
-//! - `app`: the shared immutable state of a running proxy.
-//! - `server`: listeners, connections, the stop.
-//! - `drain`: graceful shutdown of the served connections.
-//! - `shard`: one single-threaded runtime per core serving the agents' connections.
-//! - `handoff`: each shard's inbox, where answers from other threads (the ledger's) wait for
-//!   one wake-up of the shard per bunch.
-//! - `inbound`: connection limits: the wait for each request head, the connection cap, accept backoff.
-//! - `budget`: the budget of buffered request bytes, and reading a guarded body under it.
-//! - `proxy`: the request path: routing and unguarded streaming.
-//! - `guard`: the ledger protocol for guarded routes, step by step.
-//! - `claim`: the one ledger transaction that decides a guarded request and records it.
-//! - `dispatch`: one claimed attempt: send, classify, record, answer; outlives the agent.
-//! - `reconcile`: asking the provider whether an unknown effect happened.
-//! - `retention`: the background task that prunes finished operations past `[retention]`.
-//! - `replays`: replay counts kept in memory and written coalesced, off the request path.
-//! - `settle`: the background settler of unknown operations (re-send or look up).
-//! - `upstream`: pooled connections to providers (TLS by rustls) and header hygiene.
-//! - `wire`: the shared body type and the one bounded body reader (the lowest floor).
-//! - `problem`: every refusal, and the one place it becomes problem+json.
-//! - `shape`: the proxy's own problem answers shaped for a provider's SDK (`pending_status`,
-//!   `[[provider.answer]]`).
-//! - `admin`: the admin API, with the live event stream (`GET /events`).
-//! - `notify`: notifications to the `[notify]` webhook when an operation needs a person.
-//! - `metrics`: Prometheus counters, histograms and gauges.
-//! - `ops`: the `idemproxy ops` command line, a client of the admin API.
-//! - `demo`: `idemproxy demo`, a lost-response refund told end to end, offline.
+//! - `clock`: timestamps, read in one place so pure code takes time as an argument.
+//! - `wire`: the shared body type and the one bounded body reader.
 
 pub mod admin;
 pub mod answer;

@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::future::Either;
-use http::header::{self, HeaderName};
+use http::header;
 use http::{HeaderMap, HeaderValue, Request, Response, Uri, Version};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -31,6 +31,8 @@ use crate::wire::{BoxError, ProxyBody};
 
 mod gate;
 mod pool;
+
+pub(crate) use crate::wire::is_hop_by_hop;
 
 pub use gate::{Gate, Gated};
 pub use pool::Body;
@@ -321,25 +323,6 @@ fn tls_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, String> {
     Ok(config)
 }
 
-/// The two hop-by-hop names `http` has no constant for.
-static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
-
-/// Whether `name` describes one connection and is never forwarded (RFC 9110 7.6.1).
-pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    // All compare as constants: a standard name never equals a custom one, so neither needs
-    // its text.
-    *name == header::CONNECTION
-        || *name == header::TE
-        || *name == header::TRAILER
-        || *name == header::TRANSFER_ENCODING
-        || *name == header::UPGRADE
-        || *name == header::PROXY_AUTHORIZATION
-        || *name == header::PROXY_AUTHENTICATE
-        || *name == KEEP_ALIVE
-        || *name == PROXY_CONNECTION
-}
-
 /// Removes hop-by-hop headers, including every header `Connection` names.
 ///
 /// This runs twice on every forwarded exchange (and most answers carry `Connection:
@@ -565,6 +548,7 @@ const ABSOLUTE_PREFIX: usize = 300;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderName;
 
     #[test]
     fn strips_hop_by_hop_and_connection_named_headers() {

@@ -6,6 +6,8 @@
 //! on `proxy`. Unguarded traffic is not buffered; only what must be recorded or read is.
 
 use bytes::Bytes;
+use http::HeaderName;
+use http::header;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 
@@ -42,4 +44,23 @@ where
         Err(e) if e.is::<LengthLimitError>() => Err(Unbuffered::TooLarge),
         Err(e) => Err(Unbuffered::Broken(e.to_string())),
     }
+}
+
+/// The two hop-by-hop names `http` has no constant for.
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// Whether `name` describes one connection and is never forwarded (RFC 9110 7.6.1).
+pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
+    // All compare as constants: a standard name never equals a custom one, so neither needs
+    // its text.
+    *name == header::CONNECTION
+        || *name == header::TE
+        || *name == header::TRAILER
+        || *name == header::TRANSFER_ENCODING
+        || *name == header::UPGRADE
+        || *name == header::PROXY_AUTHORIZATION
+        || *name == header::PROXY_AUTHENTICATE
+        || *name == KEEP_ALIVE
+        || *name == PROXY_CONNECTION
 }

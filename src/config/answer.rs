@@ -94,7 +94,7 @@ fn headers(s: &mut Scope, raw: Table) -> Option<Vec<(HeaderName, Text)>> {
 fn owned_header(name: HeaderName) -> Result<HeaderName, String> {
     let text = name.as_str();
     let framing = name == header::CONTENT_TYPE || name == header::CONTENT_LENGTH;
-    let hop = crate::upstream::is_hop_by_hop(&name);
+    let hop = crate::wire::is_hop_by_hop(&name);
     let proxy = text.starts_with("idem-") || text == "idempotent-replayed";
     match (framing, hop, proxy) {
         (true, _, _) => Err(format!(

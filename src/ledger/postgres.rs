@@ -34,7 +34,6 @@ use tokio_util::sync::CancellationToken;
 use self::connect::{Conn, Tx};
 use self::lease::Lease;
 use self::update::Appended;
-use super::at::PgUrl;
 use super::batch::{Commit, OnCommit};
 use super::change::Left;
 use super::feed::{Feed, Published};
@@ -43,6 +42,7 @@ use super::replays::{ReplayNote, Replays};
 use super::store::Fault;
 use super::{Checked, Fences, Filter, LedgerError, LedgerOptions, OnOrphaned, Page, Stats, codec};
 use crate::clock::Timestamp;
+use crate::config::PgUrl;
 use crate::operation::{Event, Operation, State, StoredResponse, Write};
 
 /// The longest any one call may take before the ledger answers `Unavailable`.

@@ -14,8 +14,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, R
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
-use super::super::at::{PgUrl, SslMode};
 use super::super::store::Fault;
+use crate::config::{PgUrl, SslMode};
 
 /// Connections one replica keeps open at most.
 const POOL_SIZE: usize = 16;

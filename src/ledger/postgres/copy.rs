@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 
-use super::super::at::PgUrl;
 use super::super::codec;
 use super::super::copy::{
     BY_REPLICA, CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED, Position, UNFINISHED,
@@ -19,6 +18,7 @@ use super::super::store::Fault;
 use super::connect::{self, Conn, Tx};
 use super::{prune, schema, update};
 use crate::clock::Timestamp;
+use crate::config::PgUrl;
 use crate::operation::{Event, StoredResponse};
 
 /// The `meta` key set while a copy fills the database (as for redb).

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::super::at::PgUrl;
 use super::super::{Checked, Ledger, LedgerAt, LedgerError, LedgerOptions};
 use crate::clock::Timestamp;
+use crate::config::PgUrl;
 use crate::operation::{Operation, State, Write};
 
 /// Where the tests find a PostgreSQL that lets them create databases.

@@ -162,7 +162,7 @@ impl PgUrl {
     }
 
     /// The URL to connect with, password included: never show it.
-    pub(super) fn secret_url(&self) -> &str {
+    pub(crate) fn secret_url(&self) -> &str {
         &self.full
     }
 
