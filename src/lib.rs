@@ -7,11 +7,9 @@
 //! Commands and services started by the server:
 //! - `demo`: `idemproxy demo`, a lost-response refund told end to end, offline.
 //! - `ops`: the `idemproxy ops` command line, a client of the admin API.
-//! - `server`: listeners, connections, the stop; `shard`: one single-threaded runtime per core
-//!   serving the agents' connections; `handoff`: each shard's inbox, where answers from other
-//!   threads (the ledger's) wait for one wake-up of the shard per bunch; `inbound`: connection
-//!   limits (the wait for each request head, the connection cap, accept backoff); `drain`:
-//!   graceful shutdown of the served connections.
+//! - `server`: listeners, connections, the stop; `inbound`: connection limits (the wait for
+//!   each request head, the connection cap, accept backoff); `drain`: graceful shutdown of the
+//!   served connections.
 //! - `admin`: the admin API, with the live event stream (`GET /events`); its token is
 //!   `admin::token`.
 //! - `notify`: notifications to the `[notify]` webhook when an operation needs a person (the
@@ -19,18 +17,18 @@
 //! - `retention`: the background task that prunes finished operations past `[retention]`.
 //!
 //! The request path:
-//! - `proxy`: routing and unguarded streaming; `budget`: the buffered request bytes, and
-//!   reading a guarded body under them; `shape`: the proxy's own problem answers shaped for a
-//!   provider's SDK (`pending_status`, `[[provider.answer]]`).
+//! - `proxy`: routing and unguarded streaming; `shape`: the proxy's own problem answers shaped
+//!   for a provider's SDK (`pending_status`, `[[provider.answer]]`).
 //! - `guard`: the ledger protocol for guarded routes, step by step; `settle`: the background
 //!   settler of unknown operations (re-send or look up).
 //! - `claim`: the one ledger transaction that decides a guarded request and records it;
 //!   `dispatch`: one claimed attempt (send, classify, record, answer), which outlives the
 //!   agent; `reconcile`: asking the provider whether an unknown effect happened; `answer`:
-//!   replays, refusals and the `Idem-*` headers of every guarded answer; `replays`: replay
-//!   counts kept in memory and written coalesced.
+//!   replays, refusals and the `Idem-*` headers of every guarded answer.
 //! - `app`: the shared immutable state of a running proxy (config, ledger, upstreams and the
-//!   handles the request path reads).
+//!   handles the request path reads). It still holds the admin token and the notifier, which
+//!   the server should hand to their users instead (the two upward imports left).
+//! - `replays`: replay counts kept in memory and written coalesced to the ledger.
 //!
 //! Storage and the network:
 //! - `ledger`: storage only: the durable ledger as one type (`Ledger`) with a small domain API,
@@ -64,7 +62,11 @@
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
 //! - `durable`: a new file's name made durable (its folder synced), for the ledger and the secret.
 //! - `clock`: timestamps, read in one place so pure code takes time as an argument.
-//! - `wire`: the shared body type and the one bounded body reader.
+//! - `wire`: the shared body type, the one bounded body reader, the hop-by-hop header names.
+//! - `budget`: the buffered request bytes, and reading a guarded body under them.
+//! - `shard`: one single-threaded runtime per core serving the agents' connections; `handoff`:
+//!   each shard's inbox, where answers from other threads (the ledger's) wait for one wake-up
+//!   of the shard per bunch.
 
 pub mod admin;
 pub mod answer;
