@@ -5,12 +5,12 @@
 //! claimed or sent).
 
 mod common;
-mod guarded;
-mod raw;
 
+use common::guarded::*;
+use common::raw::{
+    self, chunk, chunked_refund_head, connect, log_line, read_answer, refund_head, write,
+};
 use common::{Behavior, FakeProvider, Proxy};
-use guarded::*;
-use raw::{chunk, chunked_refund_head, connect, log_line, read_answer, refund_head, write};
 
 async fn start_with(provider: &FakeProvider, limits: &str) -> Proxy {
     builder(provider, "", &refund_route(""))

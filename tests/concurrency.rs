@@ -3,12 +3,11 @@
 //! Exactly one request reaches the provider however many agents ask at once.
 
 mod common;
-mod guarded;
 
 use std::time::Duration;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider};
-use guarded::*;
 use http::StatusCode;
 
 /// Acceptance 3: 30 identical requests at once, a slow provider, one upstream request and

@@ -3,10 +3,9 @@
 //! way (JSON key order, form field order) are the same intent.
 
 mod common;
-mod guarded;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider};
-use guarded::*;
 use http::StatusCode;
 
 /// Acceptance 2: the amount changed under the same operation ID.

@@ -5,16 +5,15 @@
 //! logs it, backs off instead of spinning, and serves again once descriptors free up.
 
 mod common;
-mod raw;
 
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::raw::{closed_by_server, connect, log_line, read_answer, write};
 use common::{Behavior, FakeProvider, Proxy, send};
 use http::{Method, StatusCode};
 use http_body_util::Full;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use raw::{closed_by_server, connect, log_line, read_answer, write};
 
 async fn start(limits: &str) -> (FakeProvider, Proxy) {
     let provider = FakeProvider::start(Behavior::fixed(200, "ok")).await;

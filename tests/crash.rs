@@ -4,10 +4,9 @@
 //! one effect) or holds it (202, nothing sent).
 
 mod common;
-mod guarded;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider, Proxy};
-use guarded::*;
 use http::StatusCode;
 use idemproxy::operation::{EventKind, State};
 

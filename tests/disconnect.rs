@@ -3,13 +3,12 @@
 //! never turns a known outcome into an unknown one.
 
 mod common;
-mod guarded;
 
 use std::time::Duration;
 
 use common::client::full;
+use common::guarded::*;
 use common::{Behavior, FakeProvider, Proxy};
-use guarded::*;
 use http::StatusCode;
 use idemproxy::operation::State;
 use tokio::io::AsyncWriteExt;

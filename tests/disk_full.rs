@@ -8,14 +8,13 @@
 //! itself and everything works again, with no restart. Needs root (`mount`).
 
 mod common;
-mod guarded;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider, Proxy, Resp, send};
-use guarded::*;
 use http::{Method, StatusCode};
 
 /// A tmpfs of `size` mounted on a temp dir, unmounted (lazily) on drop.

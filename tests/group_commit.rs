@@ -3,10 +3,9 @@
 //! once its result is, and every provider effect happens exactly once.
 
 mod common;
-mod guarded;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider};
-use guarded::*;
 use http::{Method, StatusCode};
 use idemproxy::operation::State;
 

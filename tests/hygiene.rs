@@ -5,10 +5,9 @@
 //! it is a loop: refused with 508, nothing sent.
 
 mod common;
-mod guarded;
 
+use common::guarded::{self, FORM, OP_HEADER, PATH, refund_with};
 use common::{Behavior, FakeProvider, Proxy, problem, send};
-use guarded::{FORM, OP_HEADER, PATH, refund_with};
 use http::{Method, StatusCode};
 
 /// `pay` with the guarded `create_refund` route and unguarded everything else.

@@ -4,11 +4,10 @@
 //! unguarded. Nothing is sent for a refusal.
 
 mod common;
-mod guarded;
 
 use bytes::Bytes;
+use common::guarded::*;
 use common::{Behavior, FakeProvider, route};
-use guarded::*;
 use http::{Method, StatusCode};
 use http_body_util::BodyExt;
 

@@ -4,13 +4,12 @@
 //! to be served with another, naming where the secret came from and what to do.
 
 mod common;
-mod guarded;
 
 use std::path::Path;
 
 use bytes::Bytes;
+use common::guarded::*;
 use common::{Behavior, FakeProvider};
-use guarded::*;
 use http::{HeaderMap, Method, StatusCode};
 use idemproxy::clock::Timestamp;
 use idemproxy::ledger::{Ledger, LedgerOptions};

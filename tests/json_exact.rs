@@ -5,11 +5,10 @@
 //! values a provider would act on.
 
 mod common;
-mod guarded;
-mod raw;
 
+use common::guarded::*;
+use common::raw;
 use common::{Behavior, FakeProvider, Proxy};
-use guarded::*;
 use http::StatusCode;
 
 const SQUARE_KEYS: &str = "dedupe = \"key\"\nkey_json_field = \"/idempotency_key\"";

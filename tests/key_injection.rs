@@ -4,10 +4,9 @@
 //! of the fingerprint.
 
 mod common;
-mod guarded;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider};
-use guarded::*;
 use http::StatusCode;
 
 /// The default: `Idempotency-Key`, opaque; the client's own key is replaced, and a client

@@ -4,10 +4,9 @@
 //! shipped Square policy sends keys Square accepts (at most 45 characters).
 
 mod common;
-mod guarded;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider, Proxy};
-use guarded::*;
 use http::StatusCode;
 
 /// A header key is the first `key_length` characters of the full opaque key, and a re-send

@@ -7,13 +7,12 @@
 //! answers the same again, and no message ever shows the URL's password.
 
 mod common;
-mod guarded;
 
 use std::path::Path;
 use std::time::Duration;
 
+use common::guarded::*;
 use common::{Behavior, ConfigDir, FakeProvider, Proxy, Resp, route, send};
-use guarded::*;
 use http::{Method, StatusCode};
 use serde_json::Value;
 

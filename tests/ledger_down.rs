@@ -3,10 +3,9 @@
 //! `IDEMPROXY_FAIL=ledger.commit` makes every ledger write fail.
 
 mod common;
-mod guarded;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider};
-use guarded::*;
 use http::StatusCode;
 
 #[tokio::test]

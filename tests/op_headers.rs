@@ -4,10 +4,9 @@
 //! headers gone, `Host` the upstream's.
 
 mod common;
-mod guarded;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider, route, send, send_h2c};
-use guarded::*;
 use http::{Method, StatusCode};
 
 /// An ID with a space, a non-ASCII character and `%` travels percent-encoded in the header

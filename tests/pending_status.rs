@@ -4,10 +4,9 @@
 //! `check` allows only 202, 409, 425, 429 and 503.
 
 mod common;
-mod guarded;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider, Proxy};
-use guarded::*;
 use http::StatusCode;
 
 const UNAVAILABLE: StatusCode = StatusCode::SERVICE_UNAVAILABLE;

@@ -5,10 +5,9 @@
 //! An operator's rebind (after a key rotation) lets the next caller's key adopt it.
 
 mod common;
-mod guarded;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider, Proxy, Resp};
-use guarded::*;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 

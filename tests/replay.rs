@@ -3,10 +3,9 @@
 //! (provider refusal or no connection) sent again as its next attempt with the same key.
 
 mod common;
-mod guarded;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider};
-use guarded::*;
 use http::StatusCode;
 use idemproxy::operation::State;
 

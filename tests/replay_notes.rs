@@ -4,12 +4,11 @@
 //! per replay, and a replay is answered while the ledger cannot write at all.
 
 mod common;
-mod guarded;
 
 use std::time::Duration;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider, Proxy, send};
-use guarded::*;
 use http::{Method, StatusCode};
 use serde_json::Value;
 

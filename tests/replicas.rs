@@ -10,12 +10,11 @@
 //! replica with another installation secret refuses to start.
 
 mod common;
-mod guarded;
 
 use std::time::{Duration, Instant};
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider, Proxy, ProxyBuilder, Replicas, problem, send};
-use guarded::*;
 use http::{Method, StatusCode};
 
 /// Short, so a dead replica's claims are found within the tests' patience.

@@ -4,10 +4,9 @@
 //! (and key placement) stored with the operation, whatever the policy says after a restart.
 
 mod common;
-mod guarded;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider, Recorded, send};
-use guarded::*;
 use http::{Method, StatusCode};
 
 /// A refund route whose fingerprint ignores the trace id (a new trace id is not a new intent).

@@ -3,12 +3,11 @@
 //! re-sent, because the provider could no longer recognise the repeat.
 
 mod common;
-mod guarded;
 
 use std::time::Duration;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider};
-use guarded::*;
 use http::StatusCode;
 
 /// Acceptance 6: the answer is lost after longer than `key_retention` ("200ms"), so the

@@ -7,10 +7,9 @@
 //! `idempotent_creation_conflict` and its `conflicting_resource_id`).
 
 mod common;
-mod guarded;
 
+use common::guarded::{ledger, problem};
 use common::{Behavior, FakeProvider, Proxy, Resp, route, send};
-use guarded::{ledger, problem};
 use http::{Method, StatusCode};
 use idemproxy::operation::{EventKind, State};
 use serde_json::json;

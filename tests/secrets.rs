@@ -3,10 +3,9 @@
 //! redacted response headers. The proxy runs with `IDEMPROXY_LOG=debug`.
 
 mod common;
-mod guarded;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider};
-use guarded::*;
 use http::StatusCode;
 
 const BEARER: &str = "sk_test_51LeakCanaryBearerToken";

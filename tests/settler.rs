@@ -5,12 +5,11 @@
 //! request, or from the policy's `settle_headers` (read from the environment).
 
 mod common;
-mod guarded;
 
 use std::time::Duration;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider, Proxy, send};
-use guarded::*;
 use http::{Method, StatusCode};
 use idemproxy::operation::EventKind;
 

@@ -5,10 +5,9 @@
 //! change what the proxy promises.
 
 mod common;
-mod guarded;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider, Proxy};
-use guarded::*;
 use http::StatusCode;
 
 const SHAPES: &str = r#"

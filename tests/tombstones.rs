@@ -5,12 +5,11 @@
 //! `completed` shorter than a provider's `key_retention` plus its `timeout`.
 
 mod common;
-mod guarded;
 
 use std::time::Duration;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider, Proxy, Resp, policy, problem, send};
-use guarded::*;
 use http::{Method, StatusCode};
 use serde_json::json;
 

@@ -4,12 +4,11 @@
 //! `outcome-unknown` and nothing is sent.
 
 mod common;
-mod guarded;
 
 use std::time::Duration;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider};
-use guarded::*;
 use http::StatusCode;
 use idemproxy::operation::{EventKind, State};
 

@@ -4,12 +4,11 @@
 //! the key's retention is held, never sent with a key the provider has forgotten.
 
 mod common;
-mod guarded;
 
 use std::time::Duration;
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider};
-use guarded::*;
 use http::StatusCode;
 use idemproxy::operation::{EventKind, State};
 

@@ -5,13 +5,12 @@
 //! ignored; a log that belongs to another ledger file is refused, never replayed.
 
 mod common;
-mod guarded;
 
 use std::io::{Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 
+use common::guarded::*;
 use common::{Behavior, FakeProvider, Proxy, send};
-use guarded::*;
 use http::{Method, StatusCode};
 use idemproxy::clock::Timestamp;
 use idemproxy::ledger::{Ledger, LedgerOptions};
