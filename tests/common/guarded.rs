@@ -8,7 +8,7 @@
 //! database) with the crate's own ledger API after the process is gone (a test's way to see
 //! the state docs/reference.md section 5.2 names).
 //!
-//! Test files reach it as `common::guarded` and use only part of it.
+//! Test modules reach it as `crate::common::guarded` and use only part of it.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;

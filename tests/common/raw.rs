@@ -2,8 +2,8 @@
 //! heads and bodies sent in pieces and left hanging, answers read off the wire by hand; and
 //! waiting for a line in the proxy's log.
 //!
-//! Like the rest of `common`, it only sees the proxy's wire and files. Test files reach it as
-//! `common::raw` and use only part of it.
+//! Like the rest of `common`, it only sees the proxy's wire and files. Test modules reach it as
+//! `crate::common::raw` and use only part of it.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
