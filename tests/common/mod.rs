@@ -1,23 +1,27 @@
-//! The behaviour-test harness shared by every file in `tests/`: a fake provider, a launcher
-//! for the real `idemproxy` process, a small HTTP client and a notification receiver.
+//! The behaviour-test harness shared by every test binary in `tests/`: a fake provider, a
+//! launcher for the real `idemproxy` process, a small HTTP client and a notification receiver;
+//! `guarded` (a guarded route and its ledger) and `raw` (a client at the socket level).
 //!
 //! Everything binds port 0 and lives in temp dirs, so tests run in parallel; waits are on
 //! signals (ready line, request counters), never on sleeps. It must never depend on the
 //! proxy's internals: it drives the binary only through its files, its wire and its CLI,
 //! exactly as docs/reference.md describes them.
 //!
-//! Each test file does `mod common;` and uses only part of this module, hence the allows
-//! (dead code, and the re-exports below that a given test file does not use).
+//! Each area's binary (`tests/AREA/main.rs`) loads it with `#[path = "../common/mod.rs"] mod
+//! common;`, and its modules reach it as `crate::common`. A binary uses only part of it, hence
+//! the allows (dead code, and the re-exports below that a given binary does not use).
 #![allow(dead_code)]
 
 pub mod behavior;
 pub mod client;
 pub mod database;
 pub mod files;
+pub mod guarded;
 pub mod pattern;
 pub mod process;
 pub mod provider;
 pub mod proxy;
+pub mod raw;
 pub mod relay;
 pub mod replicas;
 pub mod shop;

@@ -1,4 +1,4 @@
-"""The operator's console in headless Chromium, driven by tests/console.rs.
+"""The operator's console in headless Chromium, driven by tests/operators/console.rs.
 
 Usage: python test_console.py '{"admin": URL, "token": T, "unknown": ID, "prepared": ID,
 "resolved_body": TEXT, "artifacts": DIR}'
