@@ -22,6 +22,7 @@ use http::uri::{Authority, PathAndQuery};
 use http::{HeaderValue, Method, Request, Response, Uri, Version, header};
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
+use tokio::task::AbortHandle;
 use tokio::time::Sleep;
 use tower_service::Service;
 
@@ -59,6 +60,28 @@ struct Conn {
     clock: Pin<Box<Sleep>>,
     /// The idle list it goes back to: its task's runtime's.
     home: usize,
+    /// The task driving the connection, to tear it down at once (`Abandon`).
+    task: AbortHandle,
+}
+
+/// Held while an exchange waits for its answer's head: dropped before that (the exchange
+/// abandoned, at its deadline or because its caller went away), it aborts the connection's
+/// task, so the socket is closed without a shutdown and, with `SO_LINGER` 0, reset: request
+/// bytes the kernel still queued are dropped, never sent after the attempt gave up.
+struct Abandon(Option<AbortHandle>);
+
+impl Abandon {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
+    }
 }
 
 impl Pool {
@@ -139,6 +162,7 @@ impl Pool {
                 Pool::give_back(&Arc::downgrade(self), conn);
                 return Err(SendError::Connect(format!("not sent: {why}")));
             }
+            let abandon = Abandon(Some(conn.task.clone()));
             let sending = conn.tx.try_send_request(req);
             let sent = match deadline {
                 None => sending.await,
@@ -153,6 +177,7 @@ impl Pool {
             };
             match sent {
                 Ok(resp) => {
+                    abandon.disarm();
                     let pool = Arc::downgrade(self);
                     return Ok(resp.map(|inner| Body {
                         inner,
@@ -203,16 +228,22 @@ impl Pool {
             .handshake(io)
             .await
             .map_err(|e| SendError::Connect(describe(&e)))?;
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "upstream connection ended with an error");
             }
-        });
+        })
+        .abort_handle();
         self.start_reaping();
         // Set by the first exchange with a timeout; until then not in the timer wheel.
         let clock = Box::pin(tokio::time::sleep(Duration::MAX));
         let home = slot(self.idle.len());
-        Ok(Conn { tx, clock, home })
+        Ok(Conn {
+            tx,
+            clock,
+            home,
+            task,
+        })
     }
 
     /// Takes back a connection whose exchange is over, once it is ready for the next.
@@ -715,6 +746,41 @@ mod tests {
         for n in 0..3 {
             assert!(received.contains(&format!("piece{n};")), "{received}");
         }
+    }
+
+    /// An exchange given up on (its deadline passed while the upstream held the request)
+    /// closes its connection with a reset, not a FIN after whatever the kernel still queued:
+    /// the upstream's read of it fails with `ECONNRESET` instead of seeing an orderly end.
+    #[tokio::test]
+    async fn an_abandoned_connection_is_reset_not_closed_in_order() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (ended, how) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            // Read the request, never answer, and see how the connection ends.
+            let end = loop {
+                match s.read(&mut buf).await {
+                    Ok(0) => break "fin",
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break "reset",
+                    Err(_) => break "other",
+                }
+            };
+            let _ = ended.send(end);
+        });
+        let pool = pool_for(addr);
+        let within = Some(Duration::from_millis(100));
+        let sent = pool.send(get(addr, "/"), within, None).await;
+        assert!(
+            matches!(sent, Err(SendError::Timeout(_))),
+            "{:?}",
+            sent.err()
+        );
+        drop(pool);
+        let end = tokio::time::timeout(Duration::from_secs(10), how).await;
+        assert_eq!(end.expect("the connection ended").unwrap(), "reset");
     }
 
     #[tokio::test]
