@@ -49,20 +49,20 @@ const BODY_SLACK: u64 = 64 * 1024;
 /// Serves one admin request. Every call but `/healthz` must pass the browser checks (own
 /// `Origin`; without a token, a loopback `Host`) and needs the token when one is set, except
 /// the console's own files under `/ui`, which hold no data (the page asks for the token).
-pub async fn handle<B>(app: Arc<App>, req: Request<B>) -> Response<ProxyBody>
+pub async fn handle<B>(app: Arc<App>, token: Option<Token>, req: Request<B>) -> Response<ProxyBody>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<crate::wire::BoxError>,
 {
     let is_health = req.uri().path() == "/healthz";
-    let tokened = app.admin_token.is_some();
+    let tokened = token.is_some();
     if !is_health && let Err(e) = browser::check(req.headers(), req.uri(), tokened) {
         return e.into_response();
     }
     if ui::owns(req.uri().path()) {
         return ui::serve(req.method(), req.uri().path());
     }
-    if let Some(token) = &app.admin_token
+    if let Some(token) = &token
         && !is_health
         && !token.admits(req.headers())
     {

@@ -33,8 +33,6 @@ pub struct App {
     /// The ID of every operation whose attempt was just recorded, so a duplicate waiting on
     /// it re-reads the ledger when (and only when) its own operation may have finished.
     pub completions: broadcast::Sender<Arc<str>>,
-    /// `IDEMPROXY_ADMIN_TOKEN`, read once at start; `None`: the admin API is open (loopback).
-    pub admin_token: Option<crate::admin::token::Token>,
     /// The installation secret (keyed hashes, the kept request's encryption); never logged.
     pub secret: Secret,
     /// The headers of each unknown operation's last request, for the settler; memory only.
@@ -52,16 +50,13 @@ pub struct App {
     /// Cancelled when the server starts to shut down: ends the live event streams, which
     /// would otherwise hold their connections open through the grace period.
     pub closing: tokio_util::sync::CancellationToken,
-    /// `[notify]`'s webhook, queue and signing key; `None`: no notifications.
-    pub notifier: Option<crate::notify::notifier::Notifier>,
 }
 
 impl App {
     /// Builds the state a server needs: upstream clients and the opened ledger (whose
-    /// operations left `in_flight` by an earlier process become `unknown`).
-    pub async fn new(config: Config) -> Result<App, String> {
-        let admin_token = crate::admin::token::Token::from_env();
-        crate::admin::token::check_exposure(&config, admin_token.as_ref())?;
+    /// operations left `in_flight` by an earlier process become `unknown`; they are returned,
+    /// escalated already, for the notifier).
+    pub async fn new(config: Config) -> Result<(App, Vec<Operation>), String> {
         let secret = Secret::load(&config.ledger.place()).map_err(|e| e.to_string())?;
         let upstreams = Upstreams::new(&config.providers)?;
         let metrics = Arc::new(Metrics::new());
@@ -97,12 +92,6 @@ impl App {
                 "operations left in flight by the previous process are now unknown"
             );
         }
-        let notifier = crate::notify::notifier::Notifier::new(&config)?;
-        if notifier.is_some() {
-            for outcome in ["sent", "failed", "dropped"] {
-                metrics.notifications(outcome, 0);
-            }
-        }
         let budget = crate::budget::Budget::new(config.limits.inbound.max_buffered);
         let anonymous = crate::fingerprint::Anonymous::of(&config.providers, &secret);
         let methods = crate::fingerprint::Methods::of(&secret);
@@ -116,21 +105,16 @@ impl App {
             metrics,
             background: TaskTracker::new(),
             completions: broadcast::Sender::new(COMPLETIONS_BACKLOG),
-            admin_token,
             via: Via::of(&secret),
             secret,
             credentials: Default::default(),
             replays: Default::default(),
             closing: Default::default(),
-            notifier,
         };
         for op in &orphaned {
             app.escalate(op);
-            if let Some(notifier) = &app.notifier {
-                notifier.orphaned(app.rules(&op.provider, &op.route), &app.metrics, op);
-            }
         }
-        Ok(app)
+        Ok((app, orphaned))
     }
 
     /// The rules `decide` applies to operations of `provider`'s `route`, if both still exist.

@@ -311,7 +311,7 @@ async fn resolve(story: &mut Story<'_>, scene: &Scene<'_>) -> Result<(), DemoErr
         "     {{\"outcome\":\"succeeded\",\"status\":200,\"body\":\"<refund {id} as JSON>\",...}}"
     ));
     let stage = scene.stage;
-    let token = stage.app.admin_token.as_ref().map(|t| t.as_str());
+    let token = stage.admin_token.as_ref().map(|t| t.as_str());
     let answer =
         operator::resolve_succeeded(scene.agent, stage.bound.admin, token, &op_id, &body).await?;
     let state = answer.body.get("state").and_then(Value::as_str);

@@ -26,8 +26,8 @@
 //!   agent; `reconcile`: asking the provider whether an unknown effect happened; `answer`:
 //!   replays, refusals and the `Idem-*` headers of every guarded answer.
 //! - `app`: the shared immutable state of a running proxy (config, ledger, upstreams and the
-//!   handles the request path reads). It still holds the admin token and the notifier, which
-//!   the server should hand to their users instead (the two upward imports left).
+//!   handles the request path reads); it imports none of the services above it: the server
+//!   builds the admin token and the notifier (`server::Services`) and hands them over.
 //! - `replays`: replay counts kept in memory and written coalesced to the ledger.
 //!
 //! Storage and the network:

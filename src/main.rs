@@ -244,14 +244,24 @@ fn serve(path: PathBuf) -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let app = match idemproxy::app::App::new(config).await {
-            Ok(app) => Arc::new(app),
+        let services = match idemproxy::server::Services::new(&config) {
+            Ok(services) => services,
             Err(e) => {
                 eprintln!("{e}");
                 return ExitCode::from(2);
             }
         };
-        match idemproxy::server::serve(app).await {
+        let app = match idemproxy::app::App::new(config).await {
+            Ok((app, orphaned)) => {
+                services.opened(&app, &orphaned);
+                Arc::new(app)
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        };
+        match idemproxy::server::serve(app, services).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("{e}");

@@ -37,8 +37,13 @@ pub use summary::Waiting;
 
 /// Follows `feed` into notifications, delivers them and sends the summaries, until `stop`.
 /// `feed` is subscribed before the listeners serve, so no event is missed.
-pub async fn run(app: std::sync::Arc<App>, feed: Receiver<Published>, stop: impl Future) {
-    let Some(notifier) = &app.notifier else {
+pub async fn run(
+    app: std::sync::Arc<App>,
+    notifier: Option<Notifier>,
+    feed: Receiver<Published>,
+    stop: impl Future,
+) {
+    let Some(notifier) = &notifier else {
         return;
     };
     let all = async {

@@ -28,9 +28,13 @@ use tokio::net::TcpListener;
 use tokio::runtime::Handle;
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::admin::token::Token;
 use crate::app::App;
+use crate::config::Config;
 use crate::drain::Drain;
 use crate::inbound::{Answer, Gate, HeadTimeout, Phase};
+use crate::notify::notifier::Notifier;
+use crate::operation::Operation;
 use crate::shard::Shards;
 use crate::wire::ProxyBody;
 
@@ -82,8 +86,13 @@ impl Server {
         self.bound
     }
 
-    /// Serves both listeners until `shutdown` resolves, then drains within `shutdown_grace`.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+    /// Serves both listeners until `shutdown` resolves, then drains within `shutdown_grace`;
+    /// `services` go to the admin API and the notifier.
+    pub async fn run(self, services: Services, shutdown: impl Future<Output = ()>) {
+        let Services {
+            admin_token,
+            notifier,
+        } = services;
         let Server {
             app,
             proxy,
@@ -105,7 +114,14 @@ impl Server {
         // Subscribed here, before the first connection is accepted, so no event is missed.
         let (stop_notifier, notifier_stopped) = tokio::sync::oneshot::channel::<()>();
         let feed = app.ledger.subscribe();
-        let notifier = tokio::spawn(crate::notify::run(app.clone(), feed, notifier_stopped));
+        let notifier = tokio::spawn(crate::notify::run(
+            app.clone(),
+            notifier,
+            feed,
+            notifier_stopped,
+        ));
+        let operate =
+            move |app, req| crate::admin::handle::<Incoming>(app, admin_token.clone(), req);
         // The replay counts are written until the connections have drained, then once more.
         let (stop_replays, replays_stopped) = tokio::sync::oneshot::channel::<()>();
         let replays = tokio::spawn(crate::replays::run(
@@ -121,7 +137,7 @@ impl Server {
                     serve_conn(&builder, &drain, conn, on, &app, crate::proxy::handle);
                 },
                 conn = operators.accept(&admin) => {
-                    serve_conn(&builder, &drain, conn, None, &app, crate::admin::handle::<Incoming>);
+                    serve_conn(&builder, &drain, conn, None, &app, operate.clone());
                 },
                 () = &mut shutdown => break,
             }
@@ -151,12 +167,49 @@ impl Server {
     }
 }
 
+/// What the server builds beside the `App` and hands to the services that need it, so the
+/// shared state never imports its users: the admin API's token and the notifier.
+pub struct Services {
+    /// `IDEMPROXY_ADMIN_TOKEN`, read once at start; `None`: the admin API is open (loopback).
+    pub admin_token: Option<Token>,
+    /// `[notify]`'s webhook, queue and signing key; `None`: no notifications.
+    pub notifier: Option<Notifier>,
+}
+
+impl Services {
+    /// Reads the admin token (refusing an admin API reachable beyond loopback without one) and
+    /// builds the notifier, before anything opens the ledger.
+    pub fn new(config: &Config) -> Result<Services, String> {
+        let admin_token = Token::from_env();
+        crate::admin::token::check_exposure(config, admin_token.as_ref())?;
+        let notifier = Notifier::new(config)?;
+        Ok(Services {
+            admin_token,
+            notifier,
+        })
+    }
+
+    /// Once the ledger is open: the notification counters start at 0, and the operations
+    /// the previous process left in flight (`orphaned`, now `unknown`) are notified.
+    pub fn opened(&self, app: &App, orphaned: &[Operation]) {
+        let Some(notifier) = &self.notifier else {
+            return;
+        };
+        for outcome in ["sent", "failed", "dropped"] {
+            app.metrics.notifications(outcome, 0);
+        }
+        for op in orphaned {
+            notifier.orphaned(app.rules(&op.provider, &op.route), &app.metrics, op);
+        }
+    }
+}
+
 /// `idemproxy serve`: binds, prints the ready line, serves until SIGTERM or Ctrl-C.
-pub async fn serve(app: Arc<App>) -> std::io::Result<()> {
+pub async fn serve(app: Arc<App>, services: Services) -> std::io::Result<()> {
     let server = Server::bind(app).await?;
     let shutdown = shutdown_signal();
     announce(server.bound());
-    server.run(shutdown).await;
+    server.run(services, shutdown).await;
     Ok(())
 }
 

@@ -21,7 +21,7 @@ use crate::policy::{
     Approval, Dedupe, Effect, KeyFormat, KeyPlacement, Matcher, OnMissingId, Outcomes, Provider,
     Route, Scheme, Segment, Unmatched, Upstream,
 };
-use crate::server::{Bound, Server};
+use crate::server::{Bound, Server, Services};
 use crate::template::Template;
 
 /// The route every demo provider guards, with the operation ID of docs/reference.md section 4.3.
@@ -41,6 +41,8 @@ pub struct Upstreamed {
 pub struct Stage {
     pub app: Arc<App>,
     pub bound: Bound,
+    /// The admin API's token, if `IDEMPROXY_ADMIN_TOKEN` set one (the operator's calls carry it).
+    pub admin_token: Option<crate::admin::token::Token>,
     shutdown: oneshot::Sender<()>,
     server: JoinHandle<()>,
     /// Removed on drop, after the ledger is closed.
@@ -59,20 +61,23 @@ impl Stage {
             .iter()
             .map(provider)
             .collect::<Result<Vec<_>, _>>()?;
-        let app = App::new(config(dir.path(), providers))
-            .await
-            .map(Arc::new)
-            .map_err(DemoError::Setup)?;
+        let config = config(dir.path(), providers);
+        let services = Services::new(&config).map_err(DemoError::Setup)?;
+        let admin_token = services.admin_token.clone();
+        let (app, orphaned) = App::new(config).await.map_err(DemoError::Setup)?;
+        services.opened(&app, &orphaned);
+        let app = Arc::new(app);
         let server = Server::bind(app.clone())
             .await
             .map_err(|e| DemoError::Setup(e.to_string()))?;
         let bound = server.bound();
         let (shutdown, stop) = oneshot::channel::<()>();
-        let server = tokio::spawn(server.run(async {
+        let server = tokio::spawn(server.run(services, async {
             let _ = stop.await;
         }));
         Ok(Stage {
             app,
+            admin_token,
             bound,
             shutdown,
             server,
