@@ -66,9 +66,10 @@ struct Fetched {
     truncated: bool,
 }
 
-/// Sends a claimed attempt, records its result, and returns the agent's answer. The caller
-/// runs it detached from the agent's connection (see `guard`), so it always ends recorded.
-pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<ProxyBody> {
+/// Sends a claimed attempt, records its result, and returns the agent's answer with the state
+/// the operation is in after it. The caller runs it detached from the agent's connection (see
+/// `guard`), so it always ends recorded.
+pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> (Response<ProxyBody>, State) {
     let mut ctx = Context {
         operation_id: Some(ex.id.clone()),
         provider: Some(provider.name.clone()),
@@ -112,7 +113,8 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
             // Nobody will finish this claim: the ledger makes it `unknown` as soon as it can.
             app.ledger.abandon(&ex.id, ex.fence);
             ctx.state = Some(State::Unknown);
-            return crate::answer::refusal(Problem::OutcomeUnknown, &ctx);
+            let answer = crate::answer::refusal(Problem::OutcomeUnknown, &ctx);
+            return (answer, State::Unknown);
         }
     };
     // A `reconcile` rule's lookup runs before duplicates wake, so they see its verdict.
@@ -126,10 +128,11 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
     };
     done();
     if let Some(stored) = found {
-        return crate::answer::replay(stored, &ctx.with_state(State::Succeeded));
+        let answer = crate::answer::replay(stored, &ctx.with_state(State::Succeeded));
+        return (answer, State::Succeeded);
     }
     ctx.state = Some(state);
-    match fetched {
+    let answer = match fetched {
         // The provider is still at work on this key: a retry later gets its result.
         Ok(_) if means == Means::Pending => crate::answer::refusal(Problem::InFlight, &ctx),
         Ok(answer) => first_answer(answer, &ctx),
@@ -138,7 +141,8 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> Response<Proxy
             crate::answer::refusal(Problem::UpstreamUnreachable(why), &ctx)
         }
         Err(_) => crate::answer::refusal(Problem::OutcomeUnknown, &ctx),
-    }
+    };
+    (answer, state)
 }
 
 /// Looks up at once the effect of an attempt whose answer a `means = "reconcile"` rule
@@ -429,18 +433,20 @@ async fn persist(
 /// The answer of an attempt whose result a newer claim kept from being written: the
 /// operation's stored answer if it has `succeeded` since, else `outcome-unknown` with the
 /// state it is in now (`unknown` if it could not be read).
-async fn superseded(app: &App, now: Option<Operation>, mut ctx: Context) -> Response<ProxyBody> {
+async fn superseded(
+    app: &App,
+    now: Option<Operation>,
+    mut ctx: Context,
+) -> (Response<ProxyBody>, State) {
     let state = now.map_or(State::Unknown, |op| op.state);
     ctx.state = Some(state);
+    let id = ctx.operation_id.as_deref().unwrap_or_default();
     if state == State::Succeeded
-        && let Ok(Some(stored)) = app
-            .ledger
-            .response(ctx.operation_id.as_deref().unwrap_or_default())
-            .await
+        && let Ok(Some(stored)) = app.ledger.response(id).await
     {
-        return crate::answer::replay(stored, &ctx);
+        return (crate::answer::replay(stored, &ctx), state);
     }
-    crate::answer::refusal(Problem::OutcomeUnknown, &ctx)
+    (crate::answer::refusal(Problem::OutcomeUnknown, &ctx), state)
 }
 
 /// The write of an attempt's result on the operation `op` that it claimed. Pure.

@@ -144,7 +144,7 @@ async fn run(
         app.credentials.remember(id, caller);
     }
     match next {
-        Next::Sent(resp) => Ok((resp, "forwarded")),
+        Next::Sent(resp, _) => Ok((resp, "forwarded")),
         Next::Replay(stored) => Ok((
             replay(stored, &ctx.with_state(State::Succeeded)),
             "replayed",
@@ -164,10 +164,7 @@ impl Next {
     /// credentials of a caller the operation is not bound to.
     fn leaves_this_caller_unknown(&self) -> bool {
         match self {
-            Next::Sent(resp) => resp
-                .headers()
-                .get("idem-state")
-                .is_some_and(|v| v.as_bytes() == State::Unknown.as_str().as_bytes()),
+            Next::Sent(_, state) => *state == State::Unknown,
             Next::Refuse(problem, state) => *state == State::Unknown && problem.is_pending(),
             Next::Replay(_) | Next::Wait => false,
         }
@@ -197,8 +194,9 @@ impl Names {
 
 /// What is left for the handler once the claim (and any attempt it allowed) is done.
 enum Next {
-    /// An attempt ran: the provider's answer, or the problem it ended in.
-    Sent(Response<ProxyBody>),
+    /// An attempt ran: the provider's answer, or the problem it ended in, and the state the
+    /// operation is in after it.
+    Sent(Response<ProxyBody>, State),
     Replay(StoredResponse),
     Wait,
     Refuse(Problem, State),
@@ -240,9 +238,10 @@ async fn claim_and_send(app: &Arc<App>, names: &Names, op: Identified) -> Result
     let (provider, route) = names.lookup(app)?;
     let Identified { ask, requests } = op;
     match claim(app, provider, route, ask).await? {
-        Step::Dispatch(claimed) => Ok(Next::Sent(
-            send(app, provider, names, requests, claimed).await,
-        )),
+        Step::Dispatch(claimed) => {
+            let (resp, state) = send(app, provider, names, requests, claimed).await;
+            Ok(Next::Sent(resp, state))
+        }
         // Boxed, a rare branch: its lookup would otherwise nearly double the task's future.
         Step::Reconcile => Box::pin(reconcile(app, provider, route, names, requests)).await,
         Step::Replay(stored) => Ok(Next::Replay(stored)),
@@ -271,7 +270,8 @@ async fn reconcile(
     Ok(match verdict {
         crate::reconcile::Verdict::Found(stored) => Next::Replay(stored),
         crate::reconcile::Verdict::Resend(claimed) => {
-            Next::Sent(send(app, provider, names, op, claimed).await)
+            let (resp, state) = send(app, provider, names, op, claimed).await;
+            Next::Sent(resp, state)
         }
         crate::reconcile::Verdict::Unknown => Next::Refuse(Problem::OutcomeUnknown, State::Unknown),
     })
@@ -284,7 +284,7 @@ async fn send(
     names: &Names,
     op: Requests,
     claimed: Claimed,
-) -> Response<ProxyBody> {
+) -> (Response<ProxyBody>, State) {
     let outgoing = match claimed.first {
         true => Ok(op.first),
         // Boxed, as a re-send is rare: reading the kept request would otherwise make every
