@@ -50,6 +50,7 @@ macro_rules! on_both_backends {
     )*};
 }
 
+mod backend;
 mod batch;
 mod change;
 mod codec;
@@ -75,6 +76,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use self::backend::Backend;
 pub use self::hot::Replayable;
 use self::postgres::Postgres;
 use self::redb::Redb;
@@ -217,15 +219,25 @@ impl Permit {
     }
 }
 
+/// `$body` with `$b` bound to the ledger's backend, whichever it is (`Backend`'s methods).
+macro_rules! each {
+    ($ledger:expr, $b:ident => $body:expr) => {
+        match &$ledger.0 {
+            Store::Redb($b) => $body,
+            Store::Postgres($b) => $body,
+        }
+    };
+}
+
 /// A cheap `Clone` handle to the ledger, whichever backend holds it. The storage stays open
 /// (a redb file stays locked against other processes) until the last clone is dropped; that
 /// drop waits for the writes already queued.
 #[derive(Clone)]
-pub struct Ledger(Backend);
+pub struct Ledger(Store);
 
 /// The backend behind a `Ledger`; private, so nothing outside `ledger` can name one.
 #[derive(Clone)]
-enum Backend {
+enum Store {
     Redb(Redb),
     Postgres(Postgres),
 }
@@ -310,11 +322,11 @@ impl Ledger {
         match at.into() {
             LedgerAt::File(path) => {
                 let (redb, orphaned) = Redb::open(&path, now, opts).await?;
-                Ok((Ledger(Backend::Redb(redb)), orphaned))
+                Ok((Ledger(Store::Redb(redb)), orphaned))
             }
             LedgerAt::Postgres(url) => {
                 let (pg, orphaned) = Postgres::open(&url, now, opts).await?;
-                Ok((Ledger(Backend::Postgres(pg)), orphaned))
+                Ok((Ledger(Store::Postgres(pg)), orphaned))
             }
         }
     }
@@ -343,8 +355,8 @@ impl Ledger {
     #[inline]
     pub fn shared(&self) -> bool {
         match &self.0 {
-            Backend::Redb(_) => false,
-            Backend::Postgres(_) => true,
+            Store::Redb(_) => false,
+            Store::Postgres(_) => true,
         }
     }
 
@@ -354,28 +366,19 @@ impl Ledger {
     /// slows the writes. The start-up orphaning happens before anyone can subscribe.
     #[inline]
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Published> {
-        match &self.0 {
-            Backend::Redb(redb) => redb.subscribe(),
-            Backend::Postgres(pg) => pg.subscribe(),
-        }
+        each!(self, b => b.subscribe())
     }
 
     /// A fresh fencing token (see `Fences::next`).
     #[inline]
     pub fn fence(&self) -> u64 {
-        match &self.0 {
-            Backend::Redb(redb) => redb.fence(),
-            Backend::Postgres(pg) => pg.fence(),
-        }
+        each!(self, b => b.fence())
     }
 
     /// The token source, for an `update` closure that takes a token only if it claims.
     #[inline]
     pub fn fences(&self) -> Fences {
-        match &self.0 {
-            Backend::Redb(redb) => redb.fences(),
-            Backend::Postgres(pg) => pg.fences(),
-        }
+        each!(self, b => b.fences())
     }
 
     /// Reads the operation `id` (for a pruned one, the operation rebuilt from its tombstone,
@@ -399,10 +402,7 @@ impl Ledger {
         F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send + 'static,
         T: Send + 'static,
     {
-        match &self.0 {
-            Backend::Redb(redb) => redb.update(id, f).await,
-            Backend::Postgres(pg) => pg.update(id, f).await,
-        }
+        each!(self, b => b.update(id, f).await)
     }
 
     /// Whether the ledger can write. redb: false from a storage error after which the
@@ -413,19 +413,13 @@ impl Ledger {
     /// the local clock (new claims are refused then anyway, by the database's).
     #[inline]
     pub fn writable(&self) -> bool {
-        match &self.0 {
-            Backend::Redb(redb) => redb.writable(),
-            Backend::Postgres(pg) => pg.writable(),
-        }
+        each!(self, b => b.writable())
     }
 
     /// Taken before a claim, and checked by `may_send` right before the claimed attempt's
     /// first byte is written.
     pub fn permit(&self) -> Permit {
-        let lease = match &self.0 {
-            Backend::Redb(_) => 0,
-            Backend::Postgres(pg) => pg.lease_epoch(),
-        };
+        let lease = each!(self, b => b.lease_epoch());
         Permit {
             since: std::time::Instant::now(),
             lease,
@@ -438,20 +432,17 @@ impl Ledger {
     /// was taken, and stays live for a margin (a tenth of the lease) by its own monotonic clock, so
     /// no other replica can have orphaned the claim. `Err` says why not.
     pub fn may_send(&self, permit: &Permit) -> Result<(), &'static str> {
-        match &self.0 {
-            Backend::Redb(_) => Ok(()),
-            Backend::Postgres(pg) => pg.may_send(permit.lease),
-        }
+        each!(self, b => b.may_send(permit.lease))
     }
 
     /// Why `writable` is false, for `/healthz`: what an operator should look at.
     pub fn unwritable_reason(&self) -> &'static str {
         match &self.0 {
-            Backend::Redb(_) => {
+            Store::Redb(_) => {
                 "it cannot write since a storage error (is its disk full?); new operations are \
                  refused until it reopens itself"
             }
-            Backend::Postgres(_) => {
+            Store::Postgres(_) => {
                 "the database cannot be reached or this replica's lease lapsed; new operations \
                  are refused until the lease is renewed"
             }
@@ -464,10 +455,7 @@ impl Ledger {
     /// if the ledger can write, else by the sweep that ends its recovery (PostgreSQL: a
     /// background task retrying every second until the database answers). Returns at once.
     pub fn abandon(&self, id: &str, fence: u64) {
-        match &self.0 {
-            Backend::Redb(redb) => redb.abandon(id, fence),
-            Backend::Postgres(pg) => pg.abandon(id, fence),
-        }
+        each!(self, b => b.abandon(id, fence))
     }
 
     /// Ends this process's hold on the ledger, at a graceful stop once its requests are done
@@ -477,18 +465,12 @@ impl Ledger {
     /// (its lock goes with the process). Reads still work afterwards; a PostgreSQL replica's
     /// new claims are refused.
     pub async fn release(&self) {
-        match &self.0 {
-            Backend::Redb(_) => {}
-            Backend::Postgres(pg) => pg.release().await,
-        }
+        each!(self, b => b.release().await)
     }
 
     /// The live operation stored under `id`, if any (never a tombstone: see `tombstone`).
     pub async fn get(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
-        match &self.0 {
-            Backend::Redb(redb) => redb.get(id).await,
-            Backend::Postgres(pg) => pg.get(id).await,
-        }
+        each!(self, b => b.get(id).await)
     }
 
     /// The live operation `id` and, when it is `succeeded`, its stored response, read on one
@@ -499,35 +481,26 @@ impl Ledger {
     #[inline]
     pub async fn replayable(&self, id: &str) -> Result<Option<Arc<Replayable>>, LedgerError> {
         match &self.0 {
-            Backend::Redb(redb) => redb.replayable(id),
+            Store::Redb(redb) => redb.replayable(id).await,
             // Boxed: the database's query future is large, and inline it would make every
             // replay's future that large on redb too, where nothing is awaited.
-            Backend::Postgres(pg) => Box::pin(pg.replayable(id)).await,
+            Store::Postgres(pg) => Box::pin(pg.replayable(id)).await,
         }
     }
 
     /// The history of `id`, in the order it was written (empty for an unknown ID).
     pub async fn events(&self, id: &str) -> Result<Vec<Event>, LedgerError> {
-        match &self.0 {
-            Backend::Redb(redb) => redb.events(id).await,
-            Backend::Postgres(pg) => pg.events(id).await,
-        }
+        each!(self, b => b.events(id).await)
     }
 
     /// The sealed first request kept for `id` (see `RequestChange`), if any.
     pub async fn kept_request(&self, id: &str) -> Result<Option<Vec<u8>>, LedgerError> {
-        match &self.0 {
-            Backend::Redb(redb) => redb.kept_request(id).await,
-            Backend::Postgres(pg) => pg.kept_request(id).await,
-        }
+        each!(self, b => b.kept_request(id).await)
     }
 
     /// The response stored for `id`, exactly as it will be replayed.
     pub async fn response(&self, id: &str) -> Result<Option<StoredResponse>, LedgerError> {
-        match &self.0 {
-            Backend::Redb(redb) => redb.response(id).await,
-            Backend::Postgres(pg) => pg.response(id).await,
-        }
+        each!(self, b => b.response(id).await)
     }
 
     /// Up to `limit` (at least 1) operations matching `filter`, newest first by `created_at`
@@ -540,19 +513,13 @@ impl Ledger {
         limit: usize,
         after: Option<&str>,
     ) -> Result<Page, LedgerError> {
-        match &self.0 {
-            Backend::Redb(redb) => redb.list(filter, limit, after).await,
-            Backend::Postgres(pg) => pg.list(filter, limit, after).await,
-        }
+        each!(self, b => b.list(filter, limit, after).await)
     }
 
     /// The operation rebuilt from the tombstone of `id` (`pruned_at` set), if `id` was pruned
     /// and its tombstone has not been swept yet. Holds no response and no per-field hashes.
     pub async fn tombstone(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
-        match &self.0 {
-            Backend::Redb(redb) => redb.tombstone(id).await,
-            Backend::Postgres(pg) => pg.tombstone(id).await,
-        }
+        each!(self, b => b.tombstone(id).await)
     }
 
     /// Deletes `succeeded` and `failed` operations last updated before `older_than`, with
@@ -566,10 +533,7 @@ impl Ledger {
         now: Timestamp,
         max: usize,
     ) -> Result<usize, LedgerError> {
-        match &self.0 {
-            Backend::Redb(redb) => redb.prune(older_than, now, max).await,
-            Backend::Postgres(pg) => pg.prune(older_than, now, max).await,
-        }
+        each!(self, b => b.prune(older_than, now, max).await)
     }
 
     /// Deletes the tombstones made (`pruned_at`) before `older_than`, oldest first, in
@@ -580,10 +544,7 @@ impl Ledger {
         older_than: Timestamp,
         max: usize,
     ) -> Result<usize, LedgerError> {
-        match &self.0 {
-            Backend::Redb(redb) => redb.prune_tombstones(older_than, max).await,
-            Backend::Postgres(pg) => pg.prune_tombstones(older_than, max).await,
-        }
+        each!(self, b => b.prune_tombstones(older_than, max).await)
     }
 
     /// Merges replay counts kept in memory into the ledger in one history-only write (no
@@ -592,35 +553,26 @@ impl Ledger {
     /// `operation.replayed` event. Notes for an operation that is gone are dropped. Returns
     /// how many operations were noted. On `Unavailable` nothing was written.
     pub async fn note_replays(&self, notes: Vec<ReplayNote>) -> Result<usize, LedgerError> {
-        match &self.0 {
-            Backend::Redb(redb) => redb.note_replays(notes).await,
-            Backend::Postgres(pg) => pg.note_replays(notes).await,
-        }
+        each!(self, b => b.note_replays(notes).await)
     }
 
     /// What the ledger keeps of the replays of `id` (`None`: none written yet).
     pub async fn replays(&self, id: &str) -> Result<Option<Replays>, LedgerError> {
-        match &self.0 {
-            Backend::Redb(redb) => redb.replays(id).await,
-            Backend::Postgres(pg) => pg.replays(id).await,
-        }
+        each!(self, b => b.replays(id).await)
     }
 
     /// Operation counts per state (every state present) and the `created_at` of the oldest
     /// `unknown` and `in_flight` operations, from counters and indexes (no scan).
     pub async fn stats(&self) -> Result<Stats, LedgerError> {
-        match &self.0 {
-            Backend::Redb(redb) => redb.stats().await,
-            Backend::Postgres(pg) => pg.stats().await,
-        }
+        each!(self, b => b.stats().await)
     }
 
     /// The PostgreSQL backend, for the unit tests that reach into its lease.
     #[cfg(test)]
     fn postgres(&self) -> &Postgres {
         match &self.0 {
-            Backend::Postgres(pg) => pg,
-            Backend::Redb(_) => panic!("not a PostgreSQL ledger"),
+            Store::Postgres(pg) => pg,
+            Store::Redb(_) => panic!("not a PostgreSQL ledger"),
         }
     }
 
@@ -628,8 +580,8 @@ impl Ledger {
     #[cfg(test)]
     fn redb(&self) -> &Redb {
         match &self.0 {
-            Backend::Redb(redb) => redb,
-            Backend::Postgres(_) => panic!("not a redb ledger"),
+            Store::Redb(redb) => redb,
+            Store::Postgres(_) => panic!("not a redb ledger"),
         }
     }
 }

@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use self::connect::{Conn, Tx};
 use self::lease::Lease;
 use self::update::Appended;
+use super::backend::Backend;
 use super::batch::{Commit, OnCommit};
 use super::change::Left;
 use super::feed::{Feed, Published};
@@ -233,20 +234,35 @@ impl Postgres {
         &self.inner.core
     }
 
-    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Published> {
+    /// Runs one read on a pooled connection, bounded in time.
+    async fn read<'a, T, Fut>(&'a self, f: impl FnOnce(Conn) -> Fut) -> Result<T, LedgerError>
+    where
+        Fut: Future<Output = Result<T, Fault>> + 'a,
+    {
+        let core = self.core();
+        let work = async {
+            let conn = core.conn().await?;
+            f(conn).await
+        };
+        core.timed(work).await.map_err(LedgerError::from)
+    }
+}
+
+impl Backend for Postgres {
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Published> {
         self.core().feed.subscribe()
     }
 
-    pub fn fence(&self) -> u64 {
+    fn fence(&self) -> u64 {
         self.inner.fences.next()
     }
 
-    pub fn fences(&self) -> Fences {
+    fn fences(&self) -> Fences {
         self.inner.fences.clone()
     }
 
     /// `Ledger::update` on this database: one locked transaction in a spawned task.
-    pub async fn update<T, F>(&self, id: &str, f: F) -> Result<T, LedgerError>
+    async fn update<T, F>(&self, id: &str, f: F) -> Result<T, LedgerError>
     where
         F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send + 'static,
         T: Send + 'static,
@@ -288,26 +304,26 @@ impl Postgres {
         })
     }
 
-    pub fn writable(&self) -> bool {
+    fn writable(&self) -> bool {
         self.core().lease.writable()
     }
 
-    pub fn lease_epoch(&self) -> u64 {
+    fn lease_epoch(&self) -> u64 {
         self.core().lease.epoch()
     }
 
-    pub fn may_send(&self, epoch: u64) -> Result<(), &'static str> {
+    fn may_send(&self, epoch: u64) -> Result<(), &'static str> {
         self.core().lease.may_send(epoch)
     }
 
-    pub fn abandon(&self, id: &str, fence: u64) {
+    fn abandon(&self, id: &str, fence: u64) {
         let core = Arc::clone(self.core());
         tokio::spawn(lease::abandon(core, id.to_owned(), (fence, Left::Maybe)));
     }
 
     /// `Ledger::release` on this database: the heartbeat and the sweep stop first, so
     /// nothing renews the lease after it ends.
-    pub async fn release(&self) {
+    async fn release(&self) {
         let core = self.core();
         core.stop.cancel();
         // Bounded tighter than a call: an unreachable database must not hold up the exit.
@@ -322,46 +338,33 @@ impl Postgres {
         }
     }
 
-    /// Runs one read on a pooled connection, bounded in time.
-    async fn read<'a, T, Fut>(&'a self, f: impl FnOnce(Conn) -> Fut) -> Result<T, LedgerError>
-    where
-        Fut: Future<Output = Result<T, Fault>> + 'a,
-    {
-        let core = self.core();
-        let work = async {
-            let conn = core.conn().await?;
-            f(conn).await
-        };
-        core.timed(work).await.map_err(LedgerError::from)
-    }
-
-    pub async fn get(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
+    async fn get(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
         self.read(|c| async move { read::get(&c, id).await }).await
     }
 
-    pub async fn replayable(&self, id: &str) -> Result<Option<Arc<Replayable>>, LedgerError> {
+    async fn replayable(&self, id: &str) -> Result<Option<Arc<Replayable>>, LedgerError> {
         let read = self
             .read(|c| async move { read::replayable(&c, id).await })
             .await?;
         Ok(read.map(Arc::new))
     }
 
-    pub async fn events(&self, id: &str) -> Result<Vec<Event>, LedgerError> {
+    async fn events(&self, id: &str) -> Result<Vec<Event>, LedgerError> {
         self.read(|c| async move { read::events(&c, id).await })
             .await
     }
 
-    pub async fn kept_request(&self, id: &str) -> Result<Option<Vec<u8>>, LedgerError> {
+    async fn kept_request(&self, id: &str) -> Result<Option<Vec<u8>>, LedgerError> {
         self.read(|c| async move { read::kept_request(&c, id).await })
             .await
     }
 
-    pub async fn response(&self, id: &str) -> Result<Option<StoredResponse>, LedgerError> {
+    async fn response(&self, id: &str) -> Result<Option<StoredResponse>, LedgerError> {
         self.read(|c| async move { read::response(&c, id).await })
             .await
     }
 
-    pub async fn list(
+    async fn list(
         &self,
         filter: &Filter,
         limit: usize,
@@ -375,22 +378,22 @@ impl Postgres {
             .await
     }
 
-    pub async fn tombstone(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
+    async fn tombstone(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
         self.read(|c| async move { read::tombstone(&c, id).await })
             .await
     }
 
-    pub async fn replays(&self, id: &str) -> Result<Option<Replays>, LedgerError> {
+    async fn replays(&self, id: &str) -> Result<Option<Replays>, LedgerError> {
         self.read(|c| async move { read::replays(&c, id).await })
             .await
     }
 
-    pub async fn stats(&self) -> Result<Stats, LedgerError> {
+    async fn stats(&self) -> Result<Stats, LedgerError> {
         self.read(|c| async move { read::stats(&c).await }).await
     }
 
     /// `Ledger::prune` on this database: batches of at most `max`, each its own transaction.
-    pub async fn prune(
+    async fn prune(
         &self,
         older_than: Timestamp,
         now: Timestamp,
@@ -415,7 +418,7 @@ impl Postgres {
         Ok(total)
     }
 
-    pub async fn prune_tombstones(
+    async fn prune_tombstones(
         &self,
         older_than: Timestamp,
         max: usize,
@@ -437,7 +440,7 @@ impl Postgres {
         }
     }
 
-    pub async fn note_replays(&self, notes: Vec<ReplayNote>) -> Result<usize, LedgerError> {
+    async fn note_replays(&self, notes: Vec<ReplayNote>) -> Result<usize, LedgerError> {
         if notes.is_empty() {
             return Ok(0);
         }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
 
+use super::backend::Backend;
 use super::change::Left;
 use super::feed::{Feed, Published};
 use super::hot::Replayable;
@@ -77,201 +78,6 @@ impl Redb {
         Ok((ledger, orphaned))
     }
 
-    /// `Ledger::subscribe` on this file.
-    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Published> {
-        self.inner.feed.subscribe()
-    }
-
-    /// `Ledger::fence` on this file.
-    pub fn fence(&self) -> u64 {
-        self.inner.fences.next()
-    }
-
-    /// `Ledger::fences` on this file.
-    pub fn fences(&self) -> Fences {
-        self.inner.fences.clone()
-    }
-
-    /// `Ledger::update` on this file.
-    pub async fn update<T, F>(&self, id: &str, f: F) -> Result<T, LedgerError>
-    where
-        F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send + 'static,
-        T: Send + 'static,
-    {
-        let fail_writes = self.inner.fail_writes;
-        self.submit(|reply| UpdateJob::new(id, f, fail_writes, reply))
-            .await
-    }
-
-    /// `Ledger::writable` on this file.
-    pub fn writable(&self) -> bool {
-        self.inner.shared.writable()
-    }
-
-    /// `Ledger::abandon` on this file.
-    pub fn abandon(&self, id: &str, fence: u64) {
-        let shared = &self.inner.shared;
-        shared.bury(DeadClaim {
-            id: id.to_owned(),
-            fence,
-            left: Left::Maybe,
-        });
-        let sweep = SweepJob::new(Arc::clone(shared), self.inner.fail_writes);
-        self.inner.writer.submit(Box::new(sweep));
-    }
-
-    /// `Ledger::get` on this file.
-    pub async fn get(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
-        let id = id.to_owned();
-        self.read(move |txn| store::get(txn, &id)).await
-    }
-
-    /// `Ledger::replayable` on this file. The operation comes without its per-field hashes
-    /// (`fields` is empty): a replay's decision never reads them. An operation written by a
-    /// batch whose log frame is not yet synced is not answered from the snapshot (`None`): the
-    /// claim transaction decides, and its answer waits for that sync.
-    ///
-    /// A final answer read once is kept in memory (`hot`) and answered from there until the
-    /// writer changes its operation.
-    pub fn replayable(&self, id: &str) -> Result<Option<Arc<Replayable>>, LedgerError> {
-        let shared = &self.inner.shared;
-        // Taken before the snapshot begins (see `hot`).
-        let epoch = shared.hot.epoch();
-        if let Some(kept) = shared.hot.get(id) {
-            // Held: a later batch rewrote it and is not yet synced; the writer answers.
-            return Ok((!shared.held(id)).then_some(kept));
-        }
-        self.read_here(|txn| {
-            // Checked after the snapshot began: a batch holds its operations before it
-            // commits, so a snapshot that saw the batch sees the hold too.
-            if shared.held(id) {
-                return Ok(None);
-            }
-            let Some(op) = store::get_for_replay(txn, id)? else {
-                return Ok(None);
-            };
-            let stored = match op.state {
-                State::Succeeded => store::response(txn, id)?,
-                _ => None,
-            };
-            Ok(Some(shared.hot.fill(id, epoch, (op, stored))))
-        })
-    }
-
-    /// `Ledger::events` on this file.
-    pub async fn events(&self, id: &str) -> Result<Vec<Event>, LedgerError> {
-        let id = id.to_owned();
-        self.read(move |txn| store::events(txn, &id)).await
-    }
-
-    /// `Ledger::kept_request` on this file.
-    pub async fn kept_request(&self, id: &str) -> Result<Option<Vec<u8>>, LedgerError> {
-        let id = id.to_owned();
-        self.read(move |txn| store::kept_request(txn, &id)).await
-    }
-
-    /// `Ledger::response` on this file.
-    pub async fn response(&self, id: &str) -> Result<Option<StoredResponse>, LedgerError> {
-        let id = id.to_owned();
-        self.read(move |txn| store::response(txn, &id)).await
-    }
-
-    /// `Ledger::list` on this file.
-    pub async fn list(
-        &self,
-        filter: &Filter,
-        limit: usize,
-        after: Option<&str>,
-    ) -> Result<Page, LedgerError> {
-        let after = match after {
-            Some(cursor) => Some(codec::decode_cursor(cursor).ok_or(LedgerError::BadCursor)?),
-            None => None,
-        };
-        let filter = filter.clone();
-        self.read(move |txn| store::list(txn, &filter, limit, after))
-            .await
-    }
-
-    /// `Ledger::tombstone` on this file.
-    pub async fn tombstone(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
-        let id = id.to_owned();
-        self.read(move |txn| tombstone::get(txn, &id)).await
-    }
-
-    /// `Ledger::prune` on this file.
-    pub async fn prune(
-        &self,
-        older_than: Timestamp,
-        now: Timestamp,
-        max: usize,
-    ) -> Result<usize, LedgerError> {
-        let max = max.max(1);
-        let fail_writes = self.inner.fail_writes;
-        let mut total = 0;
-        for state in [State::Succeeded, State::Failed] {
-            let mut after = None;
-            loop {
-                let batch = PruneBatch {
-                    state,
-                    older_than,
-                    after: after.take(),
-                    max,
-                    now,
-                };
-                let pruned = self
-                    .submit(|reply| PruneJob::new(batch, fail_writes, reply))
-                    .await?;
-                total += pruned.deleted;
-                match pruned.resume {
-                    Some(position) => after = Some(position),
-                    None => break,
-                }
-            }
-        }
-        Ok(total)
-    }
-
-    /// `Ledger::prune_tombstones` on this file.
-    pub async fn prune_tombstones(
-        &self,
-        older_than: Timestamp,
-        max: usize,
-    ) -> Result<usize, LedgerError> {
-        let max = max.max(1);
-        let fail_writes = self.inner.fail_writes;
-        let mut total = 0;
-        loop {
-            let deleted = self
-                .submit(|reply| TombJob::new(older_than, max, fail_writes, reply))
-                .await?;
-            total += deleted;
-            if deleted < max {
-                return Ok(total);
-            }
-        }
-    }
-
-    /// `Ledger::note_replays` on this file.
-    pub async fn note_replays(&self, notes: Vec<ReplayNote>) -> Result<usize, LedgerError> {
-        if notes.is_empty() {
-            return Ok(0);
-        }
-        let fail_writes = self.inner.fail_writes;
-        self.submit(|reply| replays::NoteJob::new(notes, fail_writes, reply))
-            .await
-    }
-
-    /// `Ledger::replays` on this file.
-    pub async fn replays(&self, id: &str) -> Result<Option<Replays>, LedgerError> {
-        let id = id.to_owned();
-        self.read(move |txn| replays::get(txn, &id)).await
-    }
-
-    /// `Ledger::stats` on this file.
-    pub async fn stats(&self) -> Result<Stats, LedgerError> {
-        self.read(store::stats).await
-    }
-
     /// The database handle, for the unit tests that reach into the file.
     #[cfg(test)]
     pub(super) fn shared(&self) -> &Arc<Shared> {
@@ -324,6 +130,203 @@ impl Redb {
                 "a ledger read failed: {e}"
             ))),
         }
+    }
+}
+
+impl Backend for Redb {
+    /// `Ledger::subscribe` on this file.
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Published> {
+        self.inner.feed.subscribe()
+    }
+
+    /// `Ledger::fence` on this file.
+    fn fence(&self) -> u64 {
+        self.inner.fences.next()
+    }
+
+    /// `Ledger::fences` on this file.
+    fn fences(&self) -> Fences {
+        self.inner.fences.clone()
+    }
+
+    /// `Ledger::update` on this file.
+    async fn update<T, F>(&self, id: &str, f: F) -> Result<T, LedgerError>
+    where
+        F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send + 'static,
+        T: Send + 'static,
+    {
+        let fail_writes = self.inner.fail_writes;
+        self.submit(|reply| UpdateJob::new(id, f, fail_writes, reply))
+            .await
+    }
+
+    /// `Ledger::writable` on this file.
+    fn writable(&self) -> bool {
+        self.inner.shared.writable()
+    }
+
+    /// `Ledger::abandon` on this file.
+    fn abandon(&self, id: &str, fence: u64) {
+        let shared = &self.inner.shared;
+        shared.bury(DeadClaim {
+            id: id.to_owned(),
+            fence,
+            left: Left::Maybe,
+        });
+        let sweep = SweepJob::new(Arc::clone(shared), self.inner.fail_writes);
+        self.inner.writer.submit(Box::new(sweep));
+    }
+
+    /// `Ledger::get` on this file.
+    async fn get(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| store::get(txn, &id)).await
+    }
+
+    /// `Ledger::replayable` on this file. The operation comes without its per-field hashes
+    /// (`fields` is empty): a replay's decision never reads them. An operation written by a
+    /// batch whose log frame is not yet synced is not answered from the snapshot (`None`): the
+    /// claim transaction decides, and its answer waits for that sync.
+    ///
+    /// A final answer read once is kept in memory (`hot`) and answered from there until the
+    /// writer changes its operation.
+    async fn replayable(&self, id: &str) -> Result<Option<Arc<Replayable>>, LedgerError> {
+        let shared = &self.inner.shared;
+        // Taken before the snapshot begins (see `hot`).
+        let epoch = shared.hot.epoch();
+        if let Some(kept) = shared.hot.get(id) {
+            // Held: a later batch rewrote it and is not yet synced; the writer answers.
+            return Ok((!shared.held(id)).then_some(kept));
+        }
+        self.read_here(|txn| {
+            // Checked after the snapshot began: a batch holds its operations before it
+            // commits, so a snapshot that saw the batch sees the hold too.
+            if shared.held(id) {
+                return Ok(None);
+            }
+            let Some(op) = store::get_for_replay(txn, id)? else {
+                return Ok(None);
+            };
+            let stored = match op.state {
+                State::Succeeded => store::response(txn, id)?,
+                _ => None,
+            };
+            Ok(Some(shared.hot.fill(id, epoch, (op, stored))))
+        })
+    }
+
+    /// `Ledger::events` on this file.
+    async fn events(&self, id: &str) -> Result<Vec<Event>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| store::events(txn, &id)).await
+    }
+
+    /// `Ledger::kept_request` on this file.
+    async fn kept_request(&self, id: &str) -> Result<Option<Vec<u8>>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| store::kept_request(txn, &id)).await
+    }
+
+    /// `Ledger::response` on this file.
+    async fn response(&self, id: &str) -> Result<Option<StoredResponse>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| store::response(txn, &id)).await
+    }
+
+    /// `Ledger::list` on this file.
+    async fn list(
+        &self,
+        filter: &Filter,
+        limit: usize,
+        after: Option<&str>,
+    ) -> Result<Page, LedgerError> {
+        let after = match after {
+            Some(cursor) => Some(codec::decode_cursor(cursor).ok_or(LedgerError::BadCursor)?),
+            None => None,
+        };
+        let filter = filter.clone();
+        self.read(move |txn| store::list(txn, &filter, limit, after))
+            .await
+    }
+
+    /// `Ledger::tombstone` on this file.
+    async fn tombstone(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| tombstone::get(txn, &id)).await
+    }
+
+    /// `Ledger::prune` on this file.
+    async fn prune(
+        &self,
+        older_than: Timestamp,
+        now: Timestamp,
+        max: usize,
+    ) -> Result<usize, LedgerError> {
+        let max = max.max(1);
+        let fail_writes = self.inner.fail_writes;
+        let mut total = 0;
+        for state in [State::Succeeded, State::Failed] {
+            let mut after = None;
+            loop {
+                let batch = PruneBatch {
+                    state,
+                    older_than,
+                    after: after.take(),
+                    max,
+                    now,
+                };
+                let pruned = self
+                    .submit(|reply| PruneJob::new(batch, fail_writes, reply))
+                    .await?;
+                total += pruned.deleted;
+                match pruned.resume {
+                    Some(position) => after = Some(position),
+                    None => break,
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// `Ledger::prune_tombstones` on this file.
+    async fn prune_tombstones(
+        &self,
+        older_than: Timestamp,
+        max: usize,
+    ) -> Result<usize, LedgerError> {
+        let max = max.max(1);
+        let fail_writes = self.inner.fail_writes;
+        let mut total = 0;
+        loop {
+            let deleted = self
+                .submit(|reply| TombJob::new(older_than, max, fail_writes, reply))
+                .await?;
+            total += deleted;
+            if deleted < max {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// `Ledger::note_replays` on this file.
+    async fn note_replays(&self, notes: Vec<ReplayNote>) -> Result<usize, LedgerError> {
+        if notes.is_empty() {
+            return Ok(0);
+        }
+        let fail_writes = self.inner.fail_writes;
+        self.submit(|reply| replays::NoteJob::new(notes, fail_writes, reply))
+            .await
+    }
+
+    /// `Ledger::replays` on this file.
+    async fn replays(&self, id: &str) -> Result<Option<Replays>, LedgerError> {
+        let id = id.to_owned();
+        self.read(move |txn| replays::get(txn, &id)).await
+    }
+
+    /// `Ledger::stats` on this file.
+    async fn stats(&self) -> Result<Stats, LedgerError> {
+        self.read(store::stats).await
     }
 }
 
