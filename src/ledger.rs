@@ -55,6 +55,7 @@ mod batch;
 mod change;
 mod codec;
 pub mod copy;
+mod fault;
 mod feed;
 mod hot;
 mod postgres;
@@ -77,15 +78,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use self::backend::Backend;
-pub use self::hot::Replayable;
 use self::postgres::Postgres;
 use self::redb::Redb;
 use crate::clock::Timestamp;
 pub use crate::config::{LedgerAt, PgUrl, SslMode};
 use crate::operation::{Event, Operation, State, StoredResponse, Write};
-pub use batch::Commit;
 pub use feed::Published;
-pub use replays::{ReplayNote, Replays};
 
 /// Filters of `GET /ops`; `None` matches all.
 #[derive(Debug, Clone, Default)]
@@ -133,6 +131,45 @@ pub enum LedgerError {
         known: i64,
     },
 }
+
+// The types every backend shares, above both.
+
+/// What the writer reports of each commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Commit {
+    /// How long the commit itself took.
+    pub took: Duration,
+    /// How many jobs (updates, prune batches, sweeps) it ended: their writes became durable
+    /// together, and the reads among them saw what the jobs before them staged.
+    pub jobs: usize,
+    /// Whether it was a durable commit (`false`: history only, no fsync; a durable one is
+    /// made durable by its synced log frame).
+    pub durable: bool,
+}
+
+/// Called after each commit.
+pub(crate) type OnCommit = Arc<dyn Fn(Commit) + Send + Sync>;
+
+/// Replays of one operation counted in memory, not yet written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayNote {
+    pub id: String,
+    pub count: u64,
+    pub first: Timestamp,
+    pub last: Timestamp,
+}
+
+/// What the ledger keeps of an operation's replays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replays {
+    pub count: u64,
+    pub first_at: Timestamp,
+    pub last_at: Timestamp,
+}
+
+/// What a replay reads: the operation (without its per-field hashes) and, for a `succeeded`
+/// one, its stored response.
+pub type Replayable = (Operation, Option<StoredResponse>);
 
 /// How to open the ledger.
 #[derive(Clone)]

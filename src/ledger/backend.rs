@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
+use super::Replayable;
 use super::feed::Published;
-use super::hot::Replayable;
-use super::replays::{ReplayNote, Replays};
 use super::{Fences, Filter, LedgerError, Page, Stats};
+use super::{ReplayNote, Replays};
 use crate::clock::Timestamp;
 use crate::operation::{Event, Operation, StoredResponse, Write};
 

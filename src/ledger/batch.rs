@@ -17,34 +17,19 @@
 //! the jobs once their fate is final.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+
 use std::sync::mpsc::Receiver;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redb::{Database, Durability, WriteTransaction};
 
-use super::LedgerError;
+use super::fault::Fault;
 use super::recovery::Shared;
 use super::redo::Redo;
-use super::store::{Fault, Tables};
+use super::store::Tables;
 use super::wal::Wal;
 use super::writer::{Job, Staged};
-
-/// What the writer reports of each commit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Commit {
-    /// How long the commit itself took.
-    pub took: Duration,
-    /// How many jobs (updates, prune batches, sweeps) it ended: their writes became durable
-    /// together, and the reads among them saw what the jobs before them staged.
-    pub jobs: usize,
-    /// Whether it was a durable commit (`false`: history only, no fsync; a durable one is
-    /// made durable by its synced log frame).
-    pub durable: bool,
-}
-
-/// Called after each commit.
-pub(super) type OnCommit = Arc<dyn Fn(Commit) + Send + Sync>;
+use super::{Commit, LedgerError, OnCommit};
 
 /// The most jobs one transaction stages; more wait for the next commit.
 const MAX_BATCH: usize = 256;

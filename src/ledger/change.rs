@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use super::replays::ReplayNote;
-use super::store::Fault;
+use super::ReplayNote;
+use super::fault::Fault;
 use crate::clock::Timestamp;
 use crate::operation::{Approval, Event, EventKind, Operation, State, Write};
 

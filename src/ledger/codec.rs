@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 
-use super::store::Fault;
+use super::fault::Fault;
 use crate::clock::Timestamp;
 use crate::fingerprint::LEGACY;
 use crate::operation::{

@@ -19,8 +19,8 @@ mod tests;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use super::Replays;
 use super::postgres::copy as postgres;
-use super::replays::Replays;
 use crate::config::{LedgerAt, PgUrl};
 use crate::operation::{Event, Operation, RequestChange, State, StoredResponse, Write};
 use crate::secret::{SECRET_ENV, SECRET_FILE_ENV, Secret};

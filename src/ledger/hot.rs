@@ -20,11 +20,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::operation::{Operation, State, StoredResponse};
-
-/// What a replay reads: the operation (without its per-field hashes) and, for a `succeeded`
-/// one, its stored response.
-pub type Replayable = (Operation, Option<StoredResponse>);
+use super::Replayable;
+use crate::operation::State;
 
 /// The most bytes the map accounts for.
 const MAX_BYTES: usize = 4 << 20;
@@ -141,6 +138,7 @@ fn cost(id: &str, (op, stored): &Replayable) -> Option<usize> {
 mod tests {
     use super::*;
     use crate::clock::Timestamp;
+    use crate::operation::{Operation, StoredResponse};
 
     fn op(id: &str, state: State) -> Operation {
         Operation::example(id, state, Timestamp(1_800_000_000_000))

@@ -25,9 +25,10 @@ use redb::{Database, Durability};
 
 use super::LedgerError;
 use super::change::Left;
+use super::fault::Fault;
 use super::hot::Hot;
 use super::redo::Redo;
-use super::store::{Fault, Tables};
+use super::store::Tables;
 use super::wal::Wal;
 use crate::clock::Timestamp;
 use crate::operation::Operation;

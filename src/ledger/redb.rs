@@ -16,17 +16,19 @@ use std::sync::Arc;
 
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
 
+use super::Replayable;
 use super::backend::Backend;
 use super::change::Left;
+use super::fault::Fault;
 use super::feed::{Feed, Published};
-use super::hot::Replayable;
 use super::recovery::{DeadClaim, Shared};
 use super::redo::Redo;
-use super::replays::{self, ReplayNote, Replays};
-use super::store::{self, Fault, PruneBatch, Tables};
+use super::replays;
+use super::store::{self, PruneBatch, Tables};
 use super::wal::Wal;
 use super::writer::{Job, PruneJob, Reply, SweepJob, TombJob, UpdateJob, Writer};
 use super::{Fences, Filter, LedgerError, LedgerOptions, Page, Stats, codec, tombstone};
+use super::{ReplayNote, Replays};
 use crate::clock::Timestamp;
 use crate::operation::{Event, Operation, State, StoredResponse, Write};
 

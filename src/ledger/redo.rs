@@ -16,7 +16,8 @@ use std::rc::Rc;
 
 use redb::{Key, Table, TableDefinition, Value, WriteTransaction};
 
-use super::store::{self, Fault};
+use super::fault::Fault;
+use super::store::{self};
 use super::{replays, tombstone};
 
 /// Each table of the ledger, as it is named in a redo record. Never renumbered: the log of a

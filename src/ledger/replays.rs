@@ -12,12 +12,13 @@
 
 use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 
-use super::LedgerError;
 use super::change::{first_replay, merged};
+use super::fault::Fault;
 use super::feed::Feed;
 use super::redo::{Logged, Redo, Tag};
-use super::store::{Fault, Tables};
+use super::store::Tables;
 use super::writer::{Job, Reply, Staged, injected};
+use super::{LedgerError, ReplayNote, Replays};
 use crate::clock::Timestamp;
 use crate::operation::{Event, Operation};
 
@@ -26,23 +27,6 @@ pub(super) const REPLAYS: TableDefinition<&str, (u64, i64, i64)> = TableDefiniti
 
 /// The table as `Tables` holds it.
 pub(super) type ReplayTable<'t> = Logged<'t, &'static str, (u64, i64, i64)>;
-
-/// Replays of one operation counted in memory, not yet written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReplayNote {
-    pub id: String,
-    pub count: u64,
-    pub first: Timestamp,
-    pub last: Timestamp,
-}
-
-/// What the ledger keeps of an operation's replays.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Replays {
-    pub count: u64,
-    pub first_at: Timestamp,
-    pub last_at: Timestamp,
-}
 
 /// Opens the table in a write transaction, creating it on first use.
 pub(super) fn open<'t>(txn: &'t WriteTransaction, redo: &Redo) -> Result<ReplayTable<'t>, Fault> {

@@ -20,10 +20,11 @@ use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, TableDefinition, Write
 use super::change::{self, Left, leaves_tombstone, orphan_reason};
 use super::codec;
 use super::copy::Live;
+use super::fault::Fault;
 use super::redo::{Logged, Redo, Tag};
 use super::replays::{self, ReplayTable};
 use super::tombstone::Tombs;
-use super::{Filter, LedgerError, Page, Stats};
+use super::{Filter, Page, Stats};
 use crate::clock::Timestamp;
 use crate::operation::{Event, Operation, RequestChange, State, StoredResponse, Write};
 
@@ -68,27 +69,11 @@ pub(super) struct Pruned {
     pub(super) resume: Option<Position>,
 }
 
-/// A storage failure, as words. It never leaves `ledger`: it becomes `LedgerError::Unavailable`.
-#[derive(Debug)]
-pub(super) struct Fault(String);
-
-impl Fault {
-    pub(super) fn new(reason: String) -> Fault {
-        Fault(reason)
-    }
-}
-
-impl From<Fault> for LedgerError {
-    fn from(fault: Fault) -> LedgerError {
-        LedgerError::Unavailable(fault.0)
-    }
-}
-
 macro_rules! fault_from {
     ($($t:ty),+) => {$(
         impl From<$t> for Fault {
             fn from(e: $t) -> Fault {
-                Fault(e.to_string())
+                Fault::new(e.to_string())
             }
         }
     )+};
@@ -357,7 +342,10 @@ impl<'t> Tables<'t> {
     /// Stores one tombstone copied from another ledger, with its `pruned_at`.
     pub(super) fn load_tombstone(&mut self, tomb: &Operation) -> Result<(), Fault> {
         let Some(at) = tomb.pruned_at else {
-            return Err(Fault(format!("tombstone {} has no pruned_at", tomb.id)));
+            return Err(Fault::new(format!(
+                "tombstone {} has no pruned_at",
+                tomb.id
+            )));
         };
         self.tombs.put(tomb, at)
     }
@@ -516,7 +504,7 @@ impl<'t> Tables<'t> {
         let mut orphaned = Vec::with_capacity(ids.len());
         for (_, id) in &ids {
             let Some(old) = self.get_op(id)? else {
-                return Err(Fault(format!("index names a missing operation {id}")));
+                return Err(Fault::new(format!("index names a missing operation {id}")));
             };
             let settled = change::orphaned(&old, now, orphan_reason());
             orphaned.push(self.put_settled(&old, settled)?);
@@ -683,7 +671,7 @@ pub(super) fn list(
         let (key, _) = entry?;
         let (_, _, id) = key.value();
         let Some(op) = read_op(&ops, id)? else {
-            return Err(Fault(format!("index names a missing operation {id}")));
+            return Err(Fault::new(format!("index names a missing operation {id}")));
         };
         if matches(filter, &op) {
             found.push(op);
@@ -752,10 +740,4 @@ pub(super) fn stats(txn: &ReadTransaction) -> Result<Stats, Fault> {
     stats.oldest_unknown = oldest(State::Unknown)?;
     stats.oldest_in_flight = oldest(State::InFlight)?;
     Ok(stats)
-}
-
-impl std::fmt::Display for Fault {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
 }

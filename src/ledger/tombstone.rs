@@ -12,8 +12,9 @@ use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 
 use super::change::tombstone_of;
 use super::codec;
+use super::fault::Fault;
 use super::redo::{Logged, Redo, Tag};
-use super::store::{self, Fault};
+use super::store::{self};
 use crate::clock::Timestamp;
 use crate::operation::Operation;
 

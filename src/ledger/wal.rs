@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase, WriteTransaction};
 
+use super::fault::Fault;
 use super::redo;
-use super::store::{self, Fault};
+use super::store::{self};
 
 const MAGIC: &[u8; 8] = b"IDEMWAL1";
 /// The magic and the log's ID.

@@ -18,7 +18,8 @@ use std::thread::JoinHandle;
 use tokio::sync::oneshot;
 
 use super::LedgerError;
-use super::batch::{OnCommit, gather, run_batch};
+use super::OnCommit;
+use super::batch::{gather, run_batch};
 use super::change::{self, Left, orphan_event};
 use super::feed::Feed;
 use super::recovery::{DeadClaim, Recovery, Shared, refuses_writes, stage_sweep};

@@ -18,8 +18,9 @@ use super::{
     BY_PROXY, CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED, PAGE_BYTES, Position,
     UNFINISHED, stored_bytes,
 };
+use crate::ledger::fault::Fault;
 use crate::ledger::redo::Redo;
-use crate::ledger::store::{self, Fault, Tables};
+use crate::ledger::store::{self, Tables};
 use crate::ledger::{replays, tombstone, wal};
 
 /// The page cache of either file; a copy reads and writes each page once.

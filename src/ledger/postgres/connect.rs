@@ -14,7 +14,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, R
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
-use super::super::store::Fault;
+use super::super::fault::Fault;
 use crate::config::{PgUrl, SslMode};
 
 /// Connections one replica keeps open at most.

@@ -8,13 +8,13 @@
 
 use std::collections::HashMap;
 
+use super::super::Replays;
 use super::super::codec;
 use super::super::copy::{
     BY_REPLICA, CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED, Position, UNFINISHED,
     within_page,
 };
-use super::super::replays::Replays;
-use super::super::store::Fault;
+use super::super::fault::Fault;
 use super::connect::{self, Conn, Tx};
 use super::{prune, schema, update};
 use crate::clock::Timestamp;

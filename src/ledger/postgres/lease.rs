@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::super::change::{self, Left};
-use super::super::store::Fault;
+use super::super::fault::Fault;
 use super::Core;
 use super::connect::{Conn, Tx};
 use super::update::{self, Appended};

@@ -4,10 +4,10 @@
 //! deadlocking), and re-checks each candidate under its lock: any number of replicas may run
 //! them at once. It applies the rules every backend shares (`change`).
 
+use super::super::ReplayNote;
 use super::super::change::{first_replay, leaves_tombstone, merged, tombstone_of};
 use super::super::codec;
-use super::super::replays::ReplayNote;
-use super::super::store::Fault;
+use super::super::fault::Fault;
 use super::Core;
 use super::connect::Tx;
 use super::update::{Appended, append_events};

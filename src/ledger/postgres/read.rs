@@ -4,9 +4,9 @@
 //! `list` pages in the order redb does (`created_at` descending, ties by ID descending,
 //! bytewise) with the same cursors (`codec`). It never writes.
 
+use super::super::Replays;
 use super::super::codec;
-use super::super::replays::Replays;
-use super::super::store::Fault;
+use super::super::fault::Fault;
 use super::super::{Filter, Page, Stats};
 use super::connect::Conn;
 use crate::clock::Timestamp;

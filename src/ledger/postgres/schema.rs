@@ -8,7 +8,7 @@
 //! of `ops` are copies for its indexes. Text keys sort bytewise (`COLLATE "C"`), as redb's do,
 //! so pages list in the same order. It never reads or writes an operation.
 
-use super::super::store::Fault;
+use super::super::fault::Fault;
 use super::super::{Checked, LedgerError};
 use super::connect::{Conn, Tx, sqlstate};
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::super::LedgerError;
 use super::super::change::{self, Left};
 use super::super::codec;
-use super::super::store::Fault;
+use super::super::fault::Fault;
 use super::Core;
 use super::connect::Tx;
 use crate::clock::Timestamp;
