@@ -32,8 +32,9 @@
 //!
 //! Storage and the network:
 //! - `ledger`: storage only: the durable ledger as one type (`Ledger`) with a small domain API,
-//!   dispatching to its backend (redb, `ledger::redb`, or PostgreSQL shared by replicas,
-//!   `ledger::postgres`); no module above it names one; `ledger::copy` is `idemproxy ledger
+//!   dispatching through one trait (`ledger::backend`) to its backend (redb, `ledger::redb`,
+//!   or PostgreSQL shared by replicas, `ledger::postgres`); no module above it names one; the
+//!   types both backends share live in `ledger` itself; `ledger::copy` is `idemproxy ledger
 //!   copy`.
 //! - `upstream`: pooled connections to providers (TLS by rustls), the last check before a
 //!   guarded request's first byte (`upstream::gate`), and header hygiene.
