@@ -97,6 +97,10 @@ pub enum Verb {
         /// Why; required with --failed.
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
+        /// The provider really answered a 2xx other than 204 with no body: store the empty
+        /// --body-file anyway (refused without this, since an SDK fails to parse it).
+        #[arg(long, requires = "succeeded")]
+        empty_body: bool,
     },
     /// Approve a prepared operation; the agent's next request sends it.
     Approve {
@@ -345,6 +349,7 @@ fn resolve_body(
         body_file,
         headers,
         reason,
+        empty_body,
         ..
     } = verb
     else {
@@ -375,6 +380,9 @@ fn resolve_body(
     body.insert("body".into(), json!(text));
     if let Some(reason) = reason {
         body.insert("reason".into(), json!(reason));
+    }
+    if *empty_body {
+        body.insert("empty_body".into(), json!(true));
     }
     Ok(Value::Object(body))
 }

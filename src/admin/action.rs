@@ -43,6 +43,9 @@ struct ResolveBody {
     headers: Option<BTreeMap<String, String>>,
     body: Option<String>,
     reason: Option<String>,
+    /// The provider really answered a 2xx other than 204 with no body (see `stored_response`).
+    #[serde(default)]
+    empty_body: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -86,15 +89,27 @@ pub fn parse_resolution(
     let why = reason(body.reason)?;
     match body.outcome.as_str() {
         "succeeded" => {
-            let response = stored_response(body.status, body.headers, body.body, redact, max_body)?;
+            let said = Said {
+                status: body.status,
+                headers: body.headers,
+                body: body.body,
+                empty_body: body.empty_body,
+            };
+            let response = stored_response(said, redact, max_body)?;
             Ok(Resolution::Succeeded {
                 response,
                 reason: why,
             })
         }
-        "failed" if body.status.is_some() || body.headers.is_some() || body.body.is_some() => {
+        "failed"
+            if body.status.is_some()
+                || body.headers.is_some()
+                || body.body.is_some()
+                || body.empty_body =>
+        {
             Err(AdminError::BadRequest(
-                "`status`, `headers` and `body` are only for `\"outcome\": \"succeeded\"`.".into(),
+                "`status`, `headers`, `body` and `empty_body` are only for `\"outcome\": \"succeeded\"`."
+                    .into(),
             ))
         }
         "failed" => match why {
@@ -109,13 +124,25 @@ pub fn parse_resolution(
     }
 }
 
-fn stored_response(
+/// What a succeeded resolution says the provider answered.
+struct Said {
     status: Option<u16>,
     headers: Option<BTreeMap<String, String>>,
     body: Option<String>,
+    empty_body: bool,
+}
+
+fn stored_response(
+    said: Said,
     redact: &[HeaderName],
     max_body: u64,
 ) -> Result<StoredResponse, AdminError> {
+    let Said {
+        status,
+        headers,
+        body,
+        empty_body,
+    } = said;
     let status = status.unwrap_or(200);
     if !(200..=599).contains(&status) {
         return Err(AdminError::BadRequest(format!(
@@ -131,6 +158,17 @@ fn stored_response(
                 .into(),
         ));
     };
+    // An empty 2xx (other than 204) is replayed to every later caller, whose SDK fails to parse
+    // it, and a resolution cannot be taken back: only when the operator says so.
+    if body.is_empty() && (200..300).contains(&status) && status != 204 && !empty_body {
+        return Err(AdminError::BadRequest(format!(
+            "An empty `body` for a {status} answer would be replayed to every later caller, \
+             and an SDK that parses the provider's object fails on it. Give the provider's \
+             object as `body`, use status 204 for an answer without a body, or add \
+             `\"empty_body\": true` (`ops resolve --empty-body`) if the provider really \
+             answered {status} with nothing."
+        )));
+    }
     let body = Bytes::from(body);
     if body.len() as u64 > max_body {
         return Err(AdminError::TooLarge(max_body));

@@ -193,7 +193,7 @@ fn resolution_bodies_are_validated() {
 #[test]
 fn stored_headers_lose_cookies_hop_by_hop_length_and_redacted() {
     let body =
-        br#"{"outcome":"succeeded","body":"","headers":{"set-cookie":"a=b","connection":"close",
+        br#"{"outcome":"succeeded","body":"","empty_body":true,"headers":{"set-cookie":"a=b","connection":"close",
         "content-length":"99","x-secret":"s","idempotent-replayed":"false","x-keep":"1"}}"#;
     let redact = [HeaderName::from_static("x-secret")];
     let Ok(Resolution::Succeeded { response, .. }) = parse_resolution(body, &redact, 1024) else {

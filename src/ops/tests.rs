@@ -41,6 +41,7 @@ fn resolve(succeeded: bool, reason: Option<&str>) -> Verb {
             vec![]
         },
         reason: reason.map(str::to_string),
+        empty_body: false,
     }
 }
 

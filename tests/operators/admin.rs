@@ -446,6 +446,37 @@ async fn resolving_succeeded_needs_the_body_said_even_when_empty() {
     assert_eq!(provider.request_count(), 1, "nothing more was sent");
 }
 
+/// An empty body resolved as a 2xx other than 204 would be replayed to every later caller,
+/// whose SDK fails to parse it, and the resolution could not be taken back: refused (400,
+/// nothing written) unless the operator says the provider really answered with nothing.
+#[tokio::test]
+async fn an_empty_body_for_a_2xx_other_than_204_needs_empty_body_said() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = start(&provider, "").await;
+    let id = unknown_op(&proxy, &provider, "op-1").await;
+    let path = format!("/ops/{}/resolve", seg(&id));
+    for status in [200, 201, 202] {
+        let body = json!({"outcome": "succeeded", "status": status, "body": ""});
+        let refused = post(&proxy, &path, body).await;
+        problem(&refused, StatusCode::BAD_REQUEST, "bad-request");
+        let detail = refused.json()["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(detail.contains("empty_body"), "{status}: {detail}");
+        assert_eq!(show(&proxy, &id).await["state"], "unknown", "{status}");
+    }
+    let said = json!({"outcome": "succeeded", "status": 200, "body": "", "empty_body": true});
+    let resolved = post(&proxy, &path, said).await;
+    assert_eq!(resolved.status, StatusCode::OK, "{}", resolved.text());
+    let replay = agent(&proxy, "things", "op-1").await;
+    assert_eq!(
+        (replay.status, replay.text()),
+        (StatusCode::OK, String::new())
+    );
+    assert_eq!(provider.request_count(), 1, "nothing more was sent");
+}
+
 #[tokio::test]
 async fn resolving_failed_lets_the_next_replay_dispatch_again() {
     let provider = FakeProvider::start(Behavior::echo()).await;

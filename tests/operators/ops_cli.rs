@@ -142,6 +142,27 @@ async fn unknown(proxy: &Proxy, provider: &FakeProvider, op: &str) {
     assert_eq!(agent(proxy, op).await.status, StatusCode::ACCEPTED);
 }
 
+/// `ops resolve --succeeded` with an empty body file is refused for a 2xx other than 204
+/// (exit 1, the API's words) unless `--empty-body` says the provider answered with nothing.
+#[tokio::test]
+async fn resolve_with_an_empty_body_file_needs_empty_body() {
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = start(&provider, "", &[]).await;
+    unknown(&proxy, &provider, ODD).await;
+    let id = format!("shop/create/{ODD}");
+    let empty = proxy.dir().path().join("empty.json");
+    std::fs::write(&empty, "").expect("write body");
+    let empty = empty.to_string_lossy().into_owned();
+    let args = ["resolve", &id, "--succeeded", "--body-file", &empty];
+    let (code, out, err) = ops(&proxy, &args).await;
+    assert_eq!((code, out.as_str()), (Some(1), ""), "{err}");
+    assert!(err.contains("--empty-body"), "{err}");
+    let with: Vec<&str> = args.iter().copied().chain(["--empty-body"]).collect();
+    let out = ok(&proxy, &with).await;
+    assert_eq!(field(&out, "state"), Some("succeeded"), "{out}");
+    assert_eq!(provider.request_count(), 1);
+}
+
 #[tokio::test]
 async fn resolve_succeeded_stores_the_body_and_a_second_resolve_fails_with_the_detail() {
     let provider = FakeProvider::start(Behavior::echo()).await;
