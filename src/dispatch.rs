@@ -303,9 +303,7 @@ impl Record {
             },
         }
     }
-}
 
-impl Record {
     /// The `provider.answered_late` event of this attempt's answer, if the provider answered,
     /// for when a newer claim keeps it from being written: its status and the provider's
     /// request ID; the answer itself is not stored.

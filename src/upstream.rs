@@ -183,18 +183,21 @@ async fn through_client(
     // Boxed, as the pool's connecting is: hyper-util's future is large, and inline it
     // would make every exchange's future that large, the pool's too.
     let sending = Box::pin(upstream.client.request(req));
-    let sent = match (within, gate) {
-        (None, None) => sending.await,
-        (Some(within), None) => match tokio::time::timeout(within, sending).await {
+    // A guarded exchange: a pooled connection is used at once, so it is checked here; a new
+    // one is checked by the connector (`Gated`) once its TLS handshake is done.
+    let sending = match gate {
+        None => Either::Left(sending),
+        Some(gate) => {
+            gate::check(&gate)?;
+            Either::Right(Box::pin(gate::scoped(gate, sending)))
+        }
+    };
+    let sent = match within {
+        None => sending.await,
+        Some(within) => match tokio::time::timeout(within, sending).await {
             Ok(sent) => sent,
             Err(_) => return Err(SendError::Timeout(within)),
         },
-        // A pooled connection is used at once: checked here. A new one is checked by the
-        // connector (`Gated`) once its TLS handshake is done.
-        (_, Some(gate)) => {
-            gate().map_err(|why| SendError::Connect(format!("not sent: {why}")))?;
-            gate::scoped(gate, sending).await
-        }
     };
     match sent {
         Ok(resp) => Ok(resp.map(Body::unpooled)),

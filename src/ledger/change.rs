@@ -19,7 +19,7 @@ pub(super) fn orphan_reason() -> &'static str {
 }
 
 /// The error and event detail of an operation whose owner's lease lapsed (a shared ledger).
-pub(crate) fn lapsed_reason() -> &'static str {
+pub(super) fn lapsed_reason() -> &'static str {
     "the replica that claimed this operation stopped renewing its lease while it was in flight"
 }
 

@@ -26,6 +26,11 @@ tokio::task_local! {
     static GATE: Gate;
 }
 
+/// The gate's verdict as an exchange's error: a refusal is a connect error (nothing sent).
+pub(super) fn check(gate: &Gate) -> Result<(), super::SendError> {
+    gate().map_err(|why| super::SendError::Connect(Refused(why).to_string()))
+}
+
 /// Runs `exchange` with `gate` visible to the connections it makes (`Gated`).
 pub(super) async fn scoped<F: Future>(gate: Gate, exchange: F) -> F::Output {
     GATE.scope(gate, exchange).await

@@ -156,11 +156,11 @@ impl Pool {
                 },
             };
             if let Some(gate) = &gate
-                && let Err(why) = gate()
+                && let Err(refused) = super::gate::check(gate)
             {
                 // The connection is unused: back to the pool (or closed, if not ready).
                 Pool::give_back(&Arc::downgrade(self), conn);
-                return Err(SendError::Connect(format!("not sent: {why}")));
+                return Err(refused);
             }
             let abandon = Abandon(Some(conn.task.clone()));
             let sending = conn.tx.try_send_request(req);
