@@ -415,6 +415,16 @@ async fn resolving_succeeded_makes_replays_answer_the_given_response() {
     assert_eq!(again.json()["state"], "succeeded");
 }
 
+/// POSTs `body` to `id`'s resolve: it must be refused (400 `bad-request`) with the operation
+/// left `unknown`; the refusal's detail.
+async fn refused_resolution(proxy: &Proxy, id: &str, body: Value) -> String {
+    let refused = post(proxy, &format!("/ops/{}/resolve", seg(id)), body.clone()).await;
+    problem(&refused, StatusCode::BAD_REQUEST, "bad-request");
+    assert_eq!(show(proxy, id).await["state"], "unknown", "{body}");
+    let answer = refused.json();
+    answer["detail"].as_str().unwrap_or_default().to_owned()
+}
+
 /// A succeeded resolution without `body` would store an empty answer that every later replay
 /// returns (an SDK then fails to parse it); the API refuses it as the CLI does, and an answer
 /// that really had no body says so with `"body": ""`.
@@ -429,14 +439,8 @@ async fn resolving_succeeded_needs_the_body_said_even_when_empty() {
         json!({"outcome": "succeeded", "status": 201, "headers": {}}),
         json!({"outcome": "succeeded", "body": null}),
     ] {
-        let refused = post(&proxy, &path, body.clone()).await;
-        problem(&refused, StatusCode::BAD_REQUEST, "bad-request");
-        let detail = refused.json()["detail"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let detail = refused_resolution(&proxy, &id, body.clone()).await;
         assert!(detail.contains("`body`"), "{body}: {detail}");
-        assert_eq!(show(&proxy, &id).await["state"], "unknown", "{body}");
     }
     let empty = json!({"outcome": "succeeded", "status": 204, "body": ""});
     let resolved = post(&proxy, &path, empty).await;
@@ -457,14 +461,8 @@ async fn an_empty_body_for_a_2xx_other_than_204_needs_empty_body_said() {
     let path = format!("/ops/{}/resolve", seg(&id));
     for status in [200, 201, 202] {
         let body = json!({"outcome": "succeeded", "status": status, "body": ""});
-        let refused = post(&proxy, &path, body).await;
-        problem(&refused, StatusCode::BAD_REQUEST, "bad-request");
-        let detail = refused.json()["detail"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let detail = refused_resolution(&proxy, &id, body).await;
         assert!(detail.contains("empty_body"), "{status}: {detail}");
-        assert_eq!(show(&proxy, &id).await["state"], "unknown", "{status}");
     }
     let said = json!({"outcome": "succeeded", "status": 200, "body": "", "empty_body": true});
     let resolved = post(&proxy, &path, said).await;

@@ -859,6 +859,31 @@ async fn debug_logs_never_print_the_stored_answer_of_a_shared_ledger() {
     );
 }
 
+/// Sends `rendered`'s refund through `proxy` (each request bounded) until it answers `want`;
+/// every other answer must be the problem `meanwhile` (status, type). Fails after `PATIENCE`.
+async fn refund_until(
+    proxy: &Proxy,
+    rendered: &str,
+    want: StatusCode,
+    meanwhile: (StatusCode, &str),
+) -> common::Resp {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let asked = tokio::time::timeout(PATIENCE, refund(proxy, rendered, "amount=500"));
+        let resp = asked.await.expect("the replica answers");
+        if resp.status == want {
+            return resp;
+        }
+        problem(&resp, meanwhile.0, meanwhile.1);
+        assert!(
+            Instant::now() < deadline,
+            "{rendered}: never {want}, still {}",
+            resp.text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A non-deduplicating TLS provider whose refunds are looked up (`GET /v1/refunds?key=KEY`),
 /// with a 4 s `timeout` and a 1 s `not_found_final_after`, on replicas with a 1 s lease.
 fn looked_up(provider: &FakeProvider) -> ProxyBuilder {
@@ -930,16 +955,8 @@ async fn a_replica_frozen_before_its_first_byte_sends_nothing_once_its_lease_lap
     );
 
     // Past the old owner's window the lookup's "not found" is final: re-sent once.
-    let deadline = Instant::now() + PATIENCE;
-    let resent = loop {
-        let retry = refund(&replicas[1], "wf-late-send", "amount=500").await;
-        if retry.status == StatusCode::OK {
-            break retry;
-        }
-        problem(&retry, StatusCode::ACCEPTED, "outcome-unknown");
-        assert!(Instant::now() < deadline, "never re-sent: {}", retry.text());
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let held = (StatusCode::ACCEPTED, "outcome-unknown");
+    let resent = refund_until(&replicas[1], "wf-late-send", StatusCode::OK, held).await;
     assert_eq!(resent.text(), "refunded");
     assert_eq!(posts(&provider), 1, "one refund");
     assert_eq!(provider.effects(), 1);
@@ -978,21 +995,8 @@ async fn a_stalled_claim(frozen: bool) {
 
     // The operation's lock is not pinned: replica 1 claims and sends it while replica 0 is
     // still stalled or frozen.
-    let deadline = Instant::now() + PATIENCE;
-    let claimed = loop {
-        let asked =
-            tokio::time::timeout(PATIENCE, refund(&replicas[1], "wf-stalled", "amount=500"));
-        let resp = asked.await.expect("replica 1 answers");
-        if resp.status == StatusCode::CREATED {
-            break resp;
-        }
-        problem(&resp, StatusCode::SERVICE_UNAVAILABLE, "ledger-unavailable");
-        assert!(
-            Instant::now() < deadline,
-            "replica 1 stayed refused while replica 0 held the operation's lock"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let refused = (StatusCode::SERVICE_UNAVAILABLE, "ledger-unavailable");
+    let claimed = refund_until(&replicas[1], "wf-stalled", StatusCode::CREATED, refused).await;
     assert_eq!(claimed.text(), "done");
     assert_op_headers(&claimed, &id, "succeeded", false);
 
