@@ -8,8 +8,8 @@
 //! `note_replays` and `replays`) that every backend implements with the same semantics; no
 //! backend type ever leaves it, and no module above it names a backend. Two backends: redb
 //! (`redb`, with its tables in `store`, `codec`, `tombstone` and `replays`, its single
-//! writer in `writer` and `batch`, its write-ahead log in `wal` (the changes recorded by
-//! `redo`, synced by `syncer`), its reopen after a storage error in `recovery`, the replay
+//! writer in `writer` and `batch` (group commit, one durable redb commit per batch), its
+//! reopen after a storage error in `recovery`, the replay
 //! answers it keeps in memory until the writer changes them in `hot`), the
 //! default, for one process; and PostgreSQL (`postgres`), shared by several replicas, each
 //! holding a lease. Both apply the same storage rules (`change`) and store the same record
@@ -22,8 +22,8 @@
 //! `update` keeps its generic closure (a trait with async, generic methods could not be a
 //! `dyn` object without boxing both). A second backend is a second variant.
 //!
-//! Every state change is durable before anyone is told of it (redb: its batch's frame in the
-//! write-ahead log synced; PostgreSQL: its transaction committed); writes queued together may
+//! Every state change is durable before anyone is told of it (redb: its batch's durable
+//! commit returned; PostgreSQL: its transaction committed); writes queued together may
 //! share one commit (group commit). A write that only appends history (the operation and its
 //! response unchanged, e.g. a conflict noted, or a batch of replay counts) may commit without
 //! waiting for the disk and becomes durable with the next durable one (in SQL terms: an
@@ -61,14 +61,11 @@ mod hot;
 mod postgres;
 mod recovery;
 mod redb;
-mod redo;
 mod replays;
 mod store;
-mod syncer;
 #[cfg(test)]
 mod tests;
 mod tombstone;
-mod wal;
 mod writer;
 
 use std::collections::BTreeMap;
@@ -624,8 +621,7 @@ impl Ledger {
 }
 
 /// Whether `IDEMPROXY_FAIL` (a comma-separated list of fault points, a test hook) names
-/// `point`: `ledger.commit` (every write fails, both backends) or `ledger.sync` (every sync of
-/// a redb ledger's write-ahead log fails).
+/// `point`: `ledger.commit` (every write fails, both backends).
 fn fault_point(point: &str) -> bool {
     std::env::var("IDEMPROXY_FAIL").is_ok_and(|points| points.split(',').any(|p| p.trim() == point))
 }

@@ -1,14 +1,8 @@
 //! One batch of the writer (group commit): the jobs queued together, staged in order in one
-//! write transaction and ended by one commit, durable if any of them changed a state.
-//!
-//! A batch is made durable through the write-ahead log (`wal`): its redo records are appended
-//! as one frame before the transaction commits (without an fsync of its own), so no reader
-//! sees a change the log does not hold, and the syncer (`syncer`) syncs the frame before any
-//! job is answered; until then the operations it wrote are held from replays. A batch that
-//! only appended history is appended unsynced, like the commit without an fsync it had before
-//! the log. A failed append or commit leaves the log and the database possibly apart: the
-//! batch reports it, and the writer reopens the ledger (which replays the log) before writing
-//! again.
+//! write transaction and ended by one commit of redb's own: durable (`Durability::Immediate`,
+//! one `fdatasync` of the file) if any of them changed a state, else without an fsync (only
+//! history was appended; the next durable commit makes it durable). The writer answers no job
+//! before that commit has returned, so every answer leaves after its write is on disk.
 //!
 //! A job that fails or panics while staging is rolled back with the transaction and set aside
 //! with its error; the batch then runs again without it, so the others still commit (redb's
@@ -24,10 +18,7 @@ use std::time::Instant;
 use redb::{Database, Durability, WriteTransaction};
 
 use super::fault::Fault;
-use super::recovery::Shared;
-use super::redo::Redo;
 use super::store::Tables;
-use super::wal::Wal;
 use super::writer::{Job, Staged};
 use super::{Commit, LedgerError, OnCommit};
 
@@ -57,11 +48,9 @@ pub(super) type Settled = (Box<dyn Job>, Result<(), LedgerError>);
 pub(super) struct Ended {
     /// Every job with its outcome, unanswered.
     pub(super) settled: Vec<Settled>,
-    /// The log frame of its commit and whether it must be synced before any job is answered
-    /// (`None`: nothing was committed).
-    pub(super) frame: Option<(u64, bool)>,
-    /// Why the log or the commit failed, if it did: the database may then lack what the log
-    /// holds (or the other way round), and must be reopened before it writes again.
+    /// The operations its commit stored or deleted (`Tables::take_written`).
+    pub(super) written: Vec<String>,
+    /// Why the commit failed, if it did: the database may then refuse writes until reopened.
     pub(super) broke: Option<String>,
 }
 
@@ -69,32 +58,22 @@ pub(super) struct Ended {
 /// to stage is set aside with its error and the rest run again without it.
 pub(super) fn run_batch(
     db: &Database,
-    wal: &mut Wal,
-    shared: &Shared,
     mut jobs: Vec<Box<dyn Job>>,
     on_commit: Option<&OnCommit>,
 ) -> Ended {
     let mut settled = Vec::with_capacity(jobs.len());
     loop {
-        match stage_all(db, wal, &mut jobs) {
-            Ok((txn, staging, mut frame)) => {
-                let ending = Ending {
-                    staged: staging.staged,
-                    frame: &mut frame,
-                    held: staging.written,
-                    jobs: jobs.len(),
+        match stage_all(db, &mut jobs) {
+            Ok((txn, staging)) => {
+                let outcome = end(txn, staging.staged, jobs.len(), on_commit);
+                let (written, broke) = match &outcome {
+                    Ok(()) => (staging.written, None),
+                    Err(e) => (Vec::new(), Some(e.to_string())),
                 };
-                let outcome = end(txn, ending, wal, shared, on_commit);
-                wal.recycle(frame);
-                let (frame, broke) = match &outcome {
-                    Ok(frame) => (*frame, None),
-                    Err(e) => (None, Some(e.to_string())),
-                };
-                let outcome = outcome.map(|_| ());
                 settled.extend(jobs.into_iter().map(|job| (job, shared_outcome(&outcome))));
                 return Ended {
                     settled,
-                    frame,
+                    written,
                     broke,
                 };
             }
@@ -103,7 +82,7 @@ pub(super) fn run_batch(
                 settled.extend(jobs.into_iter().map(|job| (job, Err(shared_error(&e)))));
                 return Ended {
                     settled,
-                    frame: None,
+                    written: Vec::new(),
                     broke: None,
                 };
             }
@@ -111,24 +90,20 @@ pub(super) fn run_batch(
     }
 }
 
-/// Stages every job in a new transaction, in order, recording its changes. On a failure the
-/// transaction is rolled back and the error names the failing job (`None`: the transaction
-/// could not begin).
+/// Stages every job in a new transaction, in order. On a failure the transaction is rolled
+/// back and the error names the failing job (`None`: the transaction could not begin).
 fn stage_all(
     db: &Database,
-    wal: &mut Wal,
     jobs: &mut [Box<dyn Job>],
-) -> Result<(WriteTransaction, Staging, Vec<u8>), Failed> {
-    let txn = begin(db).map_err(|e| (None, LedgerError::from(e)))?;
-    let redo = Redo::on(wal.scratch());
-    let staged = stage_in(&txn, jobs, &redo);
-    let frame = redo.take();
-    match staged {
-        Ok(batch) => Ok((txn, batch, frame)),
+) -> Result<(WriteTransaction, Staging), Failed> {
+    let txn = db
+        .begin_write()
+        .map_err(|e| (None, LedgerError::from(Fault::from(e))))?;
+    match stage_in(&txn, jobs) {
+        Ok(batch) => Ok((txn, batch)),
         Err(failed) => {
             // What the failed job left half-written goes with the transaction.
             let _ = txn.abort();
-            wal.recycle(frame);
             Err(failed)
         }
     }
@@ -144,12 +119,8 @@ struct Staging {
 
 /// Stages every job through one set of open tables, closed again before the transaction
 /// commits or aborts; the first failure names its job.
-fn stage_in(
-    txn: &WriteTransaction,
-    jobs: &mut [Box<dyn Job>],
-    redo: &Redo,
-) -> Result<Staging, Failed> {
-    let mut tables = Tables::open(txn, redo).map_err(|e| (None, LedgerError::from(e)))?;
+fn stage_in(txn: &WriteTransaction, jobs: &mut [Box<dyn Job>]) -> Result<Staging, Failed> {
+    let mut tables = Tables::open(txn).map_err(|e| (None, LedgerError::from(e)))?;
     let mut batch = Staged::Nothing;
     for (index, job) in jobs.iter_mut().enumerate() {
         let staged = match catch_unwind(AssertUnwindSafe(|| job.stage(&mut tables))) {
@@ -171,53 +142,31 @@ fn stage_in(
     })
 }
 
-/// What a staged batch ends with.
-struct Ending<'a> {
-    staged: Staged,
-    /// The log frame: room for its head, then the batch's redo records.
-    frame: &'a mut [u8],
-    /// The operations its jobs wrote (`Tables::take_written`), held from replays until its
-    /// frame is synced.
-    held: Vec<String>,
-    jobs: usize,
-}
-
-/// Ends a staged transaction: its records appended to the log as one frame, the operations it
-/// wrote held from replays, then a commit without an fsync (the syncer syncs the frame before
-/// any job is answered); an abort if nothing was written. Returns the frame and whether it
-/// must be synced.
+/// Ends a staged transaction: one durable commit if a state changed, one without an fsync if
+/// only history was appended, an abort if nothing was written.
 fn end(
-    txn: WriteTransaction,
-    ending: Ending<'_>,
-    wal: &mut Wal,
-    shared: &Shared,
+    mut txn: WriteTransaction,
+    staged: Staged,
+    jobs: usize,
     on_commit: Option<&OnCommit>,
-) -> Result<Option<(u64, bool)>, LedgerError> {
-    let durable = match ending.staged {
+) -> Result<(), LedgerError> {
+    let durable = match staged {
         Staged::State => true,
         Staged::History => false,
         Staged::Nothing => {
             // Nothing was written: an abort cannot lose anything, so its error is moot.
             let _ = txn.abort();
-            return Ok(None);
+            return Ok(());
         }
     };
-    let started = Instant::now();
-    let lsn = match wal.append(ending.frame) {
-        Ok(lsn) => lsn,
-        Err(e) => {
-            let _ = txn.abort();
-            return Err(LedgerError::Unavailable(format!(
-                "the ledger's write-ahead log could not be written: {e}"
-            )));
-        }
+    let durability = if durable {
+        Durability::Immediate
+    } else {
+        Durability::None
     };
-    shared.hold(ending.held, lsn);
-    if let Err(e) = commit(txn, started, ending.jobs, durable, on_commit) {
-        shared.unhold(lsn);
-        return Err(e.into());
-    }
-    Ok(Some((lsn, durable)))
+    txn.set_durability(durability).map_err(Fault::from)?;
+    commit(txn, Instant::now(), jobs, durable, on_commit)?;
+    Ok(())
 }
 
 /// The outcome of a shared commit, for one of its jobs.
@@ -230,13 +179,6 @@ fn shared_error(e: &LedgerError) -> LedgerError {
         LedgerError::Unavailable(why) => LedgerError::Unavailable(why.clone()),
         other => LedgerError::Unavailable(other.to_string()),
     }
-}
-
-fn begin(db: &Database) -> Result<WriteTransaction, Fault> {
-    let mut txn = db.begin_write()?;
-    // Durability comes from the log; the checkpoint commits durably.
-    txn.set_durability(Durability::None)?;
-    Ok(txn)
 }
 
 fn commit(

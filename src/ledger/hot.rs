@@ -3,14 +3,14 @@
 //! `failed` one), so an agent polling one result reads the file once, not on every poll.
 //!
 //! Only the writer changes operations. Every operation a batch stores or deletes (an update,
-//! a prune, a sweep: `store::Tables::take_written`) is held from replays until the batch's
-//! frame is synced (a replay of it meanwhile goes through the writer and never looks here),
-//! and `forget` drops its entry as it is released; a reopened file `clear`s the map. A reader
+//! a prune, a sweep: `store::Tables::take_written`) has its entry dropped by `forget` once the
+//! batch's commit has returned, before any of its jobs is answered; a reopened file `clear`s
+//! the map. A reader
 //! fills the map only with what it read from a snapshot that began after every such change
 //! it could miss: it takes the map's `epoch` before its snapshot begins, and the fill is
 //! dropped if the epoch moved since (each `forget` and `clear` moves it, under the same lock
 //! as the fill). So an entry is never older than the last commit that wrote its operation
-//! and was released.
+//! and was answered.
 //!
 //! Bounded by `MAX_BYTES` (an entry's ID, body and headers, and a fixed overhead); a
 //! response body over `MAX_BODY` is never kept. When full, entries are dropped in no
@@ -90,8 +90,8 @@ impl Hot {
         read
     }
 
-    /// Drops the entries of `ids`, whose new versions a commit wrote: called once they are
-    /// released, and before anyone can read them without the writer.
+    /// Drops the entries of `ids`, whose new versions a commit wrote: called once it has
+    /// returned, before any of its jobs is answered.
     pub(super) fn forget(&self, ids: &[String]) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         self.epoch.fetch_add(1, Ordering::AcqRel);
@@ -172,7 +172,7 @@ mod tests {
     fn a_fill_that_began_before_a_change_is_dropped() {
         let hot = Hot::new();
         let before = hot.epoch();
-        // The writer released a new version of some operation while the read ran.
+        // The writer committed a new version of some operation while the read ran.
         hot.forget(&["other".to_owned()]);
         let answer = hot.fill("a", before, succeeded("a", b"{}"));
         assert_eq!(answer.0.id, "a", "the reader still gets what it read");

@@ -9,15 +9,14 @@
 //! repairs it on open) so reads go on from a sound handle, and then, with backoff, waits until
 //! `HEADROOM` bytes can be written and synced beside the ledger, reopens again if needed and
 //! commits the recovery sweep. Only when that commit stands is the ledger writable again.
-//! Every reopen replays the write-ahead log (`wal`) onto the file before anyone reads it: a
-//! reopened file holds only its last durable commit, the log the batches answered since.
+//! A reopened file holds its last durable commit, which includes every batch anyone was
+//! answered for (each was answered only after its durable commit returned).
 //! This module never decides what a request means; it only settles dead claims
 //! (`change::abandoned`: `unknown`, or `failed` when nothing of the operation was sent).
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -27,9 +26,7 @@ use super::LedgerError;
 use super::change::Left;
 use super::fault::Fault;
 use super::hot::Hot;
-use super::redo::Redo;
 use super::store::Tables;
-use super::wal::Wal;
 use crate::clock::Timestamp;
 use crate::operation::Operation;
 
@@ -38,17 +35,6 @@ const HEADROOM: usize = 1 << 20;
 /// The first wait before a recovery attempt, doubled after each failed one up to `MAX_BACKOFF`.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
-
-/// Whether the ledger can write (`Shared::state`). One atomic value, so that the syncer stops
-/// writes and tells the writer why in one step: a writer that finds the ledger unwritable
-/// finds a failed sync with it, and the syncer can never stop writes again after the writer
-/// has taken its failure and recovered.
-const WRITABLE: u8 = 0;
-/// Stopped by a storage error; the writer's recovery makes it writable again.
-const STOPPED: u8 = 1;
-/// Stopped by a failed sync of the log that the writer has not yet taken: it must reopen the
-/// ledger (which then holds what the log holds) before any recovery.
-const SYNC_FAILED: u8 = 2;
 
 /// A claim (operation ID and fence) that nobody will finish: its result write failed, or the
 /// commit that made it failed and may still have landed (`left` tells which).
@@ -64,16 +50,9 @@ pub(super) struct Shared {
     path: PathBuf,
     /// `None` while a reopen has not yet succeeded.
     db: RwLock<Option<Arc<Database>>>,
-    /// `WRITABLE`, `STOPPED` or `SYNC_FAILED`.
-    state: AtomicU8,
-    /// Set by the writer when it hands the syncer a reset after a failed sync, cleared by the
-    /// syncer once every batch before that reset is answered (and its claims buried): no
-    /// recovery sweeps before then, or it would miss their claims.
-    resetting: AtomicBool,
+    /// False from a storage error until the writer's recovery commits.
+    writable: AtomicBool,
     dead: Mutex<Vec<DeadClaim>>,
-    /// The operations written by committed batches whose log frame is not yet synced, with
-    /// the last such frame of each (see `syncer`).
-    held: Mutex<HashMap<String, u64>>,
     /// The final answers replays read, kept until the writer changes their operations.
     pub(super) hot: Hot,
 }
@@ -83,10 +62,8 @@ impl Shared {
         Shared {
             path: path.to_path_buf(),
             db: RwLock::new(Some(Arc::new(db))),
-            state: AtomicU8::new(WRITABLE),
-            resetting: AtomicBool::new(false),
+            writable: AtomicBool::new(true),
             dead: Mutex::new(Vec::new()),
-            held: Mutex::new(HashMap::new()),
             hot: Hot::new(),
         }
     }
@@ -103,45 +80,15 @@ impl Shared {
     }
 
     pub(super) fn writable(&self) -> bool {
-        self.state.load(Ordering::Acquire) == WRITABLE
+        self.writable.load(Ordering::Acquire)
     }
 
     /// Stops every write (and turns `/healthz` 503) after a storage error, logged once until
     /// the writer's recovery makes it writable again.
     pub(super) fn stop_writes(&self, why: &str) {
-        if self
-            .state
-            .compare_exchange(WRITABLE, STOPPED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
+        if self.writable.swap(false, Ordering::AcqRel) {
             self.stopped(why);
         }
-    }
-
-    /// The syncer's one step after a failed sync of the log: writes stop, and the writer is
-    /// told to reopen the ledger before any recovery (`take_sync_failure`).
-    pub(super) fn sync_failed(&self, why: &str) {
-        if self.state.swap(SYNC_FAILED, Ordering::AcqRel) == WRITABLE {
-            self.stopped(why);
-        }
-    }
-
-    /// Whether a sync failed that the writer has not yet taken; true once per failure (the
-    /// syncer syncs nothing more until the writer's reset, so it cannot fail again before).
-    pub(super) fn take_sync_failure(&self) -> bool {
-        self.state
-            .compare_exchange(SYNC_FAILED, STOPPED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    /// The writer is about to hand the syncer a reset (after a failed sync); until the syncer
-    /// has answered every batch before it (`reset_done`), no recovery may sweep.
-    pub(super) fn resetting(&self) {
-        self.resetting.store(true, Ordering::Release);
-    }
-
-    pub(super) fn reset_done(&self) {
-        self.resetting.store(false, Ordering::Release);
     }
 
     fn stopped(&self, why: &str) {
@@ -175,51 +122,6 @@ impl Shared {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-    }
-
-    /// Holds `ids` from replays until the frame `lsn` is synced (or failed): called before
-    /// the batch that wrote them commits.
-    pub(super) fn hold(&self, ids: Vec<String>, lsn: u64) {
-        if ids.is_empty() {
-            return;
-        }
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.extend(ids.into_iter().map(|id| (id, lsn)));
-    }
-
-    /// Releases what the batch of frame `lsn` held: its commit failed, so it holds nothing
-    /// anyone can read.
-    pub(super) fn unhold(&self, lsn: u64) {
-        self.release(|at| at == lsn);
-    }
-
-    /// Releases everything held by frames up to `lsn`: they are synced (or, after a failed
-    /// sync, the ledger was reopened from what the disk holds). An operation a later batch
-    /// wrote again stays held by that batch's frame.
-    pub(super) fn release_upto(&self, lsn: u64) {
-        self.release(|at| at <= lsn);
-    }
-
-    /// Releases the operations held by the frames `released` names; their entries in `hot`
-    /// are dropped before anyone can read them without the writer.
-    fn release(&self, released: impl Fn(u64) -> bool) {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if held.is_empty() {
-            return;
-        }
-        let ids: Vec<String> = held
-            .extract_if(|_, at| released(*at))
-            .map(|(id, _)| id)
-            .collect();
-        if !ids.is_empty() {
-            self.hot.forget(&ids);
-        }
-    }
-
-    /// Whether a committed batch that is not yet durable wrote `id`.
-    pub(super) fn held(&self, id: &str) -> bool {
-        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        !held.is_empty() && held.contains_key(id)
     }
 
     /// Forgets the claims a committed sweep handled.
@@ -263,64 +165,40 @@ pub(super) fn refuses_writes(db: &Database) -> bool {
     }
 }
 
-/// The writer's side of recovery: its database handle, the log and when to try again.
+/// The writer's side of recovery: its database handle and when to try again.
 pub(super) struct Recovery {
     shared: Arc<Shared>,
     db: Option<Arc<Database>>,
-    wal: Wal,
     backoff: Duration,
     next_try: Instant,
 }
 
 impl Recovery {
-    pub(super) fn new(shared: Arc<Shared>, wal: Wal) -> Recovery {
+    pub(super) fn new(shared: Arc<Shared>) -> Recovery {
         let db = shared.db().ok();
         Recovery {
             shared,
             db,
-            wal,
             backoff: FIRST_BACKOFF,
             next_try: Instant::now(),
         }
     }
 
-    /// The log the writer's batches are made durable by.
-    pub(super) fn wal(&mut self) -> &mut Wal {
-        &mut self.wal
-    }
-
-    /// The log and the shared state, for one batch.
-    pub(super) fn for_batch(&mut self) -> (&mut Wal, &Shared) {
-        (&mut self.wal, &self.shared)
-    }
-
-    /// How long the writer may wait for a job before a checkpoint is due (`None`: none is).
-    pub(super) fn checkpoint_in(&self) -> Option<Duration> {
-        if self.shared.writable() {
-            self.wal.due_in()
-        } else {
-            None
-        }
-    }
-
-    /// Checkpoints the log if it is due (see `wal`); a checkpoint that fails breaks the ledger
-    /// like a failed write.
-    pub(super) fn checkpoint_if_due(&mut self) {
-        if self.checkpoint_in() == Some(Duration::ZERO) {
-            self.checkpoint();
-        }
-    }
-
-    /// Checkpoints what the log holds: the last thing the writer does before it stops, so a
-    /// stopped ledger's file holds everything and its log nothing.
-    pub(super) fn checkpoint(&mut self) {
+    /// One empty durable commit, the last thing the writer does before it stops: history
+    /// committed without an fsync since the last durable commit is then on disk too.
+    pub(super) fn settle(&mut self) {
         let Some(db) = self.db.clone() else { return };
         if !self.shared.writable() {
             return;
         }
-        if let Err(e) = self.wal.checkpoint(&db) {
-            drop(db);
-            self.broken(&format!("a checkpoint failed: {e}"));
+        let settled = (|| -> Result<(), Fault> {
+            let mut txn = db.begin_write()?;
+            txn.set_durability(Durability::Immediate)?;
+            txn.commit()?;
+            Ok(())
+        })();
+        if let Err(e) = settled {
+            tracing::warn!(error = %e, "the ledger's last commit failed");
         }
     }
 
@@ -338,9 +216,9 @@ impl Recovery {
         self.next_try.saturating_duration_since(Instant::now())
     }
 
-    /// A write failed and the database refuses new ones, or a sync failed (the syncer then
-    /// stopped writes already): stop writing, reopen for the readers (what the log holds
-    /// wins), and try to recover after `FIRST_BACKOFF`.
+    /// A write failed and the database refuses new ones (or its commit failed): stop writing,
+    /// reopen for the readers (the file's last durable commit), and try to recover after
+    /// `FIRST_BACKOFF`.
     pub(super) fn broken(&mut self, why: &str) {
         self.shared.stop_writes(why);
         self.backoff = FIRST_BACKOFF;
@@ -354,16 +232,7 @@ impl Recovery {
     pub(super) fn attempt(&mut self) {
         match self.try_recover() {
             Ok(orphaned) => {
-                // Only from `STOPPED`: a sync that failed during the sweep is taken (and the
-                // ledger reopened) first.
-                if self
-                    .shared
-                    .state
-                    .compare_exchange(STOPPED, WRITABLE, Ordering::AcqRel, Ordering::Acquire)
-                    .is_err()
-                {
-                    return;
-                }
+                self.shared.writable.store(true, Ordering::Release);
                 tracing::info!(
                     ledger = %self.shared.path.display(),
                     orphaned = orphaned.len(),
@@ -380,32 +249,23 @@ impl Recovery {
     }
 
     fn try_recover(&mut self) -> Result<Vec<Operation>, String> {
-        // A failed sync comes first: the writer reopens the ledger for it (then it holds what
-        // the log holds), and the syncer answers the failed batches and leaves their claims
-        // for this sweep. Checked here, by the one thing that makes the ledger writable.
-        if self.shared.state.load(Ordering::Acquire) == SYNC_FAILED
-            || self.shared.resetting.load(Ordering::Acquire)
-        {
-            return Err("a failed sync of the log is not yet handled".to_owned());
-        }
         if self.db.as_deref().is_none_or(refuses_writes) {
             self.reopen()?;
         }
         probe_headroom(&self.shared.path).map_err(|e| format!("no headroom on disk: {e}"))?;
         let db = self.db.clone().ok_or("no database handle")?;
         let claims = self.shared.dead_claims();
-        let orphaned = sweep(&db, &mut self.wal, &claims).map_err(|e| e.to_string())?;
+        let orphaned = sweep(&db, &claims).map_err(|e| e.to_string())?;
         self.shared.swept(&claims);
         Ok(orphaned)
     }
 
-    /// Closes the current handle (readers' too) and opens the file again; redb repairs it and
-    /// the log's frames are replayed onto it before readers get it back.
+    /// Closes the current handle (readers' too) and opens the file again; redb repairs it
+    /// before readers get it back.
     fn reopen(&mut self) -> Result<(), String> {
         self.shared.replace(None);
         self.db = None;
         let db = super::redb::create_database(&self.shared.path).map_err(|e| e.to_string())?;
-        self.wal.recover(&db).map_err(|e| e.to_string())?;
         let db = Arc::new(db);
         self.shared.replace(Some(Arc::clone(&db)));
         self.db = Some(db);
@@ -413,14 +273,14 @@ impl Recovery {
     }
 }
 
-/// The recovery write: one durable commit of the sweep, which checkpoints the log too.
-fn sweep(db: &Database, wal: &mut Wal, claims: &[DeadClaim]) -> Result<Vec<Operation>, Fault> {
+/// The recovery write: one durable commit of the sweep.
+fn sweep(db: &Database, claims: &[DeadClaim]) -> Result<Vec<Operation>, Fault> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
-    let mut tables = Tables::open(&txn, &Redo::off())?;
+    let mut tables = Tables::open(&txn)?;
     let orphaned = stage_sweep(&mut tables, claims, Timestamp::now())?;
     tables.close()?;
-    wal.commit_checkpoint(txn)?;
+    txn.commit()?;
     Ok(orphaned)
 }
 

@@ -1,9 +1,8 @@
-//! The redb backend of the ledger: one database file and its write-ahead log (`wal`), one
-//! writer thread fed by a channel (group commit, see `writer` and `batch`) with the syncer
-//! that answers its batches once durable (`syncer`), point reads on the calling thread.
+//! The redb backend of the ledger: one database file, one writer thread fed by a channel
+//! (group commit, see `writer` and `batch`) that answers each batch once redb's own durable
+//! commit of it has returned, point reads on the calling thread.
 //!
-//! It owns opening the file (with a bounded page cache; its log replayed onto it), the
-//! start-up recovery write (the
+//! It owns opening the file (with a bounded page cache), the start-up recovery write (the
 //! secret's check value, the boot epoch behind fences, the orphaning of what a dead process
 //! left in flight) and the routing of each `Ledger` call to the writer or a read snapshot.
 //! Its tables and their codec are `store`, `codec`, `tombstone` and `replays`; reopening
@@ -22,10 +21,8 @@ use super::change::Left;
 use super::fault::Fault;
 use super::feed::{Feed, Published};
 use super::recovery::{DeadClaim, Shared};
-use super::redo::Redo;
 use super::replays;
 use super::store::{self, PruneBatch, Tables};
-use super::wal::Wal;
 use super::writer::{Job, PruneJob, Reply, SweepJob, TombJob, UpdateJob, Writer};
 use super::{Fences, Filter, LedgerError, LedgerOptions, Page, Stats, codec, tombstone};
 use super::{ReplayNote, Replays};
@@ -58,14 +55,14 @@ impl Redb {
     ) -> Result<(Redb, Vec<Operation>), LedgerError> {
         let owned = path.to_path_buf();
         let check = opts.secret_check.clone();
-        let (db, wal, epoch, orphaned) =
+        let (db, epoch, orphaned) =
             match tokio::task::spawn_blocking(move || open_blocking(&owned, now, check)).await {
                 Ok(opened) => opened?,
                 Err(e) => return Err(open_error(path, e)),
             };
         let shared = Arc::new(Shared::new(path, db));
         let feed = Feed::new();
-        let writer = Writer::start(Arc::clone(&shared), wal, opts.on_commit, feed.clone())
+        let writer = Writer::start(Arc::clone(&shared), opts.on_commit, feed.clone())
             .map_err(|reason| open_error(path, reason))?;
         let inner = Inner {
             shared,
@@ -186,9 +183,8 @@ impl Backend for Redb {
     }
 
     /// `Ledger::replayable` on this file. The operation comes without its per-field hashes
-    /// (`fields` is empty): a replay's decision never reads them. An operation written by a
-    /// batch whose log frame is not yet synced is not answered from the snapshot (`None`): the
-    /// claim transaction decides, and its answer waits for that sync.
+    /// (`fields` is empty): a replay's decision never reads them. A snapshot sees only
+    /// committed batches, and a state change commits durably before anyone reads it.
     ///
     /// A final answer read once is kept in memory (`hot`) and answered from there until the
     /// writer changes its operation.
@@ -197,15 +193,9 @@ impl Backend for Redb {
         // Taken before the snapshot begins (see `hot`).
         let epoch = shared.hot.epoch();
         if let Some(kept) = shared.hot.get(id) {
-            // Held: a later batch rewrote it and is not yet synced; the writer answers.
-            return Ok((!shared.held(id)).then_some(kept));
+            return Ok(Some(kept));
         }
         self.read_here(|txn| {
-            // Checked after the snapshot began: a batch holds its operations before it
-            // commits, so a snapshot that saw the batch sees the hold too.
-            if shared.held(id) {
-                return Ok(None);
-            }
             let Some(op) = store::get_for_replay(txn, id)? else {
                 return Ok(None);
             };
@@ -339,10 +329,9 @@ fn open_error(path: &Path, reason: impl fmt::Display) -> LedgerError {
     }
 }
 
-type Opened = (Database, Wal, u64, Vec<Operation>);
+type Opened = (Database, u64, Vec<Operation>);
 
-/// Opens the file, replays its write-ahead log onto it, and makes the start-up write, which
-/// checkpoints the log.
+/// Opens the file and makes the start-up write.
 fn open_blocking(
     path: &Path,
     now: Timestamp,
@@ -351,9 +340,9 @@ fn open_blocking(
     if let Some(parent) = path.parent() {
         crate::durable::create_dir_all(parent).map_err(|e| open_error(path, e))?;
     }
+    refuse_old_log(path)?;
     let db = create_database(path).map_err(|e| open_error(path, e))?;
-    let mut wal = Wal::open(path, &db).map_err(|e| open_error(path, e))?;
-    let (epoch, orphaned) = match recover(&db, &mut wal, now, secret_check.as_deref()) {
+    let (epoch, orphaned) = match recover(&db, now, secret_check.as_deref()) {
         Ok(Some(recovered)) => recovered,
         Ok(None) => {
             return Err(LedgerError::OtherSecret {
@@ -362,7 +351,36 @@ fn open_blocking(
         }
         Err(fault) => return Err(open_error(path, fault)),
     };
-    Ok((db, wal, epoch, orphaned))
+    Ok((db, epoch, orphaned))
+}
+
+/// The write-ahead log an earlier idemproxy kept beside its ledger (`<ledger>.wal`): its frames
+/// may hold answered writes the file lacks, which this build cannot replay. Such a ledger is
+/// refused, never opened without them (docs/decisions.md: "An earlier build's write-ahead
+/// log"); the earlier build's graceful stop moves everything into the file.
+pub(super) fn old_log(path: &Path) -> Option<std::path::PathBuf> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".wal");
+    let log = std::path::PathBuf::from(name);
+    log.exists().then_some(log)
+}
+
+fn refuse_old_log(path: &Path) -> Result<(), LedgerError> {
+    match old_log(path) {
+        Some(log) => Err(open_error(path, old_log_reason(&log))),
+        None => Ok(()),
+    }
+}
+
+/// Why a ledger with an earlier build's write-ahead log beside it is refused.
+pub(super) fn old_log_reason(log: &Path) -> String {
+    format!(
+        "{} is the write-ahead log of an earlier idemproxy, which may hold answers the file \
+         lacks: start that earlier version on this ledger once and stop it with SIGTERM (its \
+         graceful stop writes everything into the file), then delete {}",
+        log.display(),
+        log.display()
+    )
 }
 
 /// `Ledger::check` on a file: opened read-only (never created, repaired or locked against a
@@ -420,7 +438,7 @@ pub(crate) fn create_database(path: &Path) -> Result<Database, redb::DatabaseErr
 }
 
 /// Creates `path` empty and readable by its owner only (0600), unless it exists: the ledger
-/// and its log hold stored answers and kept requests, for this process's user alone. An
+/// holds stored answers and kept requests, for this process's user alone. An
 /// existing file keeps the mode it has. (redb initializes an empty file as a new database.)
 /// Whether it created the file.
 fn private_file(path: &Path) -> std::io::Result<bool> {
@@ -436,11 +454,10 @@ fn private_file(path: &Path) -> std::io::Result<bool> {
 }
 
 /// The start-up write: check (or keep) the secret's check value, bump the boot epoch and
-/// orphan what a dead process left in flight, in one durable commit that also checkpoints the
-/// log. `None`, with nothing written, when the ledger keeps another check value.
+/// orphan what a dead process left in flight, in one durable commit. `None`, with nothing
+/// written, when the ledger keeps another check value.
 fn recover(
     db: &Database,
-    wal: &mut Wal,
     now: Timestamp,
     secret_check: Option<&str>,
 ) -> Result<Option<(u64, Vec<Operation>)>, Fault> {
@@ -457,9 +474,9 @@ fn recover(
         return Ok(None);
     }
     let epoch = store::bump_epoch(&txn)?;
-    let mut tables = Tables::open(&txn, &Redo::off())?;
+    let mut tables = Tables::open(&txn)?;
     let orphaned = tables.orphan_in_flight(now)?;
     tables.close()?;
-    wal.commit_checkpoint(txn)?;
+    txn.commit()?;
     Ok(Some((epoch, orphaned)))
 }

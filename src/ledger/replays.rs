@@ -10,12 +10,11 @@
 //! about a second after the replay); later ones only move the count and `last_at`. Counts for an
 //! operation that is gone (pruned) are dropped; `store` deletes a pruned operation's row.
 
-use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
 use super::change::{first_replay, merged};
 use super::fault::Fault;
 use super::feed::Feed;
-use super::redo::{Logged, Redo, Tag};
 use super::store::Tables;
 use super::writer::{Job, Reply, Staged, injected};
 use super::{LedgerError, ReplayNote, Replays};
@@ -26,11 +25,11 @@ use crate::operation::{Event, Operation};
 pub(super) const REPLAYS: TableDefinition<&str, (u64, i64, i64)> = TableDefinition::new("replays");
 
 /// The table as `Tables` holds it.
-pub(super) type ReplayTable<'t> = Logged<'t, &'static str, (u64, i64, i64)>;
+pub(super) type ReplayTable<'t> = Table<'t, &'static str, (u64, i64, i64)>;
 
 /// Opens the table in a write transaction, creating it on first use.
-pub(super) fn open<'t>(txn: &'t WriteTransaction, redo: &Redo) -> Result<ReplayTable<'t>, Fault> {
-    Logged::open(txn, REPLAYS, Tag::Replays, redo)
+pub(super) fn open<'t>(txn: &'t WriteTransaction) -> Result<ReplayTable<'t>, Fault> {
+    Ok(txn.open_table(REPLAYS)?)
 }
 
 /// The replays of `id` on a read snapshot. A ledger file written before replays were

@@ -15,13 +15,14 @@
 
 use std::ops::Bound;
 
-use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{
+    ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction,
+};
 
 use super::change::{self, Left, leaves_tombstone, orphan_reason};
 use super::codec;
 use super::copy::Live;
 use super::fault::Fault;
-use super::redo::{Logged, Redo, Tag};
 use super::replays::{self, ReplayTable};
 use super::tombstone::Tombs;
 use super::{Filter, Page, Stats};
@@ -43,10 +44,6 @@ const SECRET_CHECK: &str = "installation_secret";
 const ALL: &str = "c";
 /// The `meta` key of the boot epoch, bumped at every open.
 const EPOCH: &str = "boot_epoch";
-/// The `meta` keys of the write-ahead log (`wal`): its ID, and the last of its frames the
-/// file's durable state includes.
-const WAL_ID: &str = "wal_id";
-const WAL_LSN: &str = "wal_lsn";
 
 /// Where an entry sits inside one index prefix: `(created_at, id)`.
 pub(super) type Position = (i64, String);
@@ -129,25 +126,6 @@ pub(super) fn bump_epoch(txn: &WriteTransaction) -> Result<u64, Fault> {
     let epoch = meta.get(EPOCH)?.map_or(0, |v| v.value()).saturating_add(1);
     meta.insert(EPOCH, epoch)?;
     Ok(epoch)
-}
-
-/// The write-ahead log's ID kept in the ledger (none before its first start with a log) and
-/// the last of its frames the ledger's state includes (0: none).
-pub(super) fn wal_mark(txn: &ReadTransaction) -> Result<(Option<u64>, u64), Fault> {
-    let Some(meta) = readable(txn, META)? else {
-        return Ok((None, 0));
-    };
-    let id = meta.get(WAL_ID)?.map(|v| v.value());
-    let lsn = meta.get(WAL_LSN)?.map_or(0, |v| v.value());
-    Ok((id, lsn))
-}
-
-/// Records the log's ID and its last frame that the state being committed includes.
-pub(super) fn set_wal_mark(txn: &WriteTransaction, id: u64, lsn: u64) -> Result<(), Fault> {
-    let mut meta = txn.open_table(META)?;
-    meta.insert(WAL_ID, id)?;
-    meta.insert(WAL_LSN, lsn)?;
-    Ok(())
 }
 
 /// The `meta` key set while `ledger copy` fills this ledger; its last commit removes it.
@@ -256,38 +234,37 @@ pub(super) fn ops_after(
 
 /// The ledger's tables opened in one write transaction.
 pub(super) struct Tables<'t> {
-    ops: Logged<'t, &'static str, &'static [u8]>,
-    events: Logged<'t, (&'static str, u32), &'static [u8]>,
-    responses: Logged<'t, &'static str, &'static [u8]>,
-    requests: Logged<'t, &'static str, &'static [u8]>,
-    index: Logged<'t, (&'static str, i64, &'static str), ()>,
-    counters: Logged<'t, &'static str, u64>,
+    ops: Table<'t, &'static str, &'static [u8]>,
+    events: Table<'t, (&'static str, u32), &'static [u8]>,
+    responses: Table<'t, &'static str, &'static [u8]>,
+    requests: Table<'t, &'static str, &'static [u8]>,
+    index: Table<'t, (&'static str, i64, &'static str), ()>,
+    counters: Table<'t, &'static str, u64>,
     /// What the staged writes add to each prefix's counter, written by `close`: every
     /// operation of a batch moves the same few counters, so each is written once per batch
     /// instead of twice per index entry.
     deltas: Vec<(String, i64)>,
     /// The operations whose record or stored response the staged writes changed (a repeat
-    /// possible), for what a replay must not read before the batch is durable (`take_written`).
+    /// possible), whose answers kept for replays go once the batch commits (`take_written`).
     written: Vec<String>,
     tombs: Tombs<'t>,
     replays: ReplayTable<'t>,
 }
 
 impl<'t> Tables<'t> {
-    /// Opens the tables; their changes are recorded in `redo` (`Redo::off()`: for a
-    /// transaction that commits durably itself).
-    pub(super) fn open(txn: &'t WriteTransaction, redo: &Redo) -> Result<Tables<'t>, Fault> {
+    /// Opens the tables.
+    pub(super) fn open(txn: &'t WriteTransaction) -> Result<Tables<'t>, Fault> {
         Ok(Tables {
-            ops: Logged::open(txn, OPS, Tag::Ops, redo)?,
-            events: Logged::open(txn, EVENTS, Tag::Events, redo)?,
-            responses: Logged::open(txn, RESPONSES, Tag::Responses, redo)?,
-            requests: Logged::open(txn, REQUESTS, Tag::Requests, redo)?,
-            index: Logged::open(txn, INDEX, Tag::Index, redo)?,
-            counters: Logged::open(txn, COUNTERS, Tag::Counters, redo)?,
+            ops: txn.open_table(OPS)?,
+            events: txn.open_table(EVENTS)?,
+            responses: txn.open_table(RESPONSES)?,
+            requests: txn.open_table(REQUESTS)?,
+            index: txn.open_table(INDEX)?,
+            counters: txn.open_table(COUNTERS)?,
             deltas: Vec::new(),
             written: Vec::new(),
-            tombs: Tombs::open(txn, redo)?,
-            replays: replays::open(txn, redo)?,
+            tombs: Tombs::open(txn)?,
+            replays: replays::open(txn)?,
         })
     }
 
@@ -360,7 +337,7 @@ impl<'t> Tables<'t> {
     }
 
     pub(super) fn get_op(&self, id: &str) -> Result<Option<Operation>, Fault> {
-        read_op(&*self.ops, id)
+        read_op(&self.ops, id)
     }
 
     /// Applies one `Write` to the operation stored under `id`; `old` is what `id` holds now,
@@ -397,7 +374,7 @@ impl<'t> Tables<'t> {
                 self.requests.insert(id, sealed.as_slice())?;
                 true
             }
-            RequestChange::Erase => self.requests.remove(id)?,
+            RequestChange::Erase => self.requests.remove(id)?.is_some(),
         };
         Ok(op_changed || write.response.is_some() || request_changed)
     }
@@ -424,7 +401,7 @@ impl<'t> Tables<'t> {
     }
 
     fn unindex(&mut self, prefix: &str, created: i64, id: &str) -> Result<(), Fault> {
-        if self.index.remove((prefix, created, id))? {
+        if self.index.remove((prefix, created, id))?.is_some() {
             self.bump(prefix, -1);
         }
         Ok(())
@@ -500,7 +477,7 @@ impl<'t> Tables<'t> {
     /// returns them as they now are.
     pub(super) fn orphan_in_flight(&mut self, now: Timestamp) -> Result<Vec<Operation>, Fault> {
         let prefix = state_prefix(State::InFlight);
-        let ids = scan_ids(&*self.index, &prefix, usize::MAX)?;
+        let ids = scan_ids(&self.index, &prefix, usize::MAX)?;
         let mut orphaned = Vec::with_capacity(ids.len());
         for (_, id) in &ids {
             let Some(old) = self.get_op(id)? else {
@@ -562,7 +539,7 @@ impl<'t> Tables<'t> {
             }
             let (key, _) = entry?;
             let (_, created, id) = key.value();
-            let op = read_op(&*self.ops, id)?;
+            let op = read_op(&self.ops, id)?;
             if let Some(op) = op.filter(|op| op.updated_at < older_than) {
                 doomed.push(op);
             }

@@ -639,7 +639,7 @@ async fn list_stays_fast_with_many_operations() {
     for chunk in (0..N).collect::<Vec<_>>().chunks(10_000) {
         let txn = ledger.redb().shared().db().unwrap().begin_write().unwrap();
         {
-            let mut tables = Tables::open(&txn, &crate::ledger::redo::Redo::off()).unwrap();
+            let mut tables = Tables::open(&txn).unwrap();
             for &i in chunk {
                 let state = if i % 1000 == 0 {
                     State::Unknown
@@ -1013,55 +1013,8 @@ async fn counters_add_up_over_a_shared_batch() {
     assert!(!stats.by_state.contains_key("in_flight") || stats.by_state["in_flight"] == 0);
 }
 
-/// A replay is never answered from a read snapshot of an operation whose batch's log frame is
-/// not yet synced (the syncer holds it): the claim transaction decides, and its answer waits
-/// for the sync. Released, the snapshot answers again; a later batch's hold outlives an
-/// earlier batch's release.
-#[tokio::test]
-async fn a_held_operation_is_not_replayed_from_a_snapshot() {
-    let dir = TempDir::new().unwrap();
-    let ledger = open(&dir).await;
-    let done = op("p/r/held", State::Succeeded, T0);
-    put(&ledger, done, vec![], Some(response(b"ok"))).await;
-    let replayable = |ledger: &Ledger| {
-        let ledger = ledger.clone();
-        async move { ledger.replayable("p/r/held").await.unwrap().is_some() }
-    };
-    assert!(
-        replayable(&ledger).await,
-        "answered once its batch was synced"
-    );
-
-    let shared = ledger.redb().shared();
-    let held = || vec!["p/r/held".to_owned()];
-    shared.hold(held(), 7);
-    assert!(!replayable(&ledger).await, "held by frame 7");
-    shared.hold(held(), 9);
-    shared.release_upto(7);
-    assert!(!replayable(&ledger).await, "still held by frame 9");
-    shared.release_upto(9);
-    assert!(replayable(&ledger).await, "frame 9 synced");
-    shared.hold(held(), 11);
-    shared.unhold(10);
-    assert!(
-        !replayable(&ledger).await,
-        "another frame's failed commit releases nothing"
-    );
-    shared.unhold(11);
-    // Checked without a read, which would keep the answer again.
-    assert!(
-        !shared.held("p/r/held"),
-        "its own failed commit releases it"
-    );
-    // Released, its kept answer is gone: held again now, the read snapshot's check refuses it.
-    shared.hold(held(), 13);
-    assert!(!replayable(&ledger).await, "held by frame 13, not kept");
-    shared.release_upto(13);
-    assert!(replayable(&ledger).await, "frame 13 synced");
-}
-
 /// What a replay read once is answered from memory (`hot`), and never outlives a change of its
-/// operation: a rewrite or a prune, each once its batch is synced (both are held until then).
+/// operation: a rewrite or a prune, each once its batch has committed.
 #[tokio::test]
 async fn a_kept_replay_answer_follows_every_change_of_its_operation() {
     let dir = TempDir::new().unwrap();
@@ -1089,7 +1042,7 @@ async fn a_kept_replay_answer_follows_every_change_of_its_operation() {
         (State::Succeeded, Some(Bytes::from_static(b"first")))
     );
 
-    // Rewritten (as an operator's action could): the kept answer goes with the release.
+    // Rewritten (as an operator's action could): the kept answer goes with the commit.
     let mut failed = op(id, State::Failed, T0);
     failed.error = Some("refused".to_owned());
     put(&ledger, failed, vec![], None).await;
@@ -1111,7 +1064,7 @@ async fn a_kept_replay_answer_follows_every_change_of_its_operation() {
 
 /// A task on a shard gets the writer's answers through the shard's inbox (`handoff`): every
 /// one of fifty concurrent updates is answered, on the shard's thread, and the inbox took
-/// them (in as many bunches as the syncer's answers found it empty).
+/// them (in as many bunches as the writer's answers found it empty).
 #[tokio::test]
 async fn updates_from_a_shard_are_answered_through_its_inbox() {
     let dir = TempDir::new().unwrap();

@@ -8,12 +8,11 @@
 //! `(pruned_at, id)` per tombstone, so the sweep deletes the oldest first without a scan.
 //! It never decides what a tombstone means: `decide` refuses every request for one.
 
-use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
 use super::change::tombstone_of;
 use super::codec;
 use super::fault::Fault;
-use super::redo::{Logged, Redo, Tag};
 use super::store::{self};
 use crate::clock::Timestamp;
 use crate::operation::Operation;
@@ -23,16 +22,16 @@ pub(super) const AGE: TableDefinition<(i64, &str), ()> = TableDefinition::new("t
 
 /// The tombstone tables opened in one write transaction.
 pub(super) struct Tombs<'t> {
-    table: Logged<'t, &'static str, &'static [u8]>,
-    age: Logged<'t, (i64, &'static str), ()>,
+    table: Table<'t, &'static str, &'static [u8]>,
+    age: Table<'t, (i64, &'static str), ()>,
 }
 
 impl<'t> Tombs<'t> {
     /// Opens the tables, creating them on first use.
-    pub(super) fn open(txn: &'t WriteTransaction, redo: &Redo) -> Result<Tombs<'t>, Fault> {
+    pub(super) fn open(txn: &'t WriteTransaction) -> Result<Tombs<'t>, Fault> {
         Ok(Tombs {
-            table: Logged::open(txn, TOMBSTONES, Tag::Tombstones, redo)?,
-            age: Logged::open(txn, AGE, Tag::TombstoneAge, redo)?,
+            table: txn.open_table(TOMBSTONES)?,
+            age: txn.open_table(AGE)?,
         })
     }
 

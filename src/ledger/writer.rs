@@ -4,7 +4,7 @@
 //! Callers hand it boxed `Job`s through a channel and await the answer on a oneshot. Group
 //! commit (`batch`): the writer takes the first queued job and every job already queued behind
 //! it (up to 256, never waiting for more), stages them in order in one write transaction,
-//! commits once, and only then answers each of them. So a job sees the writes of the jobs
+//! commits once (redb's own durable commit), and only then answers each of them. So a job sees the writes of the jobs
 //! staged before it (same operation or not), and no answer leaves before its write is
 //! durable. A job that fails or panics while staging is rolled back with the transaction and
 //! answered with its error; the others run again without it (see `Job`). A failed commit fails
@@ -19,13 +19,11 @@ use tokio::sync::oneshot;
 
 use super::LedgerError;
 use super::OnCommit;
-use super::batch::{gather, run_batch};
+use super::batch::{Ended, gather, run_batch};
 use super::change::{self, Left, orphan_event};
 use super::feed::Feed;
 use super::recovery::{DeadClaim, Recovery, Shared, refuses_writes, stage_sweep};
 use super::store::{PruneBatch, Pruned, Tables};
-use super::syncer::{Pending, Syncer, Wake};
-use super::wal::Wal;
 use crate::clock::Timestamp;
 use crate::handoff::{self, Inbox};
 use crate::operation::{Operation, Write};
@@ -70,31 +68,21 @@ pub(super) trait Job: Send {
 /// The handle to the writer thread; dropping it stops the thread after its queued jobs and
 /// waits for it, so the database file is released when the last `Ledger` goes away.
 pub(super) struct Writer {
-    /// Shared only with the syncer's wake, which holds it weakly: dropping this closes the
-    /// queue.
-    jobs: Option<Arc<Sender<Box<dyn Job>>>>,
+    jobs: Option<Sender<Box<dyn Job>>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Writer {
     pub(super) fn start(
         shared: Arc<Shared>,
-        wal: Wal,
         on_commit: Option<OnCommit>,
         feed: Feed,
     ) -> Result<Writer, String> {
         let (jobs, queue) = channel::<Box<dyn Job>>();
-        let jobs = Arc::new(jobs);
-        let to_writer = Arc::downgrade(&jobs);
-        let wake: Wake = Box::new(move || {
-            if let Some(jobs) = to_writer.upgrade() {
-                let _ = jobs.send(Box::new(WakeJob));
-            }
-        });
         let hooks = Hooks { on_commit, feed };
         let thread = std::thread::Builder::new()
             .name("idemproxy-ledger-writer".to_owned())
-            .spawn(move || run(shared, wal, wake, &queue, &hooks))
+            .spawn(move || run(shared, &queue, &hooks))
             .map_err(|e| format!("cannot start the writer thread: {e}"))?;
         Ok(Writer {
             jobs: Some(jobs),
@@ -136,36 +124,13 @@ struct Hooks {
     feed: Feed,
 }
 
-fn run(shared: Arc<Shared>, wal: Wal, wake: Wake, queue: &Receiver<Box<dyn Job>>, hooks: &Hooks) {
-    let syncer = match wal
-        .handle()
-        .map_err(|e| e.to_string())
-        .and_then(|log| Syncer::start(log, Arc::clone(&shared), hooks.feed.clone(), wake))
-    {
-        Ok(syncer) => syncer,
-        Err(why) => {
-            tracing::error!(error = %why, "the ledger cannot write: no syncer");
-            for job in queue.iter() {
-                job.finish(Err(LedgerError::Unavailable(why.clone())));
-            }
-            return;
-        }
-    };
-    let mut recovery = Recovery::new(shared, wal);
+fn run(shared: Arc<Shared>, queue: &Receiver<Box<dyn Job>>, hooks: &Hooks) {
+    let mut recovery = Recovery::new(shared);
     loop {
-        after_failed_sync(&mut recovery, &syncer);
         let job = if recovery.shared().writable() {
-            let next = match recovery.checkpoint_in() {
-                None => queue.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                Some(wait) => queue.recv_timeout(wait),
-            };
-            match next {
+            match queue.recv() {
                 Ok(job) => job,
-                Err(RecvTimeoutError::Timeout) => {
-                    recovery.checkpoint_if_due();
-                    continue;
-                }
-                Err(RecvTimeoutError::Disconnected) => break,
+                Err(_) => break,
             }
         } else if recovery.wait().is_zero() {
             // Checked before the queue, so a stream of refused jobs cannot starve recovery.
@@ -178,47 +143,20 @@ fn run(shared: Arc<Shared>, wal: Wal, wake: Wake, queue: &Receiver<Box<dyn Job>>
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         };
-        serve(&mut recovery, &syncer, gather(job, queue), hooks);
-        recovery.checkpoint_if_due();
+        serve(&mut recovery, gather(job, queue), hooks);
     }
-    // Every batch answered first, then the file made whole.
-    drop(syncer);
-    recovery.checkpoint();
+    // Every batch answered; history committed without an fsync is made durable before the
+    // file is released.
+    recovery.settle();
 }
 
-/// After a failed sync (the syncer has stopped writes and marked the failure in one step,
-/// and wakes the writer with a `WakeJob`), once per failure: the file may hold batches the
-/// log lost, so it is reopened (then it holds what the log holds) and the syncer starts over
-/// after the log's last frame. Recovery follows as after any storage error, once the syncer
-/// has answered every batch before the reset (`Recovery::attempt` waits for both).
-fn after_failed_sync(recovery: &mut Recovery, syncer: &Syncer) {
-    if recovery.shared().take_sync_failure() {
-        let last = recovery.wal().last();
-        recovery.broken("the ledger's write-ahead log could not be synced");
-        recovery.shared().resetting();
-        syncer.reset(last);
-    }
-}
-
-/// Nothing to write: sent by the syncer after a failed sync so that a writer waiting for a
-/// job reopens the ledger and starts its recovery at once, not at the next request.
-struct WakeJob;
-
-impl Job for WakeJob {
-    fn stage(&mut self, _tables: &mut Tables<'_>) -> Result<Staged, LedgerError> {
-        Ok(Staged::Nothing)
-    }
-
-    fn finish(self: Box<Self>, _outcome: Result<(), LedgerError>) {}
-}
-
-/// Runs one batch, or refuses it while the ledger cannot write, and hands it to the syncer,
-/// which answers its jobs once its log frame is synced. A failure after which the database
-/// refuses new transactions (or after which it and the log may disagree, or a sync failed)
-/// breaks the ledger, so the callers of later batches see `/healthz` at 503. Every job that
-/// failed leaves its claim for the sweep.
-fn serve(recovery: &mut Recovery, syncer: &Syncer, batch: Vec<Box<dyn Job>>, hooks: &Hooks) {
-    after_failed_sync(recovery, syncer);
+/// Runs one batch, or refuses it while the ledger cannot write, then answers its jobs: its
+/// commit has returned, so what it wrote is durable (or, for history alone, committed). The
+/// answers kept for replays of the operations it wrote go first, before anyone is answered.
+/// A failure after which the database refuses new transactions (or a failed commit, which
+/// may have left the file and redb's view of it apart) breaks the ledger, so the callers of
+/// later batches see `/healthz` at 503. Every job that failed leaves its claim for the sweep.
+fn serve(recovery: &mut Recovery, batch: Vec<Box<dyn Job>>, hooks: &Hooks) {
     let db = match recovery.db() {
         Some(db) if recovery.shared().writable() => db,
         _ => {
@@ -228,9 +166,14 @@ fn serve(recovery: &mut Recovery, syncer: &Syncer, batch: Vec<Box<dyn Job>>, hoo
             return;
         }
     };
-    let (wal, shared) = recovery.for_batch();
-    let ended = run_batch(&db, wal, shared, batch, hooks.on_commit.as_ref());
-    let settled = ended.settled;
+    let Ended {
+        settled,
+        written,
+        broke,
+    } = run_batch(&db, batch, hooks.on_commit.as_ref());
+    if !written.is_empty() {
+        recovery.shared().hot.forget(&written);
+    }
     let failure = settled
         .iter()
         .find_map(|(_, outcome)| outcome.as_ref().err().map(ToString::to_string));
@@ -240,13 +183,17 @@ fn serve(recovery: &mut Recovery, syncer: &Syncer, batch: Vec<Box<dyn Job>>, hoo
                 recovery.shared().bury(claim);
             }
         }
-        if ended.broke.is_some() || refuses_writes(&db) {
+        if broke.is_some() || refuses_writes(&db) {
             drop(db);
             recovery.broken(&why);
         }
     }
-    let (lsn, sync) = ended.frame.unwrap_or((0, false));
-    syncer.submit(Pending { lsn, sync, settled });
+    for (job, outcome) in settled {
+        if outcome.is_ok() {
+            job.publish(&hooks.feed);
+        }
+        job.finish(outcome);
+    }
 }
 
 pub(super) fn injected() -> LedgerError {

@@ -233,20 +233,21 @@ async fn a_blank_secret_file_variable_counts_as_unset() {
     );
 }
 
-/// The ledger file and its write-ahead log are created readable by their owner only, like
-/// the secret file: they hold stored answers and kept requests. Before 2026-12-03 they took
-/// the umask's mode (0644: readable by every local user).
+/// The ledger file is created readable by its owner only, like the secret file: it holds
+/// stored answers and kept requests. Before 2026-12-03 it took the umask's mode (0644:
+/// readable by every local user).
 #[cfg(unix)]
 #[tokio::test]
-async fn the_ledger_and_its_log_are_created_private() {
+async fn the_ledger_is_created_private() {
     use std::os::unix::fs::PermissionsExt;
     let provider = FakeProvider::start(Behavior::fixed(200, "refund-made")).await;
     let proxy = start(&provider, "").await;
     let made = refund(&proxy, "wf-private", "amount=500").await;
     assert_eq!(made.status, StatusCode::OK, "{}", made.text());
-    for name in ["ledger.redb", "ledger.redb.wal"] {
-        let path = proxy.dir().path().join(name);
-        let mode = std::fs::metadata(&path).expect(name).permissions().mode();
-        assert_eq!(mode & 0o777, 0o600, "{name}: {mode:o}");
-    }
+    let path = proxy.dir().path().join("ledger.redb");
+    let mode = std::fs::metadata(&path)
+        .expect("ledger")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
 }

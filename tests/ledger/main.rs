@@ -1,5 +1,5 @@
 //! Behaviour tests of the ledger and the process that keeps it: crashes, a full disk, a ledger
-//! that cannot write, group commit and the write-ahead log, a new ledger's names, the
+//! that cannot write, group commit and a failed sync, a new ledger's names, the
 //! installation secret, `ledger copy`, retention and tombstones, what it never holds, graceful
 //! shutdown and huge pages.
 //!
@@ -12,6 +12,7 @@ mod common;
 
 mod crash;
 mod disk_full;
+mod failed_sync;
 mod group_commit;
 mod huge_pages;
 mod installation_secret;
@@ -22,4 +23,3 @@ mod retention;
 mod secrets;
 mod shutdown;
 mod tombstones;
-mod write_ahead_log;

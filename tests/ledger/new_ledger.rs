@@ -1,5 +1,5 @@
 //! A new ledger's names are durable (docs/reference.md section 12): the first start creates
-//! the ledger file, its write-ahead log, the installation secret file and the folder
+//! the ledger file, the installation secret file and the folder
 //! proxy.toml names for them, and syncs the folder holding each new name before it prints
 //! its ready line (POSIX makes a new name durable only with an fsync of its folder; without
 //! it a power cut could lose the whole ledger, and the next start would begin on an empty
@@ -98,7 +98,7 @@ async fn a_new_ledgers_names_are_synced_into_their_folders_once() {
     let home = std::fs::canonicalize(proxy.dir().path()).expect("the proxy's folder");
     let data = home.join("data");
     let data_as_given = proxy.dir().path().join("data");
-    let files: Vec<PathBuf> = ["ledger.redb", "ledger.redb.wal", "ledger.redb.secret"]
+    let files: Vec<PathBuf> = ["ledger.redb", "ledger.redb.secret"]
         .iter()
         .map(|name| data.join(name))
         .collect();

@@ -5,8 +5,8 @@
 //! Reading never writes the source, with one exception redb itself imposes: a file left by a
 //! process that was killed needs redb's repair before it can be read, which rebuilds redb's
 //! own page bookkeeping and changes no operation, event or counter (any later open of the
-//! file would do the same); and the writes such a process left in the ledger's write-ahead
-//! log are replayed onto the file and checkpointed first, as its next start would.
+//! file would do the same). A file with an earlier build's write-ahead log beside it is
+//! refused, as by a start (`redb::old_log`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,9 +19,9 @@ use super::{
     UNFINISHED, stored_bytes,
 };
 use crate::ledger::fault::Fault;
-use crate::ledger::redo::Redo;
+use crate::ledger::redb::{old_log, old_log_reason};
 use crate::ledger::store::{self, Tables};
-use crate::ledger::{replays, tombstone, wal};
+use crate::ledger::{replays, tombstone};
 
 /// The page cache of either file; a copy reads and writes each page once.
 const CACHE_BYTES: usize = 32 << 20;
@@ -93,17 +93,13 @@ fn open_source(path: &Path) -> Result<Reader, CopyError> {
         Err(e) => return Err(read_error(e.to_string())),
         Ok(_) => {}
     }
+    if let Some(log) = old_log(path) {
+        return Err(read_error(old_log_reason(&log)));
+    }
     let mut builder = Database::builder();
     builder.set_cache_size(CACHE_BYTES);
     let held = match builder.open_read_only(path) {
-        Ok(db) if !logged_beyond(path, &db).map_err(|f| read_error(f.to_string()))? => {
-            Held::ReadOnly(db)
-        }
-        // Its write-ahead log holds what the file lacks: replayed by a writable open.
-        Ok(db) => {
-            drop(db);
-            repaired(&builder, path, &name)?
-        }
+        Ok(db) => Held::ReadOnly(db),
         // Left by a killed process: only redb's repair (a writable open) can read it.
         Err(DatabaseError::RepairAborted) => repaired(&builder, path, &name)?,
         Err(e) => return Err(open_error(&name, e)),
@@ -127,20 +123,10 @@ fn open_source(path: &Path) -> Result<Reader, CopyError> {
     })
 }
 
-/// Whether the write-ahead log beside the file holds writes the file lacks.
-fn logged_beyond(path: &Path, db: &ReadOnlyDatabase) -> Result<bool, Fault> {
-    let txn = db.begin_read()?;
-    wal::pending(path, &txn)
-}
-
-/// The file opened writable: redb repairs what a killed process left, and the ledger's
-/// write-ahead log is replayed onto it and checkpointed (what any later start would do).
+/// The file opened writable: redb repairs what a killed process left (what any later start
+/// would do).
 fn repaired(builder: &::redb::Builder, path: &Path, name: &str) -> Result<Held, CopyError> {
     let db = builder.open(path).map_err(|e| open_error(name, e))?;
-    wal::settle(path, &db).map_err(|fault| CopyError::Read {
-        ledger: name.to_owned(),
-        reason: fault.to_string(),
-    })?;
     Ok(Held::Repaired(db))
 }
 
@@ -229,14 +215,14 @@ impl Loader {
             store::mark_copying(txn, true)?;
             store::inherit(txn, check.as_deref(), epoch)?;
             // Every table exists from the first commit on, as after a first open.
-            Tables::open(txn, &Redo::off())?.close()
+            Tables::open(txn)?.close()
         })
         .await
     }
 
     pub(in crate::ledger) async fn load(&self, page: Vec<Entry>) -> Result<(), CopyError> {
         self.write(MARKED, move |txn| {
-            let mut tables = Tables::open(txn, &Redo::off())?;
+            let mut tables = Tables::open(txn)?;
             for entry in page {
                 match entry {
                     Entry::Live(live) => tables.load_live(*live)?,
@@ -295,6 +281,9 @@ fn open_target(path: PathBuf) -> Result<Loader, CopyError> {
         reason,
         after: "",
     };
+    if let Some(log) = old_log(&path) {
+        return Err(write_error(old_log_reason(&log)));
+    }
     // Looked at read-only first, so a refused destination keeps every byte.
     if path.exists() {
         let mut builder = Database::builder();
@@ -302,10 +291,7 @@ fn open_target(path: PathBuf) -> Result<Loader, CopyError> {
         match builder.open_read_only(&path) {
             Ok(db) => {
                 let txn = db.begin_read().map_err(|e| write_error(e.to_string()))?;
-                // With writes in its log, it is looked at after they are replayed.
-                if !wal::pending(&path, &txn).map_err(|f| write_error(f.to_string()))? {
-                    refuse_unless_empty(&name, &txn)?;
-                }
+                refuse_unless_empty(&name, &txn)?;
             }
             // Left by a killed process: looked at after the repair of the writable open.
             Err(DatabaseError::RepairAborted) => {}
@@ -330,7 +316,6 @@ fn open_target(path: PathBuf) -> Result<Loader, CopyError> {
         }
         Err(e) => return Err(write_error(e.to_string())),
     };
-    wal::settle(&path, &db).map_err(|f| write_error(f.to_string()))?;
     let txn = db.begin_read().map_err(|e| write_error(e.to_string()))?;
     refuse_unless_empty(&name, &txn)?;
     drop(txn);
