@@ -51,22 +51,15 @@ macro_rules! on_both_backends {
 }
 
 mod backend;
-mod batch;
 mod change;
 mod codec;
 pub mod copy;
 mod fault;
 mod feed;
-mod hot;
 mod postgres;
-mod recovery;
 mod redb;
-mod replays;
-mod store;
 #[cfg(test)]
 mod tests;
-mod tombstone;
-mod writer;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -327,7 +320,7 @@ pub enum Checked {
 
 impl Checked {
     /// Why an unfinished copy is refused, and what to do.
-    pub const UNFINISHED: &str = copy::UNFINISHED;
+    pub const UNFINISHED: &str = copy::page::UNFINISHED;
 }
 
 impl Ledger {

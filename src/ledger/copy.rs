@@ -12,102 +12,23 @@
 //! module copies values and never decides what they mean: an `in_flight` operation stays
 //! `in_flight`, and the destination's first open orphans it as the source's would have.
 
-mod redb;
+pub(in crate::ledger) mod page;
 #[cfg(test)]
 mod tests;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::Replays;
 use super::postgres::copy as postgres;
+use super::redb::copy as redb;
 use crate::config::{LedgerAt, PgUrl};
-use crate::operation::{Event, Operation, RequestChange, State, StoredResponse, Write};
+use crate::operation::State;
 use crate::secret::{SECRET_ENV, SECRET_FILE_ENV, Secret};
+pub use page::CopyError;
+use page::{Entry, Header};
 
 /// Entries per page: one read and one destination transaction each.
 const PAGE: usize = 256;
-/// A page also ends once its stored responses and kept requests reach this many bytes (a
-/// response may be up to `max_stored_response`), so a copy's memory stays bounded.
-pub(super) const PAGE_BYTES: u64 = 32 << 20;
-
-/// The bytes of `live` that may be large: its stored response's body and its kept request.
-pub(super) fn stored_bytes(live: &Live) -> u64 {
-    let body = live.response.as_ref().map_or(0, |r| r.body.len());
-    let request = live.request.as_ref().map_or(0, Vec::len);
-    u64::try_from(body + request).unwrap_or(u64::MAX)
-}
-
-/// How many of the entries whose stored bytes are `sizes` (in order) one page takes: until
-/// they reach `PAGE_BYTES`, the one that reaches it included, at least one.
-pub(super) fn within_page(sizes: impl IntoIterator<Item = u64>) -> usize {
-    let mut total = 0u64;
-    let mut taken = 0;
-    for size in sizes {
-        taken += 1;
-        total = total.saturating_add(size);
-        if total >= PAGE_BYTES {
-            break;
-        }
-    }
-    taken
-}
-
-/// Why a ledger marked by an unfinished copy refuses to open.
-pub(super) const UNFINISHED: &str = "an `idemproxy ledger copy` into it did not finish, so it \
-    holds only part of its source; delete it and run the copy again";
-
-/// One operation as a ledger holds it, whichever backend.
-pub(super) enum Entry {
-    Live(Box<Live>),
-    /// A pruned operation's tombstone (`pruned_at` set).
-    Tombstone(Box<Operation>),
-}
-
-/// A live operation with everything kept beside it.
-pub(super) struct Live {
-    pub(super) op: Operation,
-    /// Its history, in the order it was written.
-    pub(super) events: Vec<Event>,
-    pub(super) response: Option<StoredResponse>,
-    /// The sealed first request, kept while it may be re-sent.
-    pub(super) request: Option<Vec<u8>>,
-    pub(super) replays: Option<Replays>,
-}
-
-impl Live {
-    /// The `Write` that creates this operation on the destination as its source held it
-    /// (every backend's loader applies it with its own `apply`), and its replay count.
-    pub(super) fn into_write(self) -> (Write, Option<Replays>) {
-        let write = Write {
-            op: self.op,
-            events: self.events,
-            response: self.response,
-            request: self
-                .request
-                .map_or(RequestChange::Keep, RequestChange::Store),
-        };
-        (write, self.replays)
-    }
-}
-
-/// Where a dump stands: live operations in ID order (after this ID), then tombstones in ID
-/// order (bytewise, as both backends sort IDs).
-#[derive(Clone)]
-pub(super) enum Position {
-    Live(Option<String>),
-    Tombs(Option<String>),
-    Done,
-}
-
-/// What a ledger holds besides its entries, and a copy inherits.
-pub(super) struct Header {
-    /// The installation secret's check value (never the secret).
-    pub(super) secret_check: Option<String>,
-    /// The highest fence epoch the ledger has issued, so the copy never issues one again.
-    pub(super) epoch: u64,
-}
-
 /// Where a ledger is, as `--from` or `--to` names it: a PostgreSQL URL (`postgres://`,
 /// `postgresql://`), else a redb file path.
 pub fn parse(text: &str) -> Result<LedgerAt, CopyError> {
@@ -125,61 +46,6 @@ pub fn parse(text: &str) -> Result<LedgerAt, CopyError> {
     }
     Ok(LedgerAt::File(PathBuf::from(text)))
 }
-
-/// Why a copy did not happen (or did not finish); each names the ledger and what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum CopyError {
-    /// The command line names no ledger it could copy (exit 2).
-    #[error("{0}")]
-    Usage(String),
-    #[error("the ledger {ledger} does not exist")]
-    Missing { ledger: String },
-    #[error(
-        "the ledger {ledger} is in use {by}; stop it first (a copy needs a ledger nobody writes)"
-    )]
-    InUse {
-        ledger: String,
-        /// By what: `BY_PROXY` or `BY_REPLICA`.
-        by: &'static str,
-    },
-    #[error(
-        "the ledger {ledger} already holds operations or tombstones; copy into a new or empty \
-         ledger (nothing was changed){hint}"
-    )]
-    NotEmpty { ledger: String, hint: &'static str },
-    #[error("cannot read the ledger {ledger}: {reason}")]
-    Read { ledger: String, reason: String },
-    #[error("cannot write the ledger {ledger}: {reason}{after}")]
-    Write {
-        ledger: String,
-        reason: String,
-        /// What the failure left behind, once the copy had begun writing.
-        after: &'static str,
-    },
-}
-
-impl CopyError {
-    /// The exit code of `idemproxy ledger copy` for this error.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            CopyError::Usage(_) => 2,
-            _ => 1,
-        }
-    }
-}
-
-/// The `by` of `InUse` for a redb file (its lock is held).
-pub(super) const BY_PROXY: &str = "by a running proxy";
-/// The `by` of `InUse` for a database on which a replica's lease is live.
-pub(super) const BY_REPLICA: &str = "by a replica whose lease is live (every replica must be \
-    stopped; a stopped one's lease lapses within its `[replicas] lease`)";
-
-/// The `hint` of `NotEmpty` for a destination an earlier copy left unfinished.
-pub(super) const LEFT_UNFINISHED: &str =
-    "; it holds an earlier copy that did not finish: delete it first";
-/// The `after` of `Write` once the destination is marked unfinished.
-pub(super) const MARKED: &str = "; it now holds part of the copy and refuses to open: delete it and run \
-    the copy again";
 
 /// What a copy copied.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

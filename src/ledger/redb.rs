@@ -9,22 +9,32 @@
 //! after a storage error is `recovery`. It never decides what a request means, and no redb
 //! type leaves `ledger`.
 
+pub(in crate::ledger) mod batch;
+pub(in crate::ledger) mod copy;
+pub(in crate::ledger) mod counts;
+pub(in crate::ledger) mod hot;
+pub(in crate::ledger) mod read;
+pub(in crate::ledger) mod recovery;
+pub(in crate::ledger) mod store;
+pub(in crate::ledger) mod tombstone;
+pub(in crate::ledger) mod writer;
+
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
 
+use self::batch::Job;
+use self::recovery::{DeadClaim, Shared};
+use self::store::{PruneBatch, Tables};
+use self::writer::{NoteJob, PruneJob, Reply, SweepJob, TombJob, UpdateJob, Writer};
 use super::Replayable;
 use super::backend::Backend;
 use super::change::Left;
 use super::fault::Fault;
 use super::feed::{Feed, Published};
-use super::recovery::{DeadClaim, Shared};
-use super::replays;
-use super::store::{self, PruneBatch, Tables};
-use super::writer::{Job, PruneJob, Reply, SweepJob, TombJob, UpdateJob, Writer};
-use super::{Fences, Filter, LedgerError, LedgerOptions, Page, Stats, codec, tombstone};
+use super::{Fences, Filter, LedgerError, LedgerOptions, Page, Stats, codec};
 use super::{ReplayNote, Replays};
 use crate::clock::Timestamp;
 use crate::operation::{Event, Operation, State, StoredResponse, Write};
@@ -306,14 +316,14 @@ impl Backend for Redb {
             return Ok(0);
         }
         let fail_writes = self.inner.fail_writes;
-        self.submit(|reply| replays::NoteJob::new(notes, fail_writes, reply))
+        self.submit(|reply| NoteJob::new(notes, fail_writes, reply))
             .await
     }
 
     /// `Ledger::replays` on this file.
     async fn replays(&self, id: &str) -> Result<Option<Replays>, LedgerError> {
         let id = id.to_owned();
-        self.read(move |txn| replays::get(txn, &id)).await
+        self.read(move |txn| counts::get(txn, &id)).await
     }
 
     /// `Ledger::stats` on this file.
@@ -465,7 +475,7 @@ fn recover(
     txn.set_durability(Durability::Immediate)?;
     if store::copy_unfinished(&txn)? {
         txn.abort()?;
-        return Err(Fault::new(super::copy::UNFINISHED.to_owned()));
+        return Err(Fault::new(super::copy::page::UNFINISHED.to_owned()));
     }
     if let Some(check) = secret_check
         && !store::keep_secret_check(&txn, check)?

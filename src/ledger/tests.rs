@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
 use tempfile::TempDir;
 
-use super::store::Tables;
+use super::redb::store::Tables;
 use super::*;
 use crate::operation::{EventKind, ResponseMeta};
 

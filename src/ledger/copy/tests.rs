@@ -8,11 +8,14 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
 use tempfile::TempDir;
 
+use super::page::*;
 use super::*;
 use crate::clock::Timestamp;
 use crate::ledger::postgres::tests::TestDb;
 use crate::ledger::{Filter, Ledger, LedgerError, LedgerOptions, ReplayNote};
-use crate::operation::{Approval, EventKind, RequestChange, Write};
+use crate::operation::{
+    Approval, Event, EventKind, Operation, RequestChange, StoredResponse, Write,
+};
 
 const T0: i64 = 1_800_000_000_000;
 const CHECK: &str = "check-value-a";

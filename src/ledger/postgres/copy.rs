@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use super::super::Replays;
 use super::super::codec;
-use super::super::copy::{
+use super::super::copy::page::{
     BY_REPLICA, CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED, Position, UNFINISHED,
     within_page,
 };

@@ -109,7 +109,7 @@ pub(super) async fn prepare(
         .await?;
     if copying.is_some() {
         tx.rollback().await;
-        return Err(Fault::new(super::super::copy::UNFINISHED.to_owned()));
+        return Err(Fault::new(super::super::copy::page::UNFINISHED.to_owned()));
     }
     if found < VERSION {
         tx.batch(TABLES).await?;

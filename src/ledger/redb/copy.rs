@@ -14,14 +14,14 @@ use std::sync::Arc;
 use ::redb::{Database, DatabaseError, Durability, ReadOnlyDatabase, ReadTransaction};
 use ::redb::{ReadableDatabase, WriteTransaction};
 
-use super::{
+use super::{old_log, old_log_reason};
+use crate::ledger::copy::page::{
     BY_PROXY, CopyError, Entry, Header, LEFT_UNFINISHED, Live, MARKED, PAGE_BYTES, Position,
     UNFINISHED, stored_bytes,
 };
 use crate::ledger::fault::Fault;
-use crate::ledger::redb::{old_log, old_log_reason};
-use crate::ledger::store::{self, Tables};
-use crate::ledger::{replays, tombstone};
+use crate::ledger::redb::store::{self, Tables};
+use crate::ledger::redb::{counts, tombstone};
 
 /// The page cache of either file; a copy reads and writes each page once.
 const CACHE_BYTES: usize = 32 << 20;
@@ -190,7 +190,7 @@ fn live(txn: &ReadTransaction, op: crate::operation::Operation) -> Result<Live, 
         events: store::events(txn, id)?,
         response: store::response(txn, id)?,
         request: store::kept_request(txn, id)?,
-        replays: replays::get(txn, id)?,
+        replays: counts::get(txn, id)?,
         op,
     })
 }
@@ -306,7 +306,7 @@ fn open_target(path: PathBuf) -> Result<Loader, CopyError> {
     } else if let Some(parent) = path.parent() {
         crate::durable::create_dir_all(parent).map_err(|e| write_error(e.to_string()))?;
     }
-    let db = match crate::ledger::redb::create_database(&path) {
+    let db = match super::create_database(&path) {
         Ok(db) => db,
         Err(DatabaseError::DatabaseAlreadyOpen) => {
             return Err(CopyError::InUse {

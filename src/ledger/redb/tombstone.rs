@@ -10,25 +10,27 @@
 
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
-use super::change::tombstone_of;
-use super::codec;
-use super::fault::Fault;
-use super::store::{self};
 use crate::clock::Timestamp;
+use crate::ledger::change::tombstone_of;
+use crate::ledger::codec;
+use crate::ledger::fault::Fault;
+use crate::ledger::redb::read::{decoded_after, readable};
 use crate::operation::Operation;
 
-pub(super) const TOMBSTONES: TableDefinition<&str, &[u8]> = TableDefinition::new("tombstones");
-pub(super) const AGE: TableDefinition<(i64, &str), ()> = TableDefinition::new("tombstone_age");
+pub(in crate::ledger) const TOMBSTONES: TableDefinition<&str, &[u8]> =
+    TableDefinition::new("tombstones");
+pub(in crate::ledger) const AGE: TableDefinition<(i64, &str), ()> =
+    TableDefinition::new("tombstone_age");
 
 /// The tombstone tables opened in one write transaction.
-pub(super) struct Tombs<'t> {
+pub(in crate::ledger) struct Tombs<'t> {
     table: Table<'t, &'static str, &'static [u8]>,
     age: Table<'t, (i64, &'static str), ()>,
 }
 
 impl<'t> Tombs<'t> {
     /// Opens the tables, creating them on first use.
-    pub(super) fn open(txn: &'t WriteTransaction) -> Result<Tombs<'t>, Fault> {
+    pub(in crate::ledger) fn open(txn: &'t WriteTransaction) -> Result<Tombs<'t>, Fault> {
         Ok(Tombs {
             table: txn.open_table(TOMBSTONES)?,
             age: txn.open_table(AGE)?,
@@ -36,12 +38,12 @@ impl<'t> Tombs<'t> {
     }
 
     /// The operation rebuilt from the tombstone of `id` (`pruned_at` set), if there is one.
-    pub(super) fn get(&self, id: &str) -> Result<Option<Operation>, Fault> {
+    pub(in crate::ledger) fn get(&self, id: &str) -> Result<Option<Operation>, Fault> {
         decode(self.table.get(id)?.as_ref().map(|v| v.value()))
     }
 
     /// Records the tombstone of `op`, pruned at `at`, replacing any older one of its ID.
-    pub(super) fn put(&mut self, op: &Operation, at: Timestamp) -> Result<(), Fault> {
+    pub(in crate::ledger) fn put(&mut self, op: &Operation, at: Timestamp) -> Result<(), Fault> {
         let tomb = tombstone_of(op, at);
         if let Some(old) = self.get(&op.id)? {
             let when = old.pruned_at.map_or(0, |t| t.0);
@@ -55,7 +57,11 @@ impl<'t> Tombs<'t> {
 
     /// Deletes up to `max` tombstones made before `older_than`, oldest first; returns how
     /// many went (fewer than `max`: none of that age is left).
-    pub(super) fn sweep(&mut self, older_than: Timestamp, max: usize) -> Result<usize, Fault> {
+    pub(in crate::ledger) fn sweep(
+        &mut self,
+        older_than: Timestamp,
+        max: usize,
+    ) -> Result<usize, Fault> {
         let mut doomed = Vec::new();
         for entry in self.age.range(..(older_than.0, ""))?.take(max) {
             let (key, _) = entry?;
@@ -72,20 +78,20 @@ impl<'t> Tombs<'t> {
 
 /// The tombstone of `id` on a read snapshot. A ledger file written before tombstones existed
 /// has no table yet: no tombstone.
-pub(super) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Operation>, Fault> {
-    let Some(table) = store::readable(txn, TOMBSTONES)? else {
+pub(in crate::ledger) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Operation>, Fault> {
+    let Some(table) = readable(txn, TOMBSTONES)? else {
         return Ok(None);
     };
     decode(table.get(id)?.as_ref().map(|v| v.value()))
 }
 
 /// Up to `max` tombstones whose IDs sort after `after`, in ID order (for `ledger copy`).
-pub(super) fn after(
+pub(in crate::ledger) fn after(
     txn: &ReadTransaction,
     after: Option<&str>,
     max: usize,
 ) -> Result<Vec<Operation>, Fault> {
-    store::decoded_after(txn, TOMBSTONES, after, max, decode_one)
+    decoded_after(txn, TOMBSTONES, after, max, decode_one)
 }
 
 fn decode(bytes: Option<&[u8]>) -> Result<Option<Operation>, Fault> {
@@ -105,9 +111,9 @@ fn decode_one(bytes: &[u8]) -> Result<Operation, Fault> {
 mod tests {
     use std::time::Duration;
 
-    use super::super::tests::{Kind, fresh};
-    use super::super::{Filter, Ledger, LedgerError, LedgerOptions};
     use super::*;
+    use crate::ledger::tests::{Kind, fresh};
+    use crate::ledger::{Filter, Ledger, LedgerError, LedgerOptions};
     use crate::operation::{Approval, State, Write};
 
     const T0: Timestamp = Timestamp(1_800_000_000_000);

@@ -15,83 +15,55 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
 
+use redb::ReadableTable as _;
 use tokio::sync::oneshot;
 
-use super::LedgerError;
-use super::OnCommit;
-use super::batch::{Ended, gather, run_batch};
-use super::change::{self, Left, orphan_event};
-use super::feed::Feed;
-use super::recovery::{DeadClaim, Recovery, Shared, refuses_writes, stage_sweep};
-use super::store::{PruneBatch, Pruned, Tables};
+use crate::ledger::LedgerError;
+use crate::ledger::OnCommit;
+use crate::ledger::redb::batch::{Ended, Job, Settled, Staged, gather, run_batch};
+
 use crate::clock::Timestamp;
 use crate::handoff::{self, Inbox};
-use crate::operation::{Operation, Write};
-
-/// What a job staged, which decides how its transaction ends. Ordered by weight: a batch ends
-/// as its heaviest job says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Staged {
-    /// Nothing to commit.
-    Nothing,
-    /// Only history was appended (the operation and its response are unchanged): committed
-    /// without an fsync, made durable by the next durable commit. A crash may lose such an
-    /// event (a replay or a conflict noted), never a state.
-    History,
-    /// A state change: one durable commit.
-    State,
-}
-
-/// A unit of work for the writer thread.
-///
-/// The writer stages every queued job in one transaction and commits once. When one of them
-/// fails (or panics), the transaction is rolled back and the batch runs again without it: a
-/// job that had staged is then staged again, in a fresh transaction that holds exactly what
-/// the first one held before it. So `stage` may be called more than once before `finish`,
-/// and each call must stage the same changes again (remember what the first call decided;
-/// never consume shared input for good before `finish` says the commit stands).
-pub(super) trait Job: Send {
-    /// Stages this job's changes in the batch's transaction, through its tables (opened once
-    /// per batch: opening redb's tables for every job cost more than most jobs' own writes).
-    fn stage(&mut self, tables: &mut Tables<'_>) -> Result<Staged, LedgerError>;
-    /// Answers the caller once the commit (or the failure) is final.
-    fn finish(self: Box<Self>, outcome: Result<(), LedgerError>);
-    /// The new claim this job staged, if any: when its commit fails it may still have landed,
-    /// and nobody will send under it, so the next sweep makes it `unknown` if it did.
-    fn claim(&self) -> Option<DeadClaim> {
-        None
-    }
-    /// Publishes the events this job appended; called only once its commit stands.
-    fn publish(&self, _feed: &Feed) {}
-}
+use crate::ledger::ReplayNote;
+use crate::ledger::change::{self, Left, first_replay, merged, orphan_event};
+use crate::ledger::fault::Fault;
+use crate::ledger::feed::Feed;
+use crate::ledger::redb::recovery::{DeadClaim, Recovery, Shared, refuses_writes, stage_sweep};
+use crate::ledger::redb::store::{PruneBatch, Pruned, Tables};
+use crate::operation::{Event, Operation, Write};
 
 /// The handle to the writer thread; dropping it stops the thread after its queued jobs and
 /// waits for it, so the database file is released when the last `Ledger` goes away.
-pub(super) struct Writer {
+pub(in crate::ledger) struct Writer {
     jobs: Option<Sender<Box<dyn Job>>>,
     thread: Option<JoinHandle<()>>,
+    /// The answerer's thread: a job it answers may own the last handle.
+    answerer: std::thread::ThreadId,
 }
 
 impl Writer {
-    pub(super) fn start(
+    pub(in crate::ledger) fn start(
         shared: Arc<Shared>,
         on_commit: Option<OnCommit>,
         feed: Feed,
     ) -> Result<Writer, String> {
         let (jobs, queue) = channel::<Box<dyn Job>>();
-        let hooks = Hooks { on_commit, feed };
+        let answerer = Answerer::start(feed)?;
+        let answerer_id = answerer.id();
+        let hooks = Hooks { on_commit };
         let thread = std::thread::Builder::new()
             .name("idemproxy-ledger-writer".to_owned())
-            .spawn(move || run(shared, &queue, &hooks))
+            .spawn(move || run(shared, answerer, &queue, &hooks))
             .map_err(|e| format!("cannot start the writer thread: {e}"))?;
         Ok(Writer {
             jobs: Some(jobs),
             thread: Some(thread),
+            answerer: answerer_id,
         })
     }
 
     /// Queues a job; if the writer has stopped, the job is answered with `Unavailable`.
-    pub(super) fn submit(&self, job: Box<dyn Job>) {
+    pub(in crate::ledger) fn submit(&self, job: Box<dyn Job>) {
         let Some(jobs) = &self.jobs else {
             return job.finish(Err(stopped()));
         };
@@ -106,8 +78,10 @@ impl Drop for Writer {
         // Closing the channel ends the loop once the queue is drained.
         self.jobs = None;
         if let Some(thread) = self.thread.take() {
-            // A job that owned the last handle would otherwise wait for itself.
-            if thread.thread().id() != std::thread::current().id() {
+            // A job that owned the last handle would otherwise wait for itself (on the writer's
+            // thread) or for the writer, which waits for the answerer (on the answerer's).
+            let current = std::thread::current().id();
+            if thread.thread().id() != current && self.answerer != current {
                 let _ = thread.join();
             }
         }
@@ -121,10 +95,9 @@ fn stopped() -> LedgerError {
 /// What the writer tells the world after each commit.
 struct Hooks {
     on_commit: Option<OnCommit>,
-    feed: Feed,
 }
 
-fn run(shared: Arc<Shared>, queue: &Receiver<Box<dyn Job>>, hooks: &Hooks) {
+fn run(shared: Arc<Shared>, answerer: Answerer, queue: &Receiver<Box<dyn Job>>, hooks: &Hooks) {
     let mut recovery = Recovery::new(shared);
     loop {
         let job = if recovery.shared().writable() {
@@ -143,8 +116,9 @@ fn run(shared: Arc<Shared>, queue: &Receiver<Box<dyn Job>>, hooks: &Hooks) {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         };
-        serve(&mut recovery, gather(job, queue), hooks);
+        serve(&mut recovery, &answerer, gather(job, queue), hooks);
     }
+    drop(answerer);
     // Every batch answered; history committed without an fsync is made durable before the
     // file is released.
     recovery.settle();
@@ -156,7 +130,7 @@ fn run(shared: Arc<Shared>, queue: &Receiver<Box<dyn Job>>, hooks: &Hooks) {
 /// A failure after which the database refuses new transactions (or a failed commit, which
 /// may have left the file and redb's view of it apart) breaks the ledger, so the callers of
 /// later batches see `/healthz` at 503. Every job that failed leaves its claim for the sweep.
-fn serve(recovery: &mut Recovery, batch: Vec<Box<dyn Job>>, hooks: &Hooks) {
+fn serve(recovery: &mut Recovery, answerer: &Answerer, batch: Vec<Box<dyn Job>>, hooks: &Hooks) {
     let db = match recovery.db() {
         Some(db) if recovery.shared().writable() => db,
         _ => {
@@ -188,15 +162,72 @@ fn serve(recovery: &mut Recovery, batch: Vec<Box<dyn Job>>, hooks: &Hooks) {
             recovery.broken(&why);
         }
     }
+    answerer.answer(settled);
+}
+
+/// The thread that publishes the events of committed batches and answers their jobs, in
+/// commit order, while the writer stages the next batch: every batch it is handed has already
+/// committed (durably, if it changed a state), so an answer never leaves before its write is
+/// on disk. Dropping it answers what is queued and stops the thread.
+struct Answerer {
+    queue: Option<Sender<Vec<Settled>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Answerer {
+    fn start(feed: Feed) -> Result<Answerer, String> {
+        let (queue, inbox) = channel::<Vec<Settled>>();
+        let thread = std::thread::Builder::new()
+            .name("idemproxy-ledger-answerer".to_owned())
+            .spawn(move || {
+                for settled in inbox {
+                    settle(settled, &feed);
+                }
+            })
+            .map_err(|e| format!("cannot start the answerer thread: {e}"))?;
+        Ok(Answerer {
+            queue: Some(queue),
+            thread: Some(thread),
+        })
+    }
+
+    fn id(&self) -> std::thread::ThreadId {
+        self.thread
+            .as_ref()
+            .map_or_else(|| std::thread::current().id(), |t| t.thread().id())
+    }
+
+    fn answer(&self, settled: Vec<Settled>) {
+        if let Some(queue) = &self.queue
+            && let Err(returned) = queue.send(settled)
+        {
+            for (job, _) in returned.0 {
+                job.finish(Err(stopped()));
+            }
+        }
+    }
+}
+
+impl Drop for Answerer {
+    fn drop(&mut self) {
+        self.queue = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Publishes the events of the jobs that succeeded and answers every job.
+fn settle(settled: Vec<Settled>, feed: &Feed) {
     for (job, outcome) in settled {
         if outcome.is_ok() {
-            job.publish(&hooks.feed);
+            job.publish(feed);
         }
         job.finish(outcome);
     }
 }
 
-pub(super) fn injected() -> LedgerError {
+pub(in crate::ledger) fn injected() -> LedgerError {
     LedgerError::Unavailable("fault injection: ledger.commit fails".to_owned())
 }
 
@@ -206,21 +237,21 @@ fn unanswered() -> LedgerError {
 
 /// Where a job's answer goes: to the task that submitted it, through its shard's inbox when
 /// it runs on a shard (`handoff`), so that one wake-up of the shard serves a bunch of answers.
-pub(super) struct Reply<T> {
+pub(in crate::ledger) struct Reply<T> {
     answer: oneshot::Sender<Result<T, LedgerError>>,
     home: Option<Arc<Inbox>>,
 }
 
 impl<T: Send + 'static> Reply<T> {
     /// A reply to the calling task, and the receiver it awaits.
-    pub(super) fn new() -> (Reply<T>, oneshot::Receiver<Result<T, LedgerError>>) {
+    pub(in crate::ledger) fn new() -> (Reply<T>, oneshot::Receiver<Result<T, LedgerError>>) {
         let (answer, receiver) = oneshot::channel();
         let home = handoff::home();
         (Reply { answer, home }, receiver)
     }
 
     /// Answers. The caller may have gone away; what was written stands either way.
-    pub(super) fn send(self, result: Result<T, LedgerError>) {
+    pub(in crate::ledger) fn send(self, result: Result<T, LedgerError>) {
         let Reply { answer, home } = self;
         match home {
             Some(inbox) => inbox.deliver(Box::new(move || {
@@ -234,7 +265,7 @@ impl<T: Send + 'static> Reply<T> {
 }
 
 /// An `update` on its way through the writer.
-pub(super) struct UpdateJob<T, F> {
+pub(in crate::ledger) struct UpdateJob<T, F> {
     id: String,
     f: Option<F>,
     fail_writes: bool,
@@ -246,7 +277,12 @@ pub(super) struct UpdateJob<T, F> {
 }
 
 impl<T, F> UpdateJob<T, F> {
-    pub(super) fn new(id: &str, f: F, fail_writes: bool, reply: Reply<T>) -> UpdateJob<T, F> {
+    pub(in crate::ledger) fn new(
+        id: &str,
+        f: F,
+        fail_writes: bool,
+        reply: Reply<T>,
+    ) -> UpdateJob<T, F> {
         UpdateJob {
             id: id.to_owned(),
             f: Some(f),
@@ -317,7 +353,7 @@ where
 }
 
 /// One batch of `prune` on its way through the writer.
-pub(super) struct PruneJob {
+pub(in crate::ledger) struct PruneJob {
     batch: PruneBatch,
     fail_writes: bool,
     result: Option<Pruned>,
@@ -325,7 +361,11 @@ pub(super) struct PruneJob {
 }
 
 impl PruneJob {
-    pub(super) fn new(batch: PruneBatch, fail_writes: bool, reply: Reply<Pruned>) -> PruneJob {
+    pub(in crate::ledger) fn new(
+        batch: PruneBatch,
+        fail_writes: bool,
+        reply: Reply<Pruned>,
+    ) -> PruneJob {
         PruneJob {
             batch,
             fail_writes,
@@ -358,7 +398,7 @@ impl Job for PruneJob {
 }
 
 /// The sweep of dead claims (see `recovery`), queued when a caller abandons its claim.
-pub(super) struct SweepJob {
+pub(in crate::ledger) struct SweepJob {
     shared: Arc<Shared>,
     fail_writes: bool,
     /// The dead claims and the time taken at the first staging, kept for a batch run again.
@@ -368,7 +408,7 @@ pub(super) struct SweepJob {
 }
 
 impl SweepJob {
-    pub(super) fn new(shared: Arc<Shared>, fail_writes: bool) -> SweepJob {
+    pub(in crate::ledger) fn new(shared: Arc<Shared>, fail_writes: bool) -> SweepJob {
         SweepJob {
             shared,
             fail_writes,
@@ -410,7 +450,7 @@ impl Job for SweepJob {
 }
 
 /// One batch of `prune_tombstones` on its way through the writer.
-pub(super) struct TombJob {
+pub(in crate::ledger) struct TombJob {
     older_than: Timestamp,
     max: usize,
     fail_writes: bool,
@@ -419,7 +459,7 @@ pub(super) struct TombJob {
 }
 
 impl TombJob {
-    pub(super) fn new(
+    pub(in crate::ledger) fn new(
         older_than: Timestamp,
         max: usize,
         fail_writes: bool,
@@ -452,6 +492,87 @@ impl Job for TombJob {
     fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
         let job = *self;
         let answer = outcome.and_then(|()| job.deleted.ok_or_else(unanswered));
+        job.reply.send(answer);
+    }
+}
+
+/// Merges `notes` into the table; an operation's first replays also get their event.
+/// Returns how many operations were noted (the others are gone), and each event appended
+/// with its operation.
+fn stage_notes(
+    tables: &mut Tables<'_>,
+    notes: &[ReplayNote],
+) -> Result<(usize, Vec<(Operation, Event)>), Fault> {
+    let mut noted = 0;
+    let mut appended = Vec::new();
+    for note in notes {
+        let Some(op) = tables.get_op(&note.id)? else {
+            continue;
+        };
+        let kept = tables.replays().get(note.id.as_str())?.map(|v| v.value());
+        tables
+            .replays()
+            .insert(note.id.as_str(), merged(kept, note))?;
+        if kept.is_none() {
+            let event = first_replay(&op, note);
+            tables.append_events(&note.id, std::slice::from_ref(&event))?;
+            appended.push((op, event));
+        }
+        noted += 1;
+    }
+    Ok((noted, appended))
+}
+
+/// One batch of replay counts on its way through the writer.
+pub(in crate::ledger) struct NoteJob {
+    notes: Vec<ReplayNote>,
+    fail_writes: bool,
+    noted: Option<usize>,
+    /// The `operation.replayed` events the last staging appended, for the feed.
+    appended: Vec<(Operation, Event)>,
+    reply: Reply<usize>,
+}
+
+impl NoteJob {
+    pub(in crate::ledger) fn new(
+        notes: Vec<ReplayNote>,
+        fail_writes: bool,
+        reply: Reply<usize>,
+    ) -> NoteJob {
+        NoteJob {
+            notes,
+            fail_writes,
+            noted: None,
+            appended: Vec::new(),
+            reply,
+        }
+    }
+}
+
+impl Job for NoteJob {
+    fn stage(&mut self, tables: &mut Tables<'_>) -> Result<Staged, LedgerError> {
+        if self.fail_writes {
+            return Err(injected());
+        }
+        let (noted, appended) = stage_notes(tables, &self.notes)?;
+        self.noted = Some(noted);
+        self.appended = appended;
+        Ok(if noted == 0 {
+            Staged::Nothing
+        } else {
+            Staged::History
+        })
+    }
+
+    fn publish(&self, feed: &Feed) {
+        for (op, event) in &self.appended {
+            feed.publish(op, std::slice::from_ref(event));
+        }
+    }
+
+    fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
+        let job = *self;
+        let answer = outcome.map(|()| job.noted.unwrap_or_default());
         job.reply.send(answer);
     }
 }

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::Replayable;
+use crate::ledger::Replayable;
 use crate::operation::State;
 
 /// The most bytes the map accounts for.
@@ -32,7 +32,7 @@ const MAX_BODY: usize = 64 << 10;
 const OVERHEAD: usize = 512;
 
 /// The map, shared by the readers and the writer.
-pub(super) struct Hot {
+pub(in crate::ledger) struct Hot {
     /// Moved by every `forget` and `clear`; a fill that saw another value is dropped.
     epoch: AtomicU64,
     entries: Mutex<Entries>,
@@ -45,7 +45,7 @@ struct Entries {
 }
 
 impl Hot {
-    pub(super) fn new() -> Hot {
+    pub(in crate::ledger) fn new() -> Hot {
         Hot {
             epoch: AtomicU64::new(0),
             entries: Mutex::new(Entries::default()),
@@ -53,12 +53,12 @@ impl Hot {
     }
 
     /// The epoch a reader takes before its snapshot begins, and hands to `fill`.
-    pub(super) fn epoch(&self) -> u64 {
+    pub(in crate::ledger) fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
     }
 
     /// The kept answer for `id`, if any.
-    pub(super) fn get(&self, id: &str) -> Option<Arc<Replayable>> {
+    pub(in crate::ledger) fn get(&self, id: &str) -> Option<Arc<Replayable>> {
         let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         entries.map.get(id).map(|(kept, _)| Arc::clone(kept))
     }
@@ -66,7 +66,12 @@ impl Hot {
     /// Keeps what a reader read for `id` from a snapshot begun after `epoch` was taken, unless
     /// the epoch moved since, or the operation is one a replay does not answer alone, or the
     /// entry is too large. Returns the answer, shared.
-    pub(super) fn fill(&self, id: &str, epoch: u64, read: Replayable) -> Arc<Replayable> {
+    pub(in crate::ledger) fn fill(
+        &self,
+        id: &str,
+        epoch: u64,
+        read: Replayable,
+    ) -> Arc<Replayable> {
         let read = Arc::new(read);
         let Some(size) = cost(id, &read) else {
             return read;
@@ -92,7 +97,7 @@ impl Hot {
 
     /// Drops the entries of `ids`, whose new versions a commit wrote: called once it has
     /// returned, before any of its jobs is answered.
-    pub(super) fn forget(&self, ids: &[String]) {
+    pub(in crate::ledger) fn forget(&self, ids: &[String]) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         self.epoch.fetch_add(1, Ordering::AcqRel);
         for id in ids {
@@ -103,7 +108,7 @@ impl Hot {
     }
 
     /// Drops every entry: the file was reopened, and holds what the disk does.
-    pub(super) fn clear(&self) {
+    pub(in crate::ledger) fn clear(&self) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         self.epoch.fetch_add(1, Ordering::AcqRel);
         *entries = Entries::default();

@@ -17,17 +17,58 @@ use std::time::Instant;
 
 use redb::{Database, Durability, WriteTransaction};
 
-use super::fault::Fault;
-use super::store::Tables;
-use super::writer::{Job, Staged};
-use super::{Commit, LedgerError, OnCommit};
+use crate::ledger::fault::Fault;
+use crate::ledger::feed::Feed;
+use crate::ledger::redb::recovery::DeadClaim;
+use crate::ledger::redb::store::Tables;
+use crate::ledger::{Commit, LedgerError, OnCommit};
+
+/// What a job staged, which decides how its transaction ends. Ordered by weight: a batch ends
+/// as its heaviest job says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(in crate::ledger) enum Staged {
+    /// Nothing to commit.
+    Nothing,
+    /// Only history was appended (the operation and its response are unchanged): committed
+    /// without an fsync, made durable by the next durable commit. A crash may lose such an
+    /// event (a replay or a conflict noted), never a state.
+    History,
+    /// A state change: one durable commit.
+    State,
+}
+
+/// A unit of work for the writer thread.
+///
+/// The writer stages every queued job in one transaction and commits once. When one of them
+/// fails (or panics), the transaction is rolled back and the batch runs again without it: a
+/// job that had staged is then staged again, in a fresh transaction that holds exactly what
+/// the first one held before it. So `stage` may be called more than once before `finish`,
+/// and each call must stage the same changes again (remember what the first call decided;
+/// never consume shared input for good before `finish` says the commit stands).
+pub(in crate::ledger) trait Job: Send {
+    /// Stages this job's changes in the batch's transaction, through its tables (opened once
+    /// per batch: opening redb's tables for every job cost more than most jobs' own writes).
+    fn stage(&mut self, tables: &mut Tables<'_>) -> Result<Staged, LedgerError>;
+    /// Answers the caller once the commit (or the failure) is final.
+    fn finish(self: Box<Self>, outcome: Result<(), LedgerError>);
+    /// The new claim this job staged, if any: when its commit fails it may still have landed,
+    /// and nobody will send under it, so the next sweep makes it `unknown` if it did.
+    fn claim(&self) -> Option<DeadClaim> {
+        None
+    }
+    /// Publishes the events this job appended; called only once its commit stands.
+    fn publish(&self, _feed: &Feed) {}
+}
 
 /// The most jobs one transaction stages; more wait for the next commit.
 const MAX_BATCH: usize = 256;
 
 /// The batch: `first` and every job already queued behind it, up to `MAX_BATCH`. Never waits
 /// for more: a lone job commits at once.
-pub(super) fn gather(first: Box<dyn Job>, queue: &Receiver<Box<dyn Job>>) -> Vec<Box<dyn Job>> {
+pub(in crate::ledger) fn gather(
+    first: Box<dyn Job>,
+    queue: &Receiver<Box<dyn Job>>,
+) -> Vec<Box<dyn Job>> {
     let mut batch = vec![first];
     while batch.len() < MAX_BATCH {
         match queue.try_recv() {
@@ -42,21 +83,21 @@ pub(super) fn gather(first: Box<dyn Job>, queue: &Receiver<Box<dyn Job>>) -> Vec
 type Failed = (Option<usize>, LedgerError);
 
 /// A job and how it ended.
-pub(super) type Settled = (Box<dyn Job>, Result<(), LedgerError>);
+pub(in crate::ledger) type Settled = (Box<dyn Job>, Result<(), LedgerError>);
 
 /// How a batch ended.
-pub(super) struct Ended {
+pub(in crate::ledger) struct Ended {
     /// Every job with its outcome, unanswered.
-    pub(super) settled: Vec<Settled>,
+    pub(in crate::ledger) settled: Vec<Settled>,
     /// The operations its commit stored or deleted (`Tables::take_written`).
-    pub(super) written: Vec<String>,
+    pub(in crate::ledger) written: Vec<String>,
     /// Why the commit failed, if it did: the database may then refuse writes until reopened.
-    pub(super) broke: Option<String>,
+    pub(in crate::ledger) broke: Option<String>,
 }
 
 /// Stages `jobs` in one transaction and ends it as the heaviest staging says; a job that fails
 /// to stage is set aside with its error and the rest run again without it.
-pub(super) fn run_batch(
+pub(in crate::ledger) fn run_batch(
     db: &Database,
     mut jobs: Vec<Box<dyn Job>>,
     on_commit: Option<&OnCommit>,

@@ -10,32 +10,29 @@
 //! about a second after the replay); later ones only move the count and `last_at`. Counts for an
 //! operation that is gone (pruned) are dropped; `store` deletes a pruned operation's row.
 
-use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
+use redb::{ReadTransaction, Table, TableDefinition, WriteTransaction};
 
-use super::change::{first_replay, merged};
-use super::fault::Fault;
-use super::feed::Feed;
-use super::store::Tables;
-use super::writer::{Job, Reply, Staged, injected};
-use super::{LedgerError, ReplayNote, Replays};
 use crate::clock::Timestamp;
-use crate::operation::{Event, Operation};
+use crate::ledger::Replays;
+use crate::ledger::fault::Fault;
+use crate::ledger::redb::read::readable;
 
 /// `id -> (count, first_at, last_at)` in milliseconds since the epoch.
-pub(super) const REPLAYS: TableDefinition<&str, (u64, i64, i64)> = TableDefinition::new("replays");
+pub(in crate::ledger) const REPLAYS: TableDefinition<&str, (u64, i64, i64)> =
+    TableDefinition::new("replays");
 
 /// The table as `Tables` holds it.
-pub(super) type ReplayTable<'t> = Table<'t, &'static str, (u64, i64, i64)>;
+pub(in crate::ledger) type ReplayTable<'t> = Table<'t, &'static str, (u64, i64, i64)>;
 
 /// Opens the table in a write transaction, creating it on first use.
-pub(super) fn open<'t>(txn: &'t WriteTransaction) -> Result<ReplayTable<'t>, Fault> {
+pub(in crate::ledger) fn open<'t>(txn: &'t WriteTransaction) -> Result<ReplayTable<'t>, Fault> {
     Ok(txn.open_table(REPLAYS)?)
 }
 
 /// The replays of `id` on a read snapshot. A ledger file written before replays were
 /// counted has no table yet: none.
-pub(super) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Replays>, Fault> {
-    let Some(table) = super::store::readable(txn, REPLAYS)? else {
+pub(in crate::ledger) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Replays>, Fault> {
+    let Some(table) = readable(txn, REPLAYS)? else {
         return Ok(None);
     };
     Ok(table.get(id)?.map(|v| {
@@ -48,89 +45,15 @@ pub(super) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Replays>, Fa
     }))
 }
 
-/// Merges `notes` into the table; an operation's first replays also get their event.
-/// Returns how many operations were noted (the others are gone), and each event appended
-/// with its operation.
-fn stage_notes(
-    tables: &mut Tables<'_>,
-    notes: &[ReplayNote],
-) -> Result<(usize, Vec<(Operation, Event)>), Fault> {
-    let mut noted = 0;
-    let mut appended = Vec::new();
-    for note in notes {
-        let Some(op) = tables.get_op(&note.id)? else {
-            continue;
-        };
-        let kept = tables.replays().get(note.id.as_str())?.map(|v| v.value());
-        tables
-            .replays()
-            .insert(note.id.as_str(), merged(kept, note))?;
-        if kept.is_none() {
-            let event = first_replay(&op, note);
-            tables.append_events(&note.id, std::slice::from_ref(&event))?;
-            appended.push((op, event));
-        }
-        noted += 1;
-    }
-    Ok((noted, appended))
-}
-
-/// One batch of replay counts on its way through the writer.
-pub(super) struct NoteJob {
-    notes: Vec<ReplayNote>,
-    fail_writes: bool,
-    noted: Option<usize>,
-    /// The `operation.replayed` events the last staging appended, for the feed.
-    appended: Vec<(Operation, Event)>,
-    reply: Reply<usize>,
-}
-
-impl NoteJob {
-    pub(super) fn new(notes: Vec<ReplayNote>, fail_writes: bool, reply: Reply<usize>) -> NoteJob {
-        NoteJob {
-            notes,
-            fail_writes,
-            noted: None,
-            appended: Vec::new(),
-            reply,
-        }
-    }
-}
-
-impl Job for NoteJob {
-    fn stage(&mut self, tables: &mut Tables<'_>) -> Result<Staged, LedgerError> {
-        if self.fail_writes {
-            return Err(injected());
-        }
-        let (noted, appended) = stage_notes(tables, &self.notes)?;
-        self.noted = Some(noted);
-        self.appended = appended;
-        Ok(if noted == 0 {
-            Staged::Nothing
-        } else {
-            Staged::History
-        })
-    }
-
-    fn publish(&self, feed: &Feed) {
-        for (op, event) in &self.appended {
-            feed.publish(op, std::slice::from_ref(event));
-        }
-    }
-
-    fn finish(self: Box<Self>, outcome: Result<(), LedgerError>) {
-        let job = *self;
-        let answer = outcome.map(|()| job.noted.unwrap_or_default());
-        job.reply.send(answer);
-    }
-}
-
 #[cfg(test)]
 mod tests {
 
-    use super::super::LedgerOptions;
-    use super::super::tests::{Kind, fresh};
     use super::*;
+    use crate::ledger::LedgerOptions;
+    use crate::ledger::ReplayNote;
+    use crate::ledger::change::merged;
+    use crate::ledger::tests::{Kind, fresh};
+    use crate::operation::Operation;
     use crate::operation::{EventKind, State, Write};
 
     const T0: i64 = 1_800_000_000_000;

@@ -19,22 +19,27 @@ use redb::{
     ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction,
 };
 
-use super::change::{self, Left, leaves_tombstone, orphan_reason};
-use super::codec;
-use super::copy::Live;
-use super::fault::Fault;
-use super::replays::{self, ReplayTable};
-use super::tombstone::Tombs;
-use super::{Filter, Page, Stats};
 use crate::clock::Timestamp;
+use crate::ledger::change::{self, Left, leaves_tombstone, orphan_reason};
+use crate::ledger::codec;
+use crate::ledger::copy::page::Live;
+use crate::ledger::fault::Fault;
+use crate::ledger::redb::counts::{self, ReplayTable};
+use crate::ledger::redb::read::{decoded_after, readable};
+use crate::ledger::redb::tombstone::Tombs;
+use crate::ledger::{Filter, Page, Stats};
 use crate::operation::{Event, Operation, RequestChange, State, StoredResponse, Write};
 
-pub(super) const OPS: TableDefinition<&str, &[u8]> = TableDefinition::new("ops");
-pub(super) const EVENTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("events");
-pub(super) const RESPONSES: TableDefinition<&str, &[u8]> = TableDefinition::new("responses");
-pub(super) const REQUESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("requests");
-pub(super) const INDEX: TableDefinition<(&str, i64, &str), ()> = TableDefinition::new("index");
-pub(super) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+pub(in crate::ledger) const OPS: TableDefinition<&str, &[u8]> = TableDefinition::new("ops");
+pub(in crate::ledger) const EVENTS: TableDefinition<(&str, u32), &[u8]> =
+    TableDefinition::new("events");
+pub(in crate::ledger) const RESPONSES: TableDefinition<&str, &[u8]> =
+    TableDefinition::new("responses");
+pub(in crate::ledger) const REQUESTS: TableDefinition<&str, &[u8]> =
+    TableDefinition::new("requests");
+pub(in crate::ledger) const INDEX: TableDefinition<(&str, i64, &str), ()> =
+    TableDefinition::new("index");
+pub(in crate::ledger) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// The installation secret's check value (never the secret), under [`SECRET_CHECK`].
 const CHECKS: TableDefinition<&str, &str> = TableDefinition::new("checks");
@@ -46,24 +51,24 @@ const ALL: &str = "c";
 const EPOCH: &str = "boot_epoch";
 
 /// Where an entry sits inside one index prefix: `(created_at, id)`.
-pub(super) type Position = (i64, String);
+pub(in crate::ledger) type Position = (i64, String);
 
 /// Where one prune transaction starts and how much it may delete.
-pub(super) struct PruneBatch {
-    pub(super) state: State,
-    pub(super) older_than: Timestamp,
+pub(in crate::ledger) struct PruneBatch {
+    pub(in crate::ledger) state: State,
+    pub(in crate::ledger) older_than: Timestamp,
     /// Resume strictly after this entry of the by-state index.
-    pub(super) after: Option<Position>,
-    pub(super) max: usize,
+    pub(in crate::ledger) after: Option<Position>,
+    pub(in crate::ledger) max: usize,
     /// The `pruned_at` of the tombstones this batch leaves.
-    pub(super) now: Timestamp,
+    pub(in crate::ledger) now: Timestamp,
 }
 
 /// What one prune transaction did.
-pub(super) struct Pruned {
-    pub(super) deleted: usize,
+pub(in crate::ledger) struct Pruned {
+    pub(in crate::ledger) deleted: usize,
     /// Set when the batch filled up: where the next one resumes.
-    pub(super) resume: Option<Position>,
+    pub(in crate::ledger) resume: Option<Position>,
 }
 
 macro_rules! fault_from {
@@ -108,7 +113,10 @@ fn prefix_end(prefix: &str) -> String {
 
 /// Keeps `check` when the ledger has no secret check value yet; whether the one it keeps
 /// (now) is `check`.
-pub(super) fn keep_secret_check(txn: &WriteTransaction, check: &str) -> Result<bool, Fault> {
+pub(in crate::ledger) fn keep_secret_check(
+    txn: &WriteTransaction,
+    check: &str,
+) -> Result<bool, Fault> {
     let mut checks = txn.open_table(CHECKS)?;
     let kept = checks.get(SECRET_CHECK)?.map(|v| v.value().to_owned());
     match kept {
@@ -121,7 +129,7 @@ pub(super) fn keep_secret_check(txn: &WriteTransaction, check: &str) -> Result<b
 }
 
 /// Bumps the persisted boot epoch, creating every table on first use; returns the new epoch.
-pub(super) fn bump_epoch(txn: &WriteTransaction) -> Result<u64, Fault> {
+pub(in crate::ledger) fn bump_epoch(txn: &WriteTransaction) -> Result<u64, Fault> {
     let mut meta = txn.open_table(META)?;
     let epoch = meta.get(EPOCH)?.map_or(0, |v| v.value()).saturating_add(1);
     meta.insert(EPOCH, epoch)?;
@@ -133,46 +141,12 @@ const COPYING: &str = "copy_unfinished";
 
 /// Whether a `ledger copy` into this ledger began and never finished (it then holds only part
 /// of its source, and opening it would forget operations that happened).
-pub(super) fn copy_unfinished(txn: &WriteTransaction) -> Result<bool, Fault> {
+pub(in crate::ledger) fn copy_unfinished(txn: &WriteTransaction) -> Result<bool, Fault> {
     Ok(txn.open_table(META)?.get(COPYING)?.is_some())
 }
 
-/// `def` on a read snapshot, or `None` when the file has no such table yet (a ledger never
-/// opened for writing, or written before the table existed): reads then find nothing.
-pub(super) fn readable<K: redb::Key + 'static, V: redb::Value + 'static>(
-    txn: &ReadTransaction,
-    def: TableDefinition<K, V>,
-) -> Result<Option<ReadOnlyTable<K, V>>, Fault> {
-    match txn.open_table(def) {
-        Ok(table) => Ok(Some(table)),
-        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Up to `max` records of `def` whose IDs sort after `after`, in ID order, each decoded by
-/// `decode` (for `ledger copy`).
-pub(super) fn decoded_after<T>(
-    txn: &ReadTransaction,
-    def: TableDefinition<&'static str, &'static [u8]>,
-    after: Option<&str>,
-    max: usize,
-    decode: impl Fn(&[u8]) -> Result<T, Fault>,
-) -> Result<Vec<T>, Fault> {
-    let Some(table) = readable(txn, def)? else {
-        return Ok(Vec::new());
-    };
-    let start = after.map_or(Bound::Unbounded, Bound::Excluded);
-    let mut out = Vec::new();
-    for entry in table.range::<&str>((start, Bound::Unbounded))?.take(max) {
-        let (_, bytes) = entry?;
-        out.push(decode(bytes.value())?);
-    }
-    Ok(out)
-}
-
 /// `copy_unfinished` on a read snapshot.
-pub(super) fn copy_unfinished_in(txn: &ReadTransaction) -> Result<bool, Fault> {
+pub(in crate::ledger) fn copy_unfinished_in(txn: &ReadTransaction) -> Result<bool, Fault> {
     match readable(txn, META)? {
         Some(meta) => Ok(meta.get(COPYING)?.is_some()),
         None => Ok(false),
@@ -180,7 +154,7 @@ pub(super) fn copy_unfinished_in(txn: &ReadTransaction) -> Result<bool, Fault> {
 }
 
 /// Marks this ledger as being filled by `ledger copy` (`true`), or as complete (`false`).
-pub(super) fn mark_copying(txn: &WriteTransaction, copying: bool) -> Result<(), Fault> {
+pub(in crate::ledger) fn mark_copying(txn: &WriteTransaction, copying: bool) -> Result<(), Fault> {
     let mut meta = txn.open_table(META)?;
     if copying {
         meta.insert(COPYING, 1)?;
@@ -193,7 +167,7 @@ pub(super) fn mark_copying(txn: &WriteTransaction, copying: bool) -> Result<(), 
 /// Sets what a copied ledger inherits from its source: the secret's check value (`None`:
 /// none, so the first open keeps its own) and a boot epoch at least `epoch`, so no fence of
 /// a copied claim is ever issued again.
-pub(super) fn inherit(
+pub(in crate::ledger) fn inherit(
     txn: &WriteTransaction,
     secret_check: Option<&str>,
     epoch: u64,
@@ -211,7 +185,7 @@ pub(super) fn inherit(
 
 /// The secret's check value a ledger keeps and its boot epoch, on a read snapshot (`None`
 /// and 0 for a ledger never opened with a secret, or never opened).
-pub(super) fn heritage(txn: &ReadTransaction) -> Result<(Option<String>, u64), Fault> {
+pub(in crate::ledger) fn heritage(txn: &ReadTransaction) -> Result<(Option<String>, u64), Fault> {
     let check = match readable(txn, CHECKS)? {
         Some(table) => table.get(SECRET_CHECK)?.map(|v| v.value().to_owned()),
         None => None,
@@ -224,7 +198,7 @@ pub(super) fn heritage(txn: &ReadTransaction) -> Result<(Option<String>, u64), F
 }
 
 /// Up to `max` live operations whose IDs sort after `after`, in ID order (for `ledger copy`).
-pub(super) fn ops_after(
+pub(in crate::ledger) fn ops_after(
     txn: &ReadTransaction,
     after: Option<&str>,
     max: usize,
@@ -233,7 +207,7 @@ pub(super) fn ops_after(
 }
 
 /// The ledger's tables opened in one write transaction.
-pub(super) struct Tables<'t> {
+pub(in crate::ledger) struct Tables<'t> {
     ops: Table<'t, &'static str, &'static [u8]>,
     events: Table<'t, (&'static str, u32), &'static [u8]>,
     responses: Table<'t, &'static str, &'static [u8]>,
@@ -253,7 +227,7 @@ pub(super) struct Tables<'t> {
 
 impl<'t> Tables<'t> {
     /// Opens the tables.
-    pub(super) fn open(txn: &'t WriteTransaction) -> Result<Tables<'t>, Fault> {
+    pub(in crate::ledger) fn open(txn: &'t WriteTransaction) -> Result<Tables<'t>, Fault> {
         Ok(Tables {
             ops: txn.open_table(OPS)?,
             events: txn.open_table(EVENTS)?,
@@ -264,14 +238,14 @@ impl<'t> Tables<'t> {
             deltas: Vec::new(),
             written: Vec::new(),
             tombs: Tombs::open(txn)?,
-            replays: replays::open(txn)?,
+            replays: counts::open(txn)?,
         })
     }
 
     /// Writes the counters the staged writes moved. Called once all of a transaction's
     /// writes are staged and before it commits: tables dropped without it leave the counters
     /// as they were, which is right only when the transaction is aborted.
-    pub(super) fn close(mut self) -> Result<(), Fault> {
+    pub(in crate::ledger) fn close(mut self) -> Result<(), Fault> {
         for (prefix, delta) in std::mem::take(&mut self.deltas) {
             if delta == 0 {
                 continue;
@@ -289,12 +263,15 @@ impl<'t> Tables<'t> {
 
     /// The operations whose record or stored response the writes staged so far changed,
     /// stored or deleted, whatever wrote them (an update, a prune, a sweep).
-    pub(super) fn take_written(&mut self) -> Vec<String> {
+    pub(in crate::ledger) fn take_written(&mut self) -> Vec<String> {
         std::mem::take(&mut self.written)
     }
 
     /// The live operation `id`, else the one rebuilt from its tombstone (`pruned_at` set).
-    pub(super) fn get_op_or_tombstone(&self, id: &str) -> Result<Option<Operation>, Fault> {
+    pub(in crate::ledger) fn get_op_or_tombstone(
+        &self,
+        id: &str,
+    ) -> Result<Option<Operation>, Fault> {
         match self.get_op(id)? {
             Some(op) => Ok(Some(op)),
             None => self.tombs.get(id),
@@ -303,7 +280,7 @@ impl<'t> Tables<'t> {
 
     /// Stores one live operation copied from another ledger, as its source held it: its
     /// record, index entries and counters, history, response, kept request and replay count.
-    pub(super) fn load_live(&mut self, live: Live) -> Result<(), Fault> {
+    pub(in crate::ledger) fn load_live(&mut self, live: Live) -> Result<(), Fault> {
         let (write, replays) = live.into_write();
         let id = write.op.id.clone();
         // A ledger being filled holds no live copy of `id`; a tombstone of it refuses the load.
@@ -317,7 +294,7 @@ impl<'t> Tables<'t> {
     }
 
     /// Stores one tombstone copied from another ledger, with its `pruned_at`.
-    pub(super) fn load_tombstone(&mut self, tomb: &Operation) -> Result<(), Fault> {
+    pub(in crate::ledger) fn load_tombstone(&mut self, tomb: &Operation) -> Result<(), Fault> {
         let Some(at) = tomb.pruned_at else {
             return Err(Fault::new(format!(
                 "tombstone {} has no pruned_at",
@@ -328,7 +305,7 @@ impl<'t> Tables<'t> {
     }
 
     /// Deletes up to `max` tombstones made before `older_than`; returns how many went.
-    pub(super) fn sweep_tombstones(
+    pub(in crate::ledger) fn sweep_tombstones(
         &mut self,
         older_than: Timestamp,
         max: usize,
@@ -336,7 +313,7 @@ impl<'t> Tables<'t> {
         self.tombs.sweep(older_than, max)
     }
 
-    pub(super) fn get_op(&self, id: &str) -> Result<Option<Operation>, Fault> {
+    pub(in crate::ledger) fn get_op(&self, id: &str) -> Result<Option<Operation>, Fault> {
         read_op(&self.ops, id)
     }
 
@@ -344,7 +321,7 @@ impl<'t> Tables<'t> {
     /// as `get_op_or_tombstone` reads it (a tombstone's operation has `pruned_at` set).
     /// Returns whether it changed the operation or its response (else it only added history,
     /// and the operation record is not rewritten).
-    pub(super) fn apply(
+    pub(in crate::ledger) fn apply(
         &mut self,
         id: &str,
         old: Option<&Operation>,
@@ -417,11 +394,15 @@ impl<'t> Tables<'t> {
     }
 
     /// The replay counts (see `replays`).
-    pub(super) fn replays(&mut self) -> &mut ReplayTable<'t> {
+    pub(in crate::ledger) fn replays(&mut self) -> &mut ReplayTable<'t> {
         &mut self.replays
     }
 
-    pub(super) fn append_events(&mut self, id: &str, events: &[Event]) -> Result<(), Fault> {
+    pub(in crate::ledger) fn append_events(
+        &mut self,
+        id: &str,
+        events: &[Event],
+    ) -> Result<(), Fault> {
         self.append_events_from(id, None, events)
     }
 
@@ -475,7 +456,10 @@ impl<'t> Tables<'t> {
 
     /// Turns every `in_flight` operation into `unknown`, found through the by-state index;
     /// returns them as they now are.
-    pub(super) fn orphan_in_flight(&mut self, now: Timestamp) -> Result<Vec<Operation>, Fault> {
+    pub(in crate::ledger) fn orphan_in_flight(
+        &mut self,
+        now: Timestamp,
+    ) -> Result<Vec<Operation>, Fault> {
         let prefix = state_prefix(State::InFlight);
         let ids = scan_ids(&self.index, &prefix, usize::MAX)?;
         let mut orphaned = Vec::with_capacity(ids.len());
@@ -492,7 +476,7 @@ impl<'t> Tables<'t> {
     /// Settles `id` if it is still `in_flight` under `fence` (a claim nobody will finish;
     /// `change::abandoned`); returns it as it now is, or `None` when something else happened
     /// since.
-    pub(super) fn orphan_claim(
+    pub(in crate::ledger) fn orphan_claim(
         &mut self,
         id: &str,
         fence: u64,
@@ -522,7 +506,7 @@ impl<'t> Tables<'t> {
     /// Deletes up to `batch.max` operations in `batch.state` last updated before
     /// `batch.older_than`, scanning the by-state index upward from `batch.after`; a succeeded
     /// or rejected one leaves its tombstone, in the same transaction.
-    pub(super) fn prune_batch(&mut self, batch: &PruneBatch) -> Result<Pruned, Fault> {
+    pub(in crate::ledger) fn prune_batch(&mut self, batch: &PruneBatch) -> Result<Pruned, Fault> {
         let prefix = state_prefix(batch.state);
         let start = match &batch.after {
             Some((created, id)) => Bound::Excluded((prefix.as_str(), *created, id.as_str())),
@@ -586,19 +570,22 @@ fn read_op(
     }
 }
 
-pub(super) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Operation>, Fault> {
+pub(in crate::ledger) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Operation>, Fault> {
     read_op(&txn.open_table(OPS)?, id)
 }
 
 /// `get` without the per-field hashes (see `codec::decode_op_for_replay`).
-pub(super) fn get_for_replay(txn: &ReadTransaction, id: &str) -> Result<Option<Operation>, Fault> {
+pub(in crate::ledger) fn get_for_replay(
+    txn: &ReadTransaction,
+    id: &str,
+) -> Result<Option<Operation>, Fault> {
     match txn.open_table(OPS)?.get(id)? {
         Some(bytes) => codec::decode_op_for_replay(bytes.value()).map(Some),
         None => Ok(None),
     }
 }
 
-pub(super) fn events(txn: &ReadTransaction, id: &str) -> Result<Vec<Event>, Fault> {
+pub(in crate::ledger) fn events(txn: &ReadTransaction, id: &str) -> Result<Vec<Event>, Fault> {
     let table = txn.open_table(EVENTS)?;
     let mut out = Vec::new();
     for entry in table.range((id, 0)..=(id, u32::MAX))? {
@@ -608,7 +595,10 @@ pub(super) fn events(txn: &ReadTransaction, id: &str) -> Result<Vec<Event>, Faul
     Ok(out)
 }
 
-pub(super) fn kept_request(txn: &ReadTransaction, id: &str) -> Result<Option<Vec<u8>>, Fault> {
+pub(in crate::ledger) fn kept_request(
+    txn: &ReadTransaction,
+    id: &str,
+) -> Result<Option<Vec<u8>>, Fault> {
     // A ledger written before requests were kept has no such table yet.
     let Some(table) = readable(txn, REQUESTS)? else {
         return Ok(None);
@@ -616,7 +606,10 @@ pub(super) fn kept_request(txn: &ReadTransaction, id: &str) -> Result<Option<Vec
     Ok(table.get(id)?.map(|bytes| bytes.value().to_vec()))
 }
 
-pub(super) fn response(txn: &ReadTransaction, id: &str) -> Result<Option<StoredResponse>, Fault> {
+pub(in crate::ledger) fn response(
+    txn: &ReadTransaction,
+    id: &str,
+) -> Result<Option<StoredResponse>, Fault> {
     let table = txn.open_table(RESPONSES)?;
     match table.get(id)? {
         Some(bytes) => codec::decode_response(bytes.value()).map(Some),
@@ -625,7 +618,7 @@ pub(super) fn response(txn: &ReadTransaction, id: &str) -> Result<Option<StoredR
 }
 
 /// One page, newest first, strictly older than `after` in `(created_at, id)` order.
-pub(super) fn list(
+pub(in crate::ledger) fn list(
     txn: &ReadTransaction,
     filter: &Filter,
     limit: usize,
@@ -701,7 +694,7 @@ fn most_selective(
     Ok(best.map_or_else(|| ALL.to_owned(), |(_, prefix)| prefix))
 }
 
-pub(super) fn stats(txn: &ReadTransaction) -> Result<Stats, Fault> {
+pub(in crate::ledger) fn stats(txn: &ReadTransaction) -> Result<Stats, Fault> {
     let counters = txn.open_table(COUNTERS)?;
     let index = txn.open_table(INDEX)?;
     let mut stats = Stats::default();

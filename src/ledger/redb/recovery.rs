@@ -22,12 +22,12 @@ use std::time::{Duration, Instant};
 
 use redb::{Database, Durability};
 
-use super::LedgerError;
-use super::change::Left;
-use super::fault::Fault;
-use super::hot::Hot;
-use super::store::Tables;
 use crate::clock::Timestamp;
+use crate::ledger::LedgerError;
+use crate::ledger::change::Left;
+use crate::ledger::fault::Fault;
+use crate::ledger::redb::hot::Hot;
+use crate::ledger::redb::store::Tables;
 use crate::operation::Operation;
 
 /// What must be writable (and syncable) beside the ledger before it is trusted again.
@@ -39,14 +39,14 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// A claim (operation ID and fence) that nobody will finish: its result write failed, or the
 /// commit that made it failed and may still have landed (`left` tells which).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct DeadClaim {
-    pub(super) id: String,
-    pub(super) fence: u64,
-    pub(super) left: Left,
+pub(in crate::ledger) struct DeadClaim {
+    pub(in crate::ledger) id: String,
+    pub(in crate::ledger) fence: u64,
+    pub(in crate::ledger) left: Left,
 }
 
 /// The state the writer thread and the readers share.
-pub(super) struct Shared {
+pub(in crate::ledger) struct Shared {
     path: PathBuf,
     /// `None` while a reopen has not yet succeeded.
     db: RwLock<Option<Arc<Database>>>,
@@ -54,11 +54,11 @@ pub(super) struct Shared {
     writable: AtomicBool,
     dead: Mutex<Vec<DeadClaim>>,
     /// The final answers replays read, kept until the writer changes their operations.
-    pub(super) hot: Hot,
+    pub(in crate::ledger) hot: Hot,
 }
 
 impl Shared {
-    pub(super) fn new(path: &Path, db: Database) -> Shared {
+    pub(in crate::ledger) fn new(path: &Path, db: Database) -> Shared {
         Shared {
             path: path.to_path_buf(),
             db: RwLock::new(Some(Arc::new(db))),
@@ -69,7 +69,7 @@ impl Shared {
     }
 
     /// The current database handle, for one read or one write.
-    pub(super) fn db(&self) -> Result<Arc<Database>, LedgerError> {
+    pub(in crate::ledger) fn db(&self) -> Result<Arc<Database>, LedgerError> {
         let slot = self.db.read().unwrap_or_else(PoisonError::into_inner);
         slot.clone().ok_or_else(|| {
             LedgerError::Unavailable(format!(
@@ -79,13 +79,13 @@ impl Shared {
         })
     }
 
-    pub(super) fn writable(&self) -> bool {
+    pub(in crate::ledger) fn writable(&self) -> bool {
         self.writable.load(Ordering::Acquire)
     }
 
     /// Stops every write (and turns `/healthz` 503) after a storage error, logged once until
     /// the writer's recovery makes it writable again.
-    pub(super) fn stop_writes(&self, why: &str) {
+    pub(in crate::ledger) fn stop_writes(&self, why: &str) {
         if self.writable.swap(false, Ordering::AcqRel) {
             self.stopped(why);
         }
@@ -101,7 +101,7 @@ impl Shared {
     }
 
     /// The error every write gets while the ledger is unwritable.
-    pub(super) fn refusal(&self) -> LedgerError {
+    pub(in crate::ledger) fn refusal(&self) -> LedgerError {
         LedgerError::Unavailable(format!(
             "the ledger at {} cannot write since a storage error (is its disk full?); it \
              reopens itself once the disk allows",
@@ -110,14 +110,14 @@ impl Shared {
     }
 
     /// Remembers a claim nobody will finish, for the next sweep.
-    pub(super) fn bury(&self, claim: DeadClaim) {
+    pub(in crate::ledger) fn bury(&self, claim: DeadClaim) {
         let mut dead = self.dead.lock().unwrap_or_else(PoisonError::into_inner);
         if !dead.contains(&claim) {
             dead.push(claim);
         }
     }
 
-    pub(super) fn dead_claims(&self) -> Vec<DeadClaim> {
+    pub(in crate::ledger) fn dead_claims(&self) -> Vec<DeadClaim> {
         self.dead
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -125,7 +125,7 @@ impl Shared {
     }
 
     /// Forgets the claims a committed sweep handled.
-    pub(super) fn swept(&self, handled: &[DeadClaim]) {
+    pub(in crate::ledger) fn swept(&self, handled: &[DeadClaim]) {
         let mut dead = self.dead.lock().unwrap_or_else(PoisonError::into_inner);
         dead.retain(|claim| !handled.contains(claim));
     }
@@ -140,7 +140,7 @@ impl Shared {
 /// Stages the sweep: every dead claim whose operation is still `in_flight` under its fence
 /// becomes `unknown`, or `failed` if nothing of it can have taken effect
 /// (`change::abandoned`), with an `operation.orphaned` event.
-pub(super) fn stage_sweep(
+pub(in crate::ledger) fn stage_sweep(
     tables: &mut Tables<'_>,
     claims: &[DeadClaim],
     now: Timestamp,
@@ -155,7 +155,7 @@ pub(super) fn stage_sweep(
 }
 
 /// Whether `db` refuses new write transactions (redb after an I/O error).
-pub(super) fn refuses_writes(db: &Database) -> bool {
+pub(in crate::ledger) fn refuses_writes(db: &Database) -> bool {
     match db.begin_write() {
         Ok(txn) => {
             let _ = txn.abort();
@@ -166,7 +166,7 @@ pub(super) fn refuses_writes(db: &Database) -> bool {
 }
 
 /// The writer's side of recovery: its database handle and when to try again.
-pub(super) struct Recovery {
+pub(in crate::ledger) struct Recovery {
     shared: Arc<Shared>,
     db: Option<Arc<Database>>,
     backoff: Duration,
@@ -174,7 +174,7 @@ pub(super) struct Recovery {
 }
 
 impl Recovery {
-    pub(super) fn new(shared: Arc<Shared>) -> Recovery {
+    pub(in crate::ledger) fn new(shared: Arc<Shared>) -> Recovery {
         let db = shared.db().ok();
         Recovery {
             shared,
@@ -186,7 +186,7 @@ impl Recovery {
 
     /// One empty durable commit, the last thing the writer does before it stops: history
     /// committed without an fsync since the last durable commit is then on disk too.
-    pub(super) fn settle(&mut self) {
+    pub(in crate::ledger) fn settle(&mut self) {
         let Some(db) = self.db.clone() else { return };
         if !self.shared.writable() {
             return;
@@ -202,24 +202,24 @@ impl Recovery {
         }
     }
 
-    pub(super) fn shared(&self) -> &Shared {
+    pub(in crate::ledger) fn shared(&self) -> &Shared {
         &self.shared
     }
 
     /// The handle writes go to, when there is one.
-    pub(super) fn db(&self) -> Option<Arc<Database>> {
+    pub(in crate::ledger) fn db(&self) -> Option<Arc<Database>> {
         self.db.clone()
     }
 
     /// How long until the next recovery attempt is due.
-    pub(super) fn wait(&self) -> Duration {
+    pub(in crate::ledger) fn wait(&self) -> Duration {
         self.next_try.saturating_duration_since(Instant::now())
     }
 
     /// A write failed and the database refuses new ones (or its commit failed): stop writing,
     /// reopen for the readers (the file's last durable commit), and try to recover after
     /// `FIRST_BACKOFF`.
-    pub(super) fn broken(&mut self, why: &str) {
+    pub(in crate::ledger) fn broken(&mut self, why: &str) {
         self.shared.stop_writes(why);
         self.backoff = FIRST_BACKOFF;
         self.next_try = Instant::now() + self.backoff;
@@ -229,7 +229,7 @@ impl Recovery {
     }
 
     /// One recovery attempt; on success the ledger is writable again.
-    pub(super) fn attempt(&mut self) {
+    pub(in crate::ledger) fn attempt(&mut self) {
         match self.try_recover() {
             Ok(orphaned) => {
                 self.shared.writable.store(true, Ordering::Release);
@@ -265,7 +265,8 @@ impl Recovery {
     fn reopen(&mut self) -> Result<(), String> {
         self.shared.replace(None);
         self.db = None;
-        let db = super::redb::create_database(&self.shared.path).map_err(|e| e.to_string())?;
+        let db =
+            crate::ledger::redb::create_database(&self.shared.path).map_err(|e| e.to_string())?;
         let db = Arc::new(db);
         self.shared.replace(Some(Arc::clone(&db)));
         self.db = Some(db);
