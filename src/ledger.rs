@@ -6,15 +6,16 @@
 //! `stats`, `subscribe` to the events as they commit, the fences of claims, `abandon` for the
 //! orphan sweep, the tombstones' `tombstone` and `prune_tombstones`, the replay counts'
 //! `note_replays` and `replays`) that every backend implements with the same semantics; no
-//! backend type ever leaves it, and no module above it names a backend. Two backends: redb
-//! (`redb`, with its tables in `store`, `codec`, `tombstone` and `replays`, its single
-//! writer in `writer` and `batch` (group commit, one durable redb commit per batch), its
-//! reopen after a storage error in `recovery`, the replay
-//! answers it keeps in memory until the writer changes them in `hot`), the
-//! default, for one process; and PostgreSQL (`postgres`), shared by several replicas, each
-//! holding a lease. Both apply the same storage rules (`change`) and store the same record
-//! bytes (`codec`); `at` says where a ledger lives; `feed` is the in-process broadcast of
-//! committed events; `copy` copies one ledger into another.
+//! backend type ever leaves it, and no module above it names a backend. Two backends, each
+//! in its own folder and neither importing the other: redb (`redb` and `redb/`: its tables
+//! in `redb::store`, `redb::meta`, `redb::tombstone` and `redb::counts`, its queries in
+//! `redb::query`, its single writer in `redb::writer` and `redb::batch` (group commit, one
+//! durable redb commit per batch), its reopen after a storage error in `redb::recovery`, the
+//! replay answers it keeps in memory until the writer changes them in `redb::hot`), the
+//! default, for one process; and PostgreSQL (`postgres` and `postgres/`), shared by several
+//! replicas, each holding a lease. What both share lives above them: the storage rules
+//! (`change`), the record bytes (`codec`), `fault`, `fence`, `feed` (the in-process broadcast of
+//! committed events) and `copy::page`; `copy` copies one ledger into another.
 //!
 //! `Ledger` dispatches to its backend through a private enum, not a trait object: every call
 //! is a `match` the compiler inlines, so the hot path (`replayable`, a synchronous point read
@@ -56,6 +57,7 @@ mod codec;
 pub mod copy;
 mod fault;
 mod feed;
+mod fence;
 mod postgres;
 mod redb;
 #[cfg(test)]
@@ -64,7 +66,6 @@ mod tests;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use self::backend::Backend;
@@ -74,6 +75,7 @@ use crate::clock::Timestamp;
 pub use crate::config::{LedgerAt, PgUrl, SslMode};
 use crate::operation::{Event, Operation, State, StoredResponse, Write};
 pub use feed::Published;
+pub use fence::Fences;
 
 /// Filters of `GET /ops`; `None` matches all.
 #[derive(Debug, Clone, Default)]
@@ -267,39 +269,6 @@ pub struct Ledger(Store);
 enum Store {
     Redb(Redb),
     Postgres(Postgres),
-}
-
-/// Issues fencing tokens; a cheap `Clone`, so an `update` closure can take a token only when
-/// it writes a claim.
-#[derive(Clone)]
-pub struct Fences {
-    inner: Arc<(u64, AtomicU64)>,
-}
-
-impl Fences {
-    /// A source for a ledger whose boot epoch is `epoch`; its first token is `(epoch << 32) | 1`.
-    fn from_epoch(epoch: u64) -> Fences {
-        Fences {
-            inner: Arc::new((epoch, AtomicU64::new(1))),
-        }
-    }
-
-    /// A source whose first token is `first` (epoch 0), for unit tests.
-    #[cfg(test)]
-    pub(crate) fn starting_at(first: u64) -> Fences {
-        Fences {
-            inner: Arc::new((0, AtomicU64::new(first))),
-        }
-    }
-
-    /// A fresh, non-zero fencing token, unique across restarts: the boot epoch (persisted and
-    /// bumped at every open) in the high 32 bits, an in-process counter in the low 32 bits.
-    /// Unique for the first 2^32 tokens of a process; only written claims take one.
-    pub fn next(&self) -> u64 {
-        let (epoch, counter) = &*self.inner;
-        let n = counter.fetch_add(1, Ordering::Relaxed);
-        (epoch << 32) | (n & 0xFFFF_FFFF)
-    }
 }
 
 /// What `Ledger::check` found at a ledger's location.

@@ -32,10 +32,11 @@
 //!
 //! Storage and the network:
 //! - `ledger`: storage only: the durable ledger as one type (`Ledger`) with a small domain API,
-//!   dispatching through one trait (`ledger::backend`) to its backend (redb, `ledger::redb`,
-//!   or PostgreSQL shared by replicas, `ledger::postgres`); no module above it names one; the
-//!   types both backends share live in `ledger` itself; `ledger::copy` is `idemproxy ledger
-//!   copy`.
+//!   dispatching through one trait (`ledger::backend`) to its backend, each in its own folder
+//!   (redb, `ledger::redb` and `ledger/redb/`, or PostgreSQL shared by replicas,
+//!   `ledger::postgres` and `ledger/postgres/`); no module above it names one, and neither
+//!   backend imports the other; the types both share live above them in `ledger` and its other
+//!   files; `ledger::copy` is `idemproxy ledger copy`.
 //! - `upstream`: pooled connections to providers (TLS by rustls), the last check before a
 //!   guarded request's first byte (`upstream::gate`), and header hygiene.
 //! - `metrics`: Prometheus counters, histograms and gauges.

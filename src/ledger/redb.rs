@@ -13,6 +13,8 @@ pub(in crate::ledger) mod batch;
 pub(in crate::ledger) mod copy;
 pub(in crate::ledger) mod counts;
 pub(in crate::ledger) mod hot;
+pub(in crate::ledger) mod meta;
+pub(in crate::ledger) mod query;
 pub(in crate::ledger) mod read;
 pub(in crate::ledger) mod recovery;
 pub(in crate::ledger) mod store;
@@ -189,7 +191,7 @@ impl Backend for Redb {
     /// `Ledger::get` on this file.
     async fn get(&self, id: &str) -> Result<Option<Operation>, LedgerError> {
         let id = id.to_owned();
-        self.read(move |txn| store::get(txn, &id)).await
+        self.read(move |txn| query::get(txn, &id)).await
     }
 
     /// `Ledger::replayable` on this file. The operation comes without its per-field hashes
@@ -206,11 +208,11 @@ impl Backend for Redb {
             return Ok(Some(kept));
         }
         self.read_here(|txn| {
-            let Some(op) = store::get_for_replay(txn, id)? else {
+            let Some(op) = query::get_for_replay(txn, id)? else {
                 return Ok(None);
             };
             let stored = match op.state {
-                State::Succeeded => store::response(txn, id)?,
+                State::Succeeded => query::response(txn, id)?,
                 _ => None,
             };
             Ok(Some(shared.hot.fill(id, epoch, (op, stored))))
@@ -220,19 +222,19 @@ impl Backend for Redb {
     /// `Ledger::events` on this file.
     async fn events(&self, id: &str) -> Result<Vec<Event>, LedgerError> {
         let id = id.to_owned();
-        self.read(move |txn| store::events(txn, &id)).await
+        self.read(move |txn| query::events(txn, &id)).await
     }
 
     /// `Ledger::kept_request` on this file.
     async fn kept_request(&self, id: &str) -> Result<Option<Vec<u8>>, LedgerError> {
         let id = id.to_owned();
-        self.read(move |txn| store::kept_request(txn, &id)).await
+        self.read(move |txn| query::kept_request(txn, &id)).await
     }
 
     /// `Ledger::response` on this file.
     async fn response(&self, id: &str) -> Result<Option<StoredResponse>, LedgerError> {
         let id = id.to_owned();
-        self.read(move |txn| store::response(txn, &id)).await
+        self.read(move |txn| query::response(txn, &id)).await
     }
 
     /// `Ledger::list` on this file.
@@ -247,7 +249,7 @@ impl Backend for Redb {
             None => None,
         };
         let filter = filter.clone();
-        self.read(move |txn| store::list(txn, &filter, limit, after))
+        self.read(move |txn| query::list(txn, &filter, limit, after))
             .await
     }
 
@@ -328,7 +330,7 @@ impl Backend for Redb {
 
     /// `Ledger::stats` on this file.
     async fn stats(&self) -> Result<Stats, LedgerError> {
-        self.read(store::stats).await
+        self.read(query::stats).await
     }
 }
 
@@ -415,7 +417,7 @@ pub(super) fn check(path: &Path) -> Result<super::Checked, LedgerError> {
         Err(e) => return Err(open_error(path, e)),
     };
     let txn = db.begin_read().map_err(|e| open_error(path, e))?;
-    match store::copy_unfinished_in(&txn) {
+    match meta::copy_unfinished_in(&txn) {
         Ok(true) => Ok(Checked::Unfinished),
         Ok(false) => Ok(Checked::Ready { schema: 0 }),
         Err(fault) => Err(open_error(path, fault)),
@@ -473,17 +475,17 @@ fn recover(
 ) -> Result<Option<(u64, Vec<Operation>)>, Fault> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
-    if store::copy_unfinished(&txn)? {
+    if meta::copy_unfinished(&txn)? {
         txn.abort()?;
         return Err(Fault::new(super::copy::page::UNFINISHED.to_owned()));
     }
     if let Some(check) = secret_check
-        && !store::keep_secret_check(&txn, check)?
+        && !meta::keep_secret_check(&txn, check)?
     {
         txn.abort()?;
         return Ok(None);
     }
-    let epoch = store::bump_epoch(&txn)?;
+    let epoch = meta::bump_epoch(&txn)?;
     let mut tables = Tables::open(&txn)?;
     let orphaned = tables.orphan_in_flight(now)?;
     tables.close()?;

@@ -7,6 +7,8 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
 use tempfile::TempDir;
 
+use std::sync::atomic::Ordering;
+
 use super::redb::store::Tables;
 use super::*;
 use crate::operation::{EventKind, ResponseMeta};

@@ -20,8 +20,9 @@ use crate::ledger::copy::page::{
     UNFINISHED, stored_bytes,
 };
 use crate::ledger::fault::Fault;
-use crate::ledger::redb::store::{self, Tables};
+use crate::ledger::redb::store::Tables;
 use crate::ledger::redb::{counts, tombstone};
+use crate::ledger::redb::{meta, query};
 
 /// The page cache of either file; a copy reads and writes each page once.
 const CACHE_BYTES: usize = 32 << 20;
@@ -51,7 +52,7 @@ impl Reader {
         let txn = Arc::clone(&self.txn);
         let name = self.name.clone();
         let (secret_check, epoch) = blocking(&self.name, move || {
-            store::heritage(&txn).map_err(|fault| CopyError::Read {
+            meta::heritage(&txn).map_err(|fault| CopyError::Read {
                 ledger: name,
                 reason: fault.to_string(),
             })
@@ -110,7 +111,7 @@ fn open_source(path: &Path) -> Result<Reader, CopyError> {
     };
     let txn = txn.map_err(|e| read_error(e.to_string()))?;
     // A partial copy would be copied whole, and the mark that keeps it from opening lost.
-    match store::copy_unfinished_in(&txn) {
+    match meta::copy_unfinished_in(&txn) {
         Ok(false) => {}
         Ok(true) => return Err(read_error(UNFINISHED.to_owned())),
         Err(fault) => return Err(read_error(fault.to_string())),
@@ -151,7 +152,7 @@ fn read_page(
 ) -> Result<(Vec<Entry>, Position), Fault> {
     match at {
         Position::Live(after) => {
-            let ops = store::ops_after(txn, after.as_deref(), max)?;
+            let ops = query::ops_after(txn, after.as_deref(), max)?;
             let Some(first) = ops.first().map(|op| op.id.clone()) else {
                 return read_page(txn, Position::Tombs(None), max);
             };
@@ -187,9 +188,9 @@ fn read_page(
 fn live(txn: &ReadTransaction, op: crate::operation::Operation) -> Result<Live, Fault> {
     let id = op.id.as_str();
     Ok(Live {
-        events: store::events(txn, id)?,
-        response: store::response(txn, id)?,
-        request: store::kept_request(txn, id)?,
+        events: query::events(txn, id)?,
+        response: query::response(txn, id)?,
+        request: query::kept_request(txn, id)?,
         replays: counts::get(txn, id)?,
         op,
     })
@@ -212,8 +213,8 @@ impl Loader {
         let check = header.secret_check.clone();
         let epoch = header.epoch;
         self.write("", move |txn| {
-            store::mark_copying(txn, true)?;
-            store::inherit(txn, check.as_deref(), epoch)?;
+            meta::mark_copying(txn, true)?;
+            meta::inherit(txn, check.as_deref(), epoch)?;
             // Every table exists from the first commit on, as after a first open.
             Tables::open(txn)?.close()
         })
@@ -235,7 +236,7 @@ impl Loader {
     }
 
     pub(in crate::ledger) async fn finish(&self) -> Result<(), CopyError> {
-        self.write(MARKED, |txn| store::mark_copying(txn, false))
+        self.write(MARKED, |txn| meta::mark_copying(txn, false))
             .await
     }
 
@@ -328,9 +329,9 @@ fn open_target(path: PathBuf) -> Result<Loader, CopyError> {
 /// `NotEmpty` unless the ledger holds no operation and no tombstone.
 fn refuse_unless_empty(name: &str, txn: &ReadTransaction) -> Result<(), CopyError> {
     let looked = (|| {
-        let empty = store::ops_after(txn, None, 1)?.is_empty()
+        let empty = query::ops_after(txn, None, 1)?.is_empty()
             && tombstone::after(txn, None, 1)?.is_empty();
-        Ok::<_, Fault>((empty, store::copy_unfinished_in(txn)?))
+        Ok::<_, Fault>((empty, meta::copy_unfinished_in(txn)?))
     })();
     match looked {
         Ok((true, _)) => Ok(()),

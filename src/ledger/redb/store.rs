@@ -1,4 +1,5 @@
-//! The redb layout: table definitions, index and counter upkeep, and the queries over them.
+//! The redb layout: table definitions, and the writes that keep the index and counters; the
+//! `meta` table is `meta`'s, the queries on read snapshots `query`'s.
 //!
 //! This file owns every table definition and every key format; they never leave `ledger`.
 //! It runs inside transactions it is handed and never begins, commits or aborts one (the
@@ -15,9 +16,7 @@
 
 use std::ops::Bound;
 
-use redb::{
-    ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction,
-};
+use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
 
 use crate::clock::Timestamp;
 use crate::ledger::change::{self, Left, leaves_tombstone, orphan_reason};
@@ -25,10 +24,8 @@ use crate::ledger::codec;
 use crate::ledger::copy::page::Live;
 use crate::ledger::fault::Fault;
 use crate::ledger::redb::counts::{self, ReplayTable};
-use crate::ledger::redb::read::{decoded_after, readable};
 use crate::ledger::redb::tombstone::Tombs;
-use crate::ledger::{Filter, Page, Stats};
-use crate::operation::{Event, Operation, RequestChange, State, StoredResponse, Write};
+use crate::operation::{Event, Operation, RequestChange, State, Write};
 
 pub(in crate::ledger) const OPS: TableDefinition<&str, &[u8]> = TableDefinition::new("ops");
 pub(in crate::ledger) const EVENTS: TableDefinition<(&str, u32), &[u8]> =
@@ -40,15 +37,9 @@ pub(in crate::ledger) const REQUESTS: TableDefinition<&str, &[u8]> =
 pub(in crate::ledger) const INDEX: TableDefinition<(&str, i64, &str), ()> =
     TableDefinition::new("index");
 pub(in crate::ledger) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-/// The installation secret's check value (never the secret), under [`SECRET_CHECK`].
-const CHECKS: TableDefinition<&str, &str> = TableDefinition::new("checks");
-const SECRET_CHECK: &str = "installation_secret";
 
 /// The index prefix holding every operation.
-const ALL: &str = "c";
-/// The `meta` key of the boot epoch, bumped at every open.
-const EPOCH: &str = "boot_epoch";
+pub(in crate::ledger) const ALL: &str = "c";
 
 /// Where an entry sits inside one index prefix: `(created_at, id)`.
 pub(in crate::ledger) type Position = (i64, String);
@@ -92,7 +83,7 @@ fault_from!(
 );
 
 /// The four index prefixes of an operation, in a fixed order so two versions compare slot by slot.
-fn prefixes(op: &Operation) -> [String; 4] {
+pub(in crate::ledger) fn prefixes(op: &Operation) -> [String; 4] {
     [
         ALL.to_owned(),
         state_prefix(op.state),
@@ -101,109 +92,14 @@ fn prefixes(op: &Operation) -> [String; 4] {
     ]
 }
 
-fn state_prefix(state: State) -> String {
+pub(in crate::ledger) fn state_prefix(state: State) -> String {
     format!("s/{}", state.as_str())
 }
 
 /// Bounds covering exactly the entries of `prefix`: no string sorts strictly between
 /// `prefix` and `prefix + "\0"`, so the exclusive end never cuts a longer prefix's entries in.
-fn prefix_end(prefix: &str) -> String {
+pub(in crate::ledger) fn prefix_end(prefix: &str) -> String {
     format!("{prefix}\0")
-}
-
-/// Keeps `check` when the ledger has no secret check value yet; whether the one it keeps
-/// (now) is `check`.
-pub(in crate::ledger) fn keep_secret_check(
-    txn: &WriteTransaction,
-    check: &str,
-) -> Result<bool, Fault> {
-    let mut checks = txn.open_table(CHECKS)?;
-    let kept = checks.get(SECRET_CHECK)?.map(|v| v.value().to_owned());
-    match kept {
-        Some(kept) => Ok(kept == check),
-        None => {
-            checks.insert(SECRET_CHECK, check)?;
-            Ok(true)
-        }
-    }
-}
-
-/// Bumps the persisted boot epoch, creating every table on first use; returns the new epoch.
-pub(in crate::ledger) fn bump_epoch(txn: &WriteTransaction) -> Result<u64, Fault> {
-    let mut meta = txn.open_table(META)?;
-    let epoch = meta.get(EPOCH)?.map_or(0, |v| v.value()).saturating_add(1);
-    meta.insert(EPOCH, epoch)?;
-    Ok(epoch)
-}
-
-/// The `meta` key set while `ledger copy` fills this ledger; its last commit removes it.
-const COPYING: &str = "copy_unfinished";
-
-/// Whether a `ledger copy` into this ledger began and never finished (it then holds only part
-/// of its source, and opening it would forget operations that happened).
-pub(in crate::ledger) fn copy_unfinished(txn: &WriteTransaction) -> Result<bool, Fault> {
-    Ok(txn.open_table(META)?.get(COPYING)?.is_some())
-}
-
-/// `copy_unfinished` on a read snapshot.
-pub(in crate::ledger) fn copy_unfinished_in(txn: &ReadTransaction) -> Result<bool, Fault> {
-    match readable(txn, META)? {
-        Some(meta) => Ok(meta.get(COPYING)?.is_some()),
-        None => Ok(false),
-    }
-}
-
-/// Marks this ledger as being filled by `ledger copy` (`true`), or as complete (`false`).
-pub(in crate::ledger) fn mark_copying(txn: &WriteTransaction, copying: bool) -> Result<(), Fault> {
-    let mut meta = txn.open_table(META)?;
-    if copying {
-        meta.insert(COPYING, 1)?;
-    } else {
-        meta.remove(COPYING)?;
-    }
-    Ok(())
-}
-
-/// Sets what a copied ledger inherits from its source: the secret's check value (`None`:
-/// none, so the first open keeps its own) and a boot epoch at least `epoch`, so no fence of
-/// a copied claim is ever issued again.
-pub(in crate::ledger) fn inherit(
-    txn: &WriteTransaction,
-    secret_check: Option<&str>,
-    epoch: u64,
-) -> Result<(), Fault> {
-    let mut checks = txn.open_table(CHECKS)?;
-    match secret_check {
-        Some(check) => checks.insert(SECRET_CHECK, check)?,
-        None => checks.remove(SECRET_CHECK)?,
-    };
-    let mut meta = txn.open_table(META)?;
-    let kept = meta.get(EPOCH)?.map_or(0, |v| v.value());
-    meta.insert(EPOCH, kept.max(epoch))?;
-    Ok(())
-}
-
-/// The secret's check value a ledger keeps and its boot epoch, on a read snapshot (`None`
-/// and 0 for a ledger never opened with a secret, or never opened).
-pub(in crate::ledger) fn heritage(txn: &ReadTransaction) -> Result<(Option<String>, u64), Fault> {
-    let check = match readable(txn, CHECKS)? {
-        Some(table) => table.get(SECRET_CHECK)?.map(|v| v.value().to_owned()),
-        None => None,
-    };
-    let epoch = match readable(txn, META)? {
-        Some(table) => table.get(EPOCH)?.map_or(0, |v| v.value()),
-        None => 0,
-    };
-    Ok((check, epoch))
-}
-
-/// Up to `max` live operations whose IDs sort after `after`, in ID order (for `ledger copy`).
-pub(in crate::ledger) fn ops_after(
-    txn: &ReadTransaction,
-    after: Option<&str>,
-    max: usize,
-) -> Result<Vec<Operation>, Fault> {
-    decoded_after(txn, OPS, after, max, codec::decode_op)
 }
 
 /// The ledger's tables opened in one write transaction.
@@ -544,7 +440,7 @@ impl<'t> Tables<'t> {
 }
 
 /// The first `max` `(created_at, id)` entries of `prefix`, oldest first.
-fn scan_ids(
+pub(in crate::ledger) fn scan_ids(
     index: &impl ReadableTable<(&'static str, i64, &'static str), ()>,
     prefix: &str,
     max: usize,
@@ -560,7 +456,7 @@ fn scan_ids(
     Ok(out)
 }
 
-fn read_op(
+pub(in crate::ledger) fn read_op(
     ops: &impl ReadableTable<&'static str, &'static [u8]>,
     id: &str,
 ) -> Result<Option<Operation>, Fault> {
@@ -568,146 +464,4 @@ fn read_op(
         Some(bytes) => codec::decode_op(bytes.value()).map(Some),
         None => Ok(None),
     }
-}
-
-pub(in crate::ledger) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Operation>, Fault> {
-    read_op(&txn.open_table(OPS)?, id)
-}
-
-/// `get` without the per-field hashes (see `codec::decode_op_for_replay`).
-pub(in crate::ledger) fn get_for_replay(
-    txn: &ReadTransaction,
-    id: &str,
-) -> Result<Option<Operation>, Fault> {
-    match txn.open_table(OPS)?.get(id)? {
-        Some(bytes) => codec::decode_op_for_replay(bytes.value()).map(Some),
-        None => Ok(None),
-    }
-}
-
-pub(in crate::ledger) fn events(txn: &ReadTransaction, id: &str) -> Result<Vec<Event>, Fault> {
-    let table = txn.open_table(EVENTS)?;
-    let mut out = Vec::new();
-    for entry in table.range((id, 0)..=(id, u32::MAX))? {
-        let (_, value) = entry?;
-        out.push(codec::decode_event(value.value())?);
-    }
-    Ok(out)
-}
-
-pub(in crate::ledger) fn kept_request(
-    txn: &ReadTransaction,
-    id: &str,
-) -> Result<Option<Vec<u8>>, Fault> {
-    // A ledger written before requests were kept has no such table yet.
-    let Some(table) = readable(txn, REQUESTS)? else {
-        return Ok(None);
-    };
-    Ok(table.get(id)?.map(|bytes| bytes.value().to_vec()))
-}
-
-pub(in crate::ledger) fn response(
-    txn: &ReadTransaction,
-    id: &str,
-) -> Result<Option<StoredResponse>, Fault> {
-    let table = txn.open_table(RESPONSES)?;
-    match table.get(id)? {
-        Some(bytes) => codec::decode_response(bytes.value()).map(Some),
-        None => Ok(None),
-    }
-}
-
-/// One page, newest first, strictly older than `after` in `(created_at, id)` order.
-pub(in crate::ledger) fn list(
-    txn: &ReadTransaction,
-    filter: &Filter,
-    limit: usize,
-    after: Option<Position>,
-) -> Result<Page, Fault> {
-    let counters = txn.open_table(COUNTERS)?;
-    let prefix = most_selective(&counters, filter)?;
-    let index = txn.open_table(INDEX)?;
-    let ops = txn.open_table(OPS)?;
-    let stop = prefix_end(&prefix);
-    let end = match &after {
-        Some((created, id)) => Bound::Excluded((prefix.as_str(), *created, id.as_str())),
-        None => Bound::Excluded((stop.as_str(), i64::MIN, "")),
-    };
-    let start = Bound::Included((prefix.as_str(), i64::MIN, ""));
-    let limit = limit.max(1);
-    let mut found = Vec::new();
-    // One match beyond the page tells whether a next page exists.
-    for entry in index.range((start, end))?.rev() {
-        let (key, _) = entry?;
-        let (_, _, id) = key.value();
-        let Some(op) = read_op(&ops, id)? else {
-            return Err(Fault::new(format!("index names a missing operation {id}")));
-        };
-        if matches(filter, &op) {
-            found.push(op);
-            if found.len() > limit {
-                break;
-            }
-        }
-    }
-    Ok(paginate(found, limit))
-}
-
-/// Cuts `found` (up to `limit + 1` matches) to one page; the extra match means a next page.
-fn paginate(mut found: Vec<Operation>, limit: usize) -> Page {
-    if found.len() <= limit {
-        return Page {
-            ops: found,
-            next: None,
-        };
-    }
-    found.truncate(limit);
-    let next = found
-        .last()
-        .map(|op| codec::encode_cursor(op.created_at.0, &op.id));
-    Page { ops: found, next }
-}
-
-fn matches(filter: &Filter, op: &Operation) -> bool {
-    filter.state.is_none_or(|s| s == op.state)
-        && filter.provider.as_ref().is_none_or(|p| *p == op.provider)
-        && filter.route.as_ref().is_none_or(|r| *r == op.route)
-}
-
-/// The index prefix of the filter term with the fewest operations (all operations if none).
-fn most_selective(
-    counters: &ReadOnlyTable<&'static str, u64>,
-    filter: &Filter,
-) -> Result<String, Fault> {
-    let candidates = [
-        filter.state.map(state_prefix),
-        filter.provider.as_ref().map(|p| format!("p/{p}")),
-        filter.route.as_ref().map(|r| format!("r/{r}")),
-    ];
-    let mut best: Option<(u64, String)> = None;
-    for prefix in candidates.into_iter().flatten() {
-        let count = counters.get(prefix.as_str())?.map_or(0, |v| v.value());
-        if best.as_ref().is_none_or(|(n, _)| count < *n) {
-            best = Some((count, prefix));
-        }
-    }
-    Ok(best.map_or_else(|| ALL.to_owned(), |(_, prefix)| prefix))
-}
-
-pub(in crate::ledger) fn stats(txn: &ReadTransaction) -> Result<Stats, Fault> {
-    let counters = txn.open_table(COUNTERS)?;
-    let index = txn.open_table(INDEX)?;
-    let mut stats = Stats::default();
-    for state in State::ALL {
-        let prefix = state_prefix(state);
-        let count = counters.get(prefix.as_str())?.map_or(0, |v| v.value());
-        stats.by_state.insert(state.as_str(), count);
-    }
-    let oldest = |state| -> Result<Option<Timestamp>, Fault> {
-        let first = scan_ids(&index, &state_prefix(state), 1)?;
-        Ok(first.first().map(|(created, _)| Timestamp(*created)))
-    };
-    stats.oldest_unknown = oldest(State::Unknown)?;
-    stats.oldest_in_flight = oldest(State::InFlight)?;
-    Ok(stats)
 }

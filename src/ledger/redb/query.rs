@@ -1,0 +1,165 @@
+//! The redb ledger's queries on a read snapshot: an operation, its history, stored response
+//! and kept request, lists by filter (a reverse scan of one index prefix) and the counts.
+
+use std::ops::Bound;
+
+use redb::{ReadOnlyTable, ReadTransaction};
+
+use crate::clock::Timestamp;
+use crate::ledger::codec;
+use crate::ledger::fault::Fault;
+use crate::ledger::redb::read::{decoded_after, readable};
+use crate::ledger::redb::store::*;
+use crate::ledger::{Filter, Page, Stats};
+use crate::operation::{Event, Operation, State, StoredResponse};
+
+/// Up to `max` live operations whose IDs sort after `after`, in ID order (for `ledger copy`).
+pub(in crate::ledger) fn ops_after(
+    txn: &ReadTransaction,
+    after: Option<&str>,
+    max: usize,
+) -> Result<Vec<Operation>, Fault> {
+    decoded_after(txn, OPS, after, max, codec::decode_op)
+}
+
+pub(in crate::ledger) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<Operation>, Fault> {
+    read_op(&txn.open_table(OPS)?, id)
+}
+
+/// `get` without the per-field hashes (see `codec::decode_op_for_replay`).
+pub(in crate::ledger) fn get_for_replay(
+    txn: &ReadTransaction,
+    id: &str,
+) -> Result<Option<Operation>, Fault> {
+    match txn.open_table(OPS)?.get(id)? {
+        Some(bytes) => codec::decode_op_for_replay(bytes.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+pub(in crate::ledger) fn events(txn: &ReadTransaction, id: &str) -> Result<Vec<Event>, Fault> {
+    let table = txn.open_table(EVENTS)?;
+    let mut out = Vec::new();
+    for entry in table.range((id, 0)..=(id, u32::MAX))? {
+        let (_, value) = entry?;
+        out.push(codec::decode_event(value.value())?);
+    }
+    Ok(out)
+}
+
+pub(in crate::ledger) fn kept_request(
+    txn: &ReadTransaction,
+    id: &str,
+) -> Result<Option<Vec<u8>>, Fault> {
+    // A ledger written before requests were kept has no such table yet.
+    let Some(table) = readable(txn, REQUESTS)? else {
+        return Ok(None);
+    };
+    Ok(table.get(id)?.map(|bytes| bytes.value().to_vec()))
+}
+
+pub(in crate::ledger) fn response(
+    txn: &ReadTransaction,
+    id: &str,
+) -> Result<Option<StoredResponse>, Fault> {
+    let table = txn.open_table(RESPONSES)?;
+    match table.get(id)? {
+        Some(bytes) => codec::decode_response(bytes.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// One page, newest first, strictly older than `after` in `(created_at, id)` order.
+pub(in crate::ledger) fn list(
+    txn: &ReadTransaction,
+    filter: &Filter,
+    limit: usize,
+    after: Option<Position>,
+) -> Result<Page, Fault> {
+    let counters = txn.open_table(COUNTERS)?;
+    let prefix = most_selective(&counters, filter)?;
+    let index = txn.open_table(INDEX)?;
+    let ops = txn.open_table(OPS)?;
+    let stop = prefix_end(&prefix);
+    let end = match &after {
+        Some((created, id)) => Bound::Excluded((prefix.as_str(), *created, id.as_str())),
+        None => Bound::Excluded((stop.as_str(), i64::MIN, "")),
+    };
+    let start = Bound::Included((prefix.as_str(), i64::MIN, ""));
+    let limit = limit.max(1);
+    let mut found = Vec::new();
+    // One match beyond the page tells whether a next page exists.
+    for entry in index.range((start, end))?.rev() {
+        let (key, _) = entry?;
+        let (_, _, id) = key.value();
+        let Some(op) = read_op(&ops, id)? else {
+            return Err(Fault::new(format!("index names a missing operation {id}")));
+        };
+        if matches(filter, &op) {
+            found.push(op);
+            if found.len() > limit {
+                break;
+            }
+        }
+    }
+    Ok(paginate(found, limit))
+}
+
+/// Cuts `found` (up to `limit + 1` matches) to one page; the extra match means a next page.
+fn paginate(mut found: Vec<Operation>, limit: usize) -> Page {
+    if found.len() <= limit {
+        return Page {
+            ops: found,
+            next: None,
+        };
+    }
+    found.truncate(limit);
+    let next = found
+        .last()
+        .map(|op| codec::encode_cursor(op.created_at.0, &op.id));
+    Page { ops: found, next }
+}
+
+fn matches(filter: &Filter, op: &Operation) -> bool {
+    filter.state.is_none_or(|s| s == op.state)
+        && filter.provider.as_ref().is_none_or(|p| *p == op.provider)
+        && filter.route.as_ref().is_none_or(|r| *r == op.route)
+}
+
+/// The index prefix of the filter term with the fewest operations (all operations if none).
+fn most_selective(
+    counters: &ReadOnlyTable<&'static str, u64>,
+    filter: &Filter,
+) -> Result<String, Fault> {
+    let candidates = [
+        filter.state.map(state_prefix),
+        filter.provider.as_ref().map(|p| format!("p/{p}")),
+        filter.route.as_ref().map(|r| format!("r/{r}")),
+    ];
+    let mut best: Option<(u64, String)> = None;
+    for prefix in candidates.into_iter().flatten() {
+        let count = counters.get(prefix.as_str())?.map_or(0, |v| v.value());
+        if best.as_ref().is_none_or(|(n, _)| count < *n) {
+            best = Some((count, prefix));
+        }
+    }
+    Ok(best.map_or_else(|| ALL.to_owned(), |(_, prefix)| prefix))
+}
+
+pub(in crate::ledger) fn stats(txn: &ReadTransaction) -> Result<Stats, Fault> {
+    let counters = txn.open_table(COUNTERS)?;
+    let index = txn.open_table(INDEX)?;
+    let mut stats = Stats::default();
+    for state in State::ALL {
+        let prefix = state_prefix(state);
+        let count = counters.get(prefix.as_str())?.map_or(0, |v| v.value());
+        stats.by_state.insert(state.as_str(), count);
+    }
+    let oldest = |state| -> Result<Option<Timestamp>, Fault> {
+        let first = scan_ids(&index, &state_prefix(state), 1)?;
+        Ok(first.first().map(|(created, _)| Timestamp(*created)))
+    };
+    stats.oldest_unknown = oldest(State::Unknown)?;
+    stats.oldest_in_flight = oldest(State::InFlight)?;
+    Ok(stats)
+}
