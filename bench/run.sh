@@ -37,10 +37,9 @@ mkdir -p "$bench_dir"
 big="$bench_dir/ledger-$fill.redb"
 if [ "$fill" != 0 ] && [ ! -f "$big" ]; then
   echo "bench: pre-filling $big with $fill operations (cached for later runs)" >&2
-  rm -f "$big.tmp" "$big.tmp.wal"
+  rm -f "$big.tmp"
   ./target/release/examples/prefill "$big.tmp" "$fill"
-  # A ledger stopped gracefully holds everything in its file; its emptied log stays behind.
-  mv "$big.tmp" "$big" && rm -f "$big.tmp.wal"
+  mv "$big.tmp" "$big"
 fi
 
 source bench/lib.sh
