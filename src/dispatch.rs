@@ -558,7 +558,7 @@ pub fn stream(
 
 /// What `stream` answers for the exchange's outcome.
 fn streamed(
-    sent: Result<Response<upstream::Body>, SendError>,
+    sent: Result<Response<upstream::ProviderBody>, SendError>,
 ) -> Result<Response<ProxyBody>, Problem> {
     match sent {
         Ok(resp) => {

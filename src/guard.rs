@@ -131,7 +131,7 @@ async fn run(
         _ => {}
     }
     let op = named.complete(app, provider, route, target)?;
-    let names = Names {
+    let names = RouteByName {
         provider: provider.name.clone(),
         route: route.name.clone(),
         captures: captures.clone(),
@@ -172,13 +172,13 @@ impl Next {
 }
 
 /// The route a detached task works for, by name (the task cannot borrow the request's).
-struct Names {
+struct RouteByName {
     provider: String,
     route: String,
     captures: Captures,
 }
 
-impl Names {
+impl RouteByName {
     fn lookup<'a>(&self, app: &'a App) -> Result<(&'a Provider, &'a Route), Problem> {
         let provider = app.provider(&self.provider);
         let route = provider.and_then(|p| p.routes.iter().find(|r| r.name == self.route));
@@ -217,7 +217,7 @@ enum Next {
 /// the task's life: each a block copy of the future's size, a pointer's once boxed.
 fn detached(
     app: &Arc<App>,
-    names: Names,
+    names: RouteByName,
     op: Identified,
 ) -> impl Future<Output = Result<Next, Problem>> + use<> {
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -234,7 +234,11 @@ fn detached(
     }
 }
 
-async fn claim_and_send(app: &Arc<App>, names: &Names, op: Identified) -> Result<Next, Problem> {
+async fn claim_and_send(
+    app: &Arc<App>,
+    names: &RouteByName,
+    op: Identified,
+) -> Result<Next, Problem> {
     let (provider, route) = names.lookup(app)?;
     let Identified { ask, requests } = op;
     match claim(app, provider, route, ask).await? {
@@ -255,7 +259,7 @@ async fn reconcile(
     app: &Arc<App>,
     provider: &Provider,
     route: &Route,
-    names: &Names,
+    names: &RouteByName,
     op: Requests,
 ) -> Result<Next, Problem> {
     let verdict = crate::reconcile::run(
@@ -281,7 +285,7 @@ async fn reconcile(
 async fn send(
     app: &Arc<App>,
     provider: &Provider,
-    names: &Names,
+    names: &RouteByName,
     op: Requests,
     claimed: Claimed,
 ) -> (Response<ProxyBody>, State) {
@@ -344,7 +348,7 @@ async fn read_body(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse().ok());
     let (parts, body) = req.into_parts();
-    let read_limits = budget::Limits {
+    let read_limits = budget::BodyLimits {
         declared,
         max: limit,
         timeout: after,
@@ -395,7 +399,7 @@ fn identify(
     let hex = fingerprint::hex_only(&fingerprint_inputs(
         app, provider, route, target, &parts, &body,
     ));
-    let inputs = template::Inputs {
+    let inputs = template::Sources {
         headers: &parts.headers,
         query: parts.uri.query(),
         body: &body,

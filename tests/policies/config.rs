@@ -9,7 +9,7 @@ use std::time::Duration;
 use idemproxy::config::{self, Config, ConfigErrors, LedgerAt, Limits, Retention};
 use idemproxy::ledger::SslMode;
 use idemproxy::policy::{
-    Approval, Dedupe, Effect, KeyFormat, KeyPlacement, OnMissingId, Outcomes, Scheme, Segment,
+    ApprovalMode, Dedupe, Effect, KeyFormat, KeyPlacement, OnMissingId, Outcomes, Scheme, Segment,
     StatusRule, Unmatched,
 };
 
@@ -181,7 +181,7 @@ fn absent_keys_take_the_spec_defaults() {
     let r = &p.routes[0];
     assert_eq!(r.effect, Effect::Irreversible);
     assert_eq!(r.on_missing_id, OnMissingId::Reject);
-    assert_eq!(r.approval, Approval::None);
+    assert_eq!(r.approval, ApprovalMode::None);
     assert!(r.fingerprint_ignore.is_empty() && r.fingerprint_headers.is_empty());
     assert!(r.approval_show.is_empty());
     assert!(r.reconcile.is_none());
@@ -265,7 +265,7 @@ fn every_key_set_is_taken() {
         OnMissingId::Reject,
         "approval needs an ID"
     );
-    assert_eq!(transfer.approval, Approval::Required);
+    assert_eq!(transfer.approval, ApprovalMode::Required);
     assert_eq!(transfer.fingerprint_headers, ["x-tenant"]);
     let shown: Vec<&str> = transfer
         .approval_show
@@ -762,7 +762,7 @@ fn approval_show_and_fingerprint_ignore_take_field_paths_each_listed_once() {
 fn approval_show_without_approval_loads_with_a_warning() {
     let config = load_ok(&fixture("approval_show_unused"));
     let route = &config.providers[0].routes[0];
-    assert_eq!(route.approval, Approval::None);
+    assert_eq!(route.approval, ApprovalMode::None);
     assert_eq!(route.approval_show.len(), 2);
     let warnings: Vec<String> = config.warnings.iter().map(|w| w.to_string()).collect();
     assert!(
