@@ -21,11 +21,11 @@ use crate::app::App;
 use crate::body;
 use crate::budget::{self, Reservation, Unread};
 use crate::claim::{self, Actor, Ask, Claimed, NO_FIELDS, NO_LEGACY, Probe, Step, claim};
-use crate::dispatch;
+use crate::dispatch::{self, NotBuilt};
 use crate::fingerprint;
 use crate::identity;
 use crate::kept::Outgoing;
-use crate::kept::{KeptRequest, place_key};
+use crate::kept::{KeptRequest, Unbuildable, place_key};
 use crate::operation::{Operation, State, StoredResponse};
 use crate::policy::{Captures, KeyPlacement, OnMissingId, Provider, Route};
 use crate::problem::{Context, Problem};
@@ -317,22 +317,17 @@ pub async fn resend_request(
     id: &str,
     plain: Outgoing,
     claimed: &Claimed,
-) -> Result<Outgoing, String> {
+) -> Result<Outgoing, NotBuilt> {
     let placement = claimed.placement.as_ref().unwrap_or(&provider.key);
-    let sealed = app
-        .ledger
-        .kept_request(id)
-        .await
-        .map_err(|e| e.to_string())?;
-    match sealed {
+    let sealed = app.ledger.kept_request(id).await?;
+    let outgoing = match sealed {
         Some(sealed) => match KeptRequest::open(&app.secret, id, &sealed) {
             Some(kept) => kept.resend(provider, plain.headers, &claimed.key, Some(placement)),
-            None => Err(
-                "the kept first request cannot be opened with this installation's secret".into(),
-            ),
+            None => Err(Unbuildable::Sealed),
         },
         None => place_key(plain, &claimed.key, placement),
-    }
+    };
+    Ok(outgoing?)
 }
 
 /// Step 1: the body, buffered up to `max_request_body` within `body_timeout`, its bytes
@@ -391,7 +386,7 @@ fn identify(
     let secret = &app.secret;
     // A JSON body must not repeat a key within an object.
     let body = body::parse_checked(parts.headers.get(header::CONTENT_TYPE), bytes.clone())
-        .map_err(|key| Problem::InvalidBody(body::repeated_key_detail(&key)))?;
+        .map_err(|repeated| Problem::InvalidBody(repeated.to_string()))?;
     if body.overrides_method() {
         return Err(Problem::InvalidMethod(OVERRIDDEN_BY_FORM.into()));
     }
@@ -482,7 +477,8 @@ impl Named {
         let fingerprint = fingerprint::completed(&inputs, self.hex);
         let key = identity::key(&self.id, provider.key_format, provider.key_length);
         let plain = outgoing(provider, target, self.parts, self.bytes)?;
-        let first = place_key(plain.clone(), &key, &provider.key).map_err(Problem::InvalidBody)?;
+        let first = place_key(plain.clone(), &key, &provider.key)
+            .map_err(|e| Problem::InvalidBody(e.to_string()))?;
         let ask = Ask {
             id: self.id.clone(),
             key,

@@ -394,6 +394,11 @@ impl Route {
 }
 
 /// One provider policy file, validated.
+/// The environment variable an `EnvTemplate` names that is unset or empty, by name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UnsetVar(pub String);
+
 /// A header value with `${VAR}` references, expanded from the environment when used, so a
 /// credential it names lives only in the environment and in memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -458,14 +463,14 @@ impl EnvTemplate {
 
     /// The value with every variable read from the environment; `Err(NAME)` names the first
     /// variable that is unset or empty.
-    pub fn expand(&self) -> Result<String, String> {
+    pub fn expand(&self) -> Result<String, UnsetVar> {
         let mut out = String::new();
         for part in &self.parts {
             match part {
                 EnvPart::Text(t) => out.push_str(t),
                 EnvPart::Var(name) => match std::env::var(name) {
                     Ok(v) if !v.is_empty() => out.push_str(&v),
-                    _ => return Err(name.clone()),
+                    _ => return Err(UnsetVar(name.clone())),
                 },
             }
         }

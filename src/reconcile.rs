@@ -61,7 +61,7 @@ pub enum LookupError {
     #[error("the lookup template cannot be rendered: {0}")]
     Template(String),
     #[error("the lookup URL is not valid: {0}")]
-    Uri(String),
+    Uri(#[from] http::uri::InvalidUri),
     #[error(transparent)]
     Send(#[from] SendError),
     #[error("the lookup answered status {0}, which proves neither presence nor absence")]

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use futures_util::future::Either;
 use http::header;
+use http::uri::InvalidUri;
 use http::{HeaderMap, HeaderValue, Request, Response, Uri, Version};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -34,7 +35,7 @@ mod pool;
 
 pub(crate) use crate::wire::is_hop_by_hop;
 
-pub use gate::{Gate, Gated};
+pub use gate::{Gate, Gated, Refusal};
 pub use pool::ProviderBody;
 
 /// How long a pooled connection may sit idle before it is closed.
@@ -478,7 +479,11 @@ impl Via {
 
 /// The provider URL for a route-relative path and query, built in one buffer (it is on
 /// every forwarded request's path) and parsed without another copy.
-pub fn target_uri(provider: &Provider, rel_path: &str, query: Option<&str>) -> Result<Uri, String> {
+pub fn target_uri(
+    provider: &Provider,
+    rel_path: &str,
+    query: Option<&str>,
+) -> Result<Uri, InvalidUri> {
     use std::fmt::Write as _;
     let up = &provider.upstream;
     let query_len = query.map_or(0, |q| q.len() + 1);
@@ -501,7 +506,7 @@ pub fn target_uri(provider: &Provider, rel_path: &str, query: Option<&str>) -> R
         let _ = write!(s, ":{}", up.port);
     }
     push_path(&mut s, &up.base_path, rel_path, query);
-    Uri::try_from(s).map_err(|e| e.to_string())
+    Uri::try_from(s)
 }
 
 /// Appends the upstream's base path, the route-relative path and the query to a target.
@@ -524,7 +529,7 @@ pub fn origin_target(
     provider: &Provider,
     rel_path: &str,
     query: Option<&str>,
-) -> Result<Uri, String> {
+) -> Result<Uri, InvalidUri> {
     let base_path = &provider.upstream.base_path;
     let query_len = query.map_or(0, |q| q.len() + 1);
     let len = base_path.len() + rel_path.len() + query_len;
@@ -539,7 +544,7 @@ pub fn origin_target(
         rel_path
     };
     push_path(&mut s, base_path, rel_path, query);
-    Uri::try_from(s).map_err(|e| e.to_string())
+    Uri::try_from(s)
 }
 
 /// The longest URI `http` parses, and a bound on the length of an upstream's

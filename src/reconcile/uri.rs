@@ -131,7 +131,7 @@ fn target(provider: &Provider, rendered: &str) -> Result<Uri, LookupError> {
     } else {
         format!("/{path}")
     };
-    upstream::target_uri(provider, &path, query).map_err(LookupError::Uri)
+    Ok(upstream::target_uri(provider, &path, query)?)
 }
 
 #[cfg(test)]

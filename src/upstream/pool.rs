@@ -405,6 +405,7 @@ impl Drop for ProviderBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::Refusal;
     use http_body_util::BodyExt;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
@@ -476,7 +477,7 @@ mod tests {
     async fn a_refusing_gate_sends_nothing_on_a_new_or_a_pooled_connection() {
         let (addr, heads, conns) = server(OK, false).await;
         let pool = pool_for(addr);
-        let refuse: Gate = Arc::new(|| Err("the lease lapsed".to_owned()));
+        let refuse: Gate = Arc::new(|| Err(Refusal::Ledger("the lease lapsed")));
         for _ in 0..2 {
             match pool.send(get(addr, "/"), None, Some(refuse.clone())).await {
                 Err(SendError::Connect(why)) => assert!(why.contains("lease lapsed"), "{why}"),
