@@ -41,7 +41,7 @@ tokio::task_local! {
 
 /// The gate's verdict as an exchange's error: a refusal is a connect error (nothing sent).
 pub(super) fn check(gate: &Gate) -> Result<(), super::SendError> {
-    gate().map_err(|why| super::SendError::Connect(Refused(why).to_string()))
+    gate().map_err(|why| super::SendError::Connect(NotSent(why).to_string()))
 }
 
 /// Runs `exchange` with `gate` visible to the connections it makes (`Gated`).
@@ -52,7 +52,7 @@ pub(super) async fn scoped<F: Future>(gate: Gate, exchange: F) -> F::Output {
 /// Why a gate refused, as the error of a connection that was made but not used.
 #[derive(Debug, thiserror::Error)]
 #[error("not sent: {0}")]
-pub(super) struct Refused(pub(super) Refusal);
+pub(super) struct NotSent(pub(super) Refusal);
 
 /// A connector that checks the gate of the exchange it connects for (if any) once its
 /// connection is ready, after the inner connector's TLS handshake: a refusal is a connect
@@ -86,7 +86,7 @@ where
         Box::pin(async move {
             let conn = connecting.await.map_err(Into::into)?;
             if let Some(gate) = gate {
-                gate().map_err(Refused)?;
+                gate().map_err(NotSent)?;
             }
             Ok(conn)
         })
