@@ -45,8 +45,8 @@ pub struct App {
     pub methods: crate::fingerprint::Methods,
     /// The request-body bytes all guarded requests together may buffer (`max_buffered`).
     pub budget: Arc<crate::budget::Budget>,
-    /// Replays counted in memory until the next coalesced write (`replays`).
-    pub replays: Arc<crate::replays::Tally>,
+    /// Replays counted in memory until the next coalesced write (`tally`).
+    pub tally: Arc<crate::tally::Tally>,
     /// Cancelled when the server starts to shut down: ends the live event streams, which
     /// would otherwise hold their connections open through the grace period.
     pub closing: tokio_util::sync::CancellationToken,
@@ -108,7 +108,7 @@ impl App {
             via: Via::of(&secret),
             secret,
             credentials: Default::default(),
-            replays: Default::default(),
+            tally: Default::default(),
             closing: Default::default(),
         };
         for op in &orphaned {

@@ -99,7 +99,7 @@ pub enum Unread {
 
 /// The limits one guarded body is read under.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub struct BodyLimits {
     /// The body's `Content-Length`, when it declared one (reserved before reading).
     pub declared: Option<u64>,
     /// `max_request_body`.
@@ -112,7 +112,7 @@ pub struct Limits {
 pub async fn read<B>(
     budget: &Arc<Budget>,
     body: B,
-    limits: Limits,
+    limits: BodyLimits,
 ) -> Result<(Bytes, Reservation), Unread>
 where
     B: http_body::Body<Data = Bytes>,
@@ -163,8 +163,8 @@ mod tests {
     use super::*;
     use http_body_util::{Full, StreamBody};
 
-    fn limits(declared: Option<u64>, max: u64) -> Limits {
-        Limits {
+    fn limits(declared: Option<u64>, max: u64) -> BodyLimits {
+        BodyLimits {
             declared,
             max,
             timeout: Duration::from_secs(5),

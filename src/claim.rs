@@ -94,7 +94,7 @@ pub async fn claim(
     };
     let fences = app.ledger.fences();
     let permit = app.ledger.permit();
-    let names = Names {
+    let names = RouteRecord {
         provider: provider.name.clone(),
         route: route.name.clone(),
         effect: route.effect,
@@ -137,7 +137,7 @@ pub async fn claim(
         Ok(Decided::Replay) => {
             let step = Box::pin(replay(app, &ask.id)).await?;
             if ask.actor == Actor::Agent {
-                app.replays.note(&ask.id, Timestamp::now());
+                app.tally.note(&ask.id, Timestamp::now());
             }
             Ok(step)
         }
@@ -203,7 +203,7 @@ enum Fresh {
 
 /// The decisions that write nothing, taken on a read snapshot without the writer: the replay
 /// of a `succeeded` operation (its stored response; an agent's replay is counted in
-/// `app.replays`) and the refusal of an operator-rejected one. `None`: the claim transaction
+/// `app.tally`) and the refusal of an operator-rejected one. `None`: the claim transaction
 /// decides (another decision, no such live operation, a failed read, a stale operation).
 /// The snapshot's operation may come without its per-field hashes: they only name the fields
 /// of a conflict, which is no read-only decision.
@@ -225,7 +225,7 @@ async fn read_only(app: &App, probe: &Probe<'_>, rules: Rules, fresh: Fresh) -> 
             // No stored response: the claim transaction's own read says what to answer.
             let stored = stored.clone()?;
             if probe.actor == Actor::Agent {
-                app.replays.note(probe.id, now);
+                app.tally.note(probe.id, now);
             }
             Some(Step::Replay(stored))
         }
@@ -252,14 +252,14 @@ async fn replay(app: &App, id: &str) -> Result<Step, Problem> {
 }
 
 /// What a new operation records of its route.
-struct Names {
+struct RouteRecord {
     provider: String,
     route: String,
     effect: Effect,
 }
 
 /// The record of a new operation, before its first claim.
-fn fresh(ask: &Ask, names: Names, now: Timestamp) -> Operation {
+fn fresh(ask: &Ask, names: RouteRecord, now: Timestamp) -> Operation {
     Operation {
         id: ask.id.clone(),
         provider: names.provider,

@@ -9,15 +9,15 @@ use std::time::Duration;
 
 use crate::clock::Timestamp;
 use crate::fingerprint::{LEGACY, Legacy, differing_fields};
-use crate::operation::{Approval as Gate, Operation, State};
-use crate::policy::{Approval, Dedupe, Effect, Provider, Route};
+use crate::operation::{Approval, Operation, State};
+use crate::policy::{ApprovalMode, Dedupe, Effect, Provider, Route};
 
 /// The rules of a route that the state machine needs.
 #[derive(Debug, Clone, Copy)]
 pub struct Rules {
     pub effect: Effect,
     pub dedupe: Dedupe,
-    pub approval: Approval,
+    pub approval: ApprovalMode,
     pub key_retention: Duration,
     /// The provider's `timeout`: how long a re-send may take to reach it.
     pub timeout: Duration,
@@ -108,8 +108,8 @@ pub fn decide(
 ) -> Decision {
     let Some(op) = existing else {
         return match rules.approval {
-            Approval::Required => Decision::Prepare,
-            Approval::None => Decision::Create,
+            ApprovalMode::Required => Decision::Prepare,
+            ApprovalMode::None => Decision::Create,
         };
     };
     // Before the fingerprint: any request for a tombstoned ID is refused the same way.
@@ -140,10 +140,10 @@ pub fn decide(
         return Decision::Conflict(differing);
     }
     match op.state {
-        State::Prepared if op.approval == Gate::Approved => Decision::Resend(Resend::Approved),
+        State::Prepared if op.approval == Approval::Approved => Decision::Resend(Resend::Approved),
         State::Prepared => Decision::AwaitApproval,
         State::Succeeded => Decision::Replay,
-        State::Failed if op.approval == Gate::Rejected => Decision::Rejected,
+        State::Failed if op.approval == Approval::Rejected => Decision::Rejected,
         State::Failed => Decision::Resend(Resend::AfterFailure),
         State::InFlight => Decision::Wait,
         State::Unknown => decide_unknown(op, rules, now),
@@ -179,7 +179,7 @@ fn decide_unknown(op: &Operation, rules: Rules, now: Timestamp) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operation::Approval as Gate;
+    use crate::operation::Approval;
 
     const T0: Timestamp = Timestamp(1_000_000);
 
@@ -187,7 +187,7 @@ mod tests {
         Rules {
             effect: Effect::Irreversible,
             dedupe: Dedupe::Key,
-            approval: Approval::None,
+            approval: ApprovalMode::None,
             key_retention: Duration::from_secs(3600),
             timeout: Duration::from_secs(30),
             reconcile: false,
@@ -251,7 +251,7 @@ mod tests {
         let f = fields("100");
         assert_eq!(decide(None, same(&f), rules(), T0), Decision::Create);
         let gated = Rules {
-            approval: Approval::Required,
+            approval: ApprovalMode::Required,
             ..rules()
         };
         assert_eq!(decide(None, same(&f), gated, T0), Decision::Prepare);
@@ -278,12 +278,12 @@ mod tests {
     fn prepared_waits_for_approval_then_sends() {
         let f = fields("100");
         let mut o = op(State::Prepared);
-        o.approval = Gate::Pending;
+        o.approval = Approval::Pending;
         assert_eq!(
             decide(Some(&o), same(&f), rules(), T0),
             Decision::AwaitApproval
         );
-        o.approval = Gate::Approved;
+        o.approval = Approval::Approved;
         assert_eq!(
             decide(Some(&o), same(&f), rules(), T0),
             Decision::Resend(Resend::Approved)
@@ -338,7 +338,7 @@ mod tests {
             decide(Some(&o), same(&f), rules(), T0),
             Decision::Resend(Resend::AfterFailure)
         );
-        o.approval = Gate::Rejected;
+        o.approval = Approval::Rejected;
         assert_eq!(decide(Some(&o), same(&f), rules(), T0), Decision::Rejected);
     }
 
@@ -425,7 +425,7 @@ mod tests {
         for state in [State::Succeeded, State::Failed] {
             let mut o = op(state);
             o.pruned_at = Some(T0);
-            o.approval = Gate::Rejected;
+            o.approval = Approval::Rejected;
             for intent in intents {
                 assert_eq!(
                     decide(Some(&o), intent, rules(), T0),

@@ -26,7 +26,7 @@ use std::io::Write;
 use serde_json::Value;
 
 use crate::policy::{Dedupe, KeyFormat};
-use agent::{Agent, Answer, Refund};
+use agent::{Agent, Received, Refund};
 use provider::FakeProvider;
 use scene::Scene;
 use stage::{Stage, Upstreamed};
@@ -108,7 +108,7 @@ fn dollars(cents: u64) -> String {
 }
 
 /// Checks an answer, and that it names this scene's operation.
-fn check(story: &mut Story<'_>, scene: &Scene<'_>, answer: &Answer, expect: Expect) {
+fn check(story: &mut Story<'_>, scene: &Scene<'_>, answer: &Received, expect: Expect) {
     story.check(answer, expect);
     let id = scene.operation_id();
     story.expect(

@@ -15,15 +15,15 @@ use http_body_util::BodyExt;
 
 use crate::app::App;
 use crate::clock::Timestamp;
-use crate::kept::Outgoing;
-use crate::ledger::Permit;
+use crate::kept::{Outgoing, Unbuildable};
+use crate::ledger::{LedgerError, Permit};
 use crate::operation::{
     Event, EventKind, Logged, Operation, RequestChange, State, StoredResponse, Write,
 };
 use crate::policy::Provider;
 use crate::policy::rule::{self, Classified, Means};
 use crate::problem::{Context, Problem};
-use crate::upstream::{self, Gate, SendError};
+use crate::upstream::{self, Gate, Refusal, SendError};
 use crate::wire::{BoxError, ProxyBody, Unbuffered, collect_limited, full};
 
 /// A claimed attempt of an operation of the provider `run` is given.
@@ -36,9 +36,19 @@ pub struct Exchange {
     pub attempt: u32,
     /// The request to send; `Err` when it could not be built (nothing is sent, and the
     /// attempt is recorded as never having reached the provider).
-    pub outgoing: Result<Outgoing, String>,
+    pub outgoing: Result<Outgoing, NotBuilt>,
     /// Who sent it, for the `provider.requested` event ("settler" for the proxy's own).
     pub by_settler: bool,
+}
+
+/// Why the request of a claimed attempt was not built.
+#[derive(Debug, thiserror::Error)]
+pub enum NotBuilt {
+    #[error(transparent)]
+    Request(#[from] Unbuildable),
+    /// The kept first request could not be read.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
 }
 
 /// The last check of an attempt claimed under `permit` before its first byte: within its
@@ -48,12 +58,9 @@ fn gate(app: &App, permit: &Permit, timeout: std::time::Duration) -> Gate {
     let deadline = permit.since + timeout;
     Arc::new(move || {
         if Instant::now() >= deadline {
-            return Err(format!(
-                "the attempt's deadline (its claim plus the provider's timeout, {timeout:?}) \
-                 passed before its connection was ready"
-            ));
+            return Err(Refusal::Deadline(timeout));
         }
-        ledger.may_send(&permit).map_err(str::to_owned)
+        ledger.may_send(&permit).map_err(Refusal::Ledger)
     })
 }
 
@@ -558,7 +565,7 @@ pub fn stream(
 
 /// What `stream` answers for the exchange's outcome.
 fn streamed(
-    sent: Result<Response<upstream::Body>, SendError>,
+    sent: Result<Response<upstream::ProviderBody>, SendError>,
 ) -> Result<Response<ProxyBody>, Problem> {
     match sent {
         Ok(resp) => {

@@ -21,11 +21,11 @@ use crate::app::App;
 use crate::body;
 use crate::budget::{self, Reservation, Unread};
 use crate::claim::{self, Actor, Ask, Claimed, NO_FIELDS, NO_LEGACY, Probe, Step, claim};
-use crate::dispatch;
+use crate::dispatch::{self, NotBuilt};
 use crate::fingerprint;
 use crate::identity;
 use crate::kept::Outgoing;
-use crate::kept::{KeptRequest, place_key};
+use crate::kept::{KeptRequest, Unbuildable, place_key};
 use crate::operation::{Operation, State, StoredResponse};
 use crate::policy::{Captures, KeyPlacement, OnMissingId, Provider, Route};
 use crate::problem::{Context, Problem};
@@ -131,7 +131,7 @@ async fn run(
         _ => {}
     }
     let op = named.complete(app, provider, route, target)?;
-    let names = Names {
+    let names = RouteByName {
         provider: provider.name.clone(),
         route: route.name.clone(),
         captures: captures.clone(),
@@ -172,13 +172,13 @@ impl Next {
 }
 
 /// The route a detached task works for, by name (the task cannot borrow the request's).
-struct Names {
+struct RouteByName {
     provider: String,
     route: String,
     captures: Captures,
 }
 
-impl Names {
+impl RouteByName {
     fn lookup<'a>(&self, app: &'a App) -> Result<(&'a Provider, &'a Route), Problem> {
         let provider = app.provider(&self.provider);
         let route = provider.and_then(|p| p.routes.iter().find(|r| r.name == self.route));
@@ -217,7 +217,7 @@ enum Next {
 /// the task's life: each a block copy of the future's size, a pointer's once boxed.
 fn detached(
     app: &Arc<App>,
-    names: Names,
+    names: RouteByName,
     op: Identified,
 ) -> impl Future<Output = Result<Next, Problem>> + use<> {
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -234,7 +234,11 @@ fn detached(
     }
 }
 
-async fn claim_and_send(app: &Arc<App>, names: &Names, op: Identified) -> Result<Next, Problem> {
+async fn claim_and_send(
+    app: &Arc<App>,
+    names: &RouteByName,
+    op: Identified,
+) -> Result<Next, Problem> {
     let (provider, route) = names.lookup(app)?;
     let Identified { ask, requests } = op;
     match claim(app, provider, route, ask).await? {
@@ -255,7 +259,7 @@ async fn reconcile(
     app: &Arc<App>,
     provider: &Provider,
     route: &Route,
-    names: &Names,
+    names: &RouteByName,
     op: Requests,
 ) -> Result<Next, Problem> {
     let verdict = crate::reconcile::run(
@@ -281,7 +285,7 @@ async fn reconcile(
 async fn send(
     app: &Arc<App>,
     provider: &Provider,
-    names: &Names,
+    names: &RouteByName,
     op: Requests,
     claimed: Claimed,
 ) -> (Response<ProxyBody>, State) {
@@ -313,22 +317,17 @@ pub async fn resend_request(
     id: &str,
     plain: Outgoing,
     claimed: &Claimed,
-) -> Result<Outgoing, String> {
+) -> Result<Outgoing, NotBuilt> {
     let placement = claimed.placement.as_ref().unwrap_or(&provider.key);
-    let sealed = app
-        .ledger
-        .kept_request(id)
-        .await
-        .map_err(|e| e.to_string())?;
-    match sealed {
+    let sealed = app.ledger.kept_request(id).await?;
+    let outgoing = match sealed {
         Some(sealed) => match KeptRequest::open(&app.secret, id, &sealed) {
             Some(kept) => kept.resend(provider, plain.headers, &claimed.key, Some(placement)),
-            None => Err(
-                "the kept first request cannot be opened with this installation's secret".into(),
-            ),
+            None => Err(Unbuildable::Sealed),
         },
         None => place_key(plain, &claimed.key, placement),
-    }
+    };
+    Ok(outgoing?)
 }
 
 /// Step 1: the body, buffered up to `max_request_body` within `body_timeout`, its bytes
@@ -344,7 +343,7 @@ async fn read_body(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse().ok());
     let (parts, body) = req.into_parts();
-    let read_limits = budget::Limits {
+    let read_limits = budget::BodyLimits {
         declared,
         max: limit,
         timeout: after,
@@ -387,7 +386,7 @@ fn identify(
     let secret = &app.secret;
     // A JSON body must not repeat a key within an object.
     let body = body::parse_checked(parts.headers.get(header::CONTENT_TYPE), bytes.clone())
-        .map_err(|key| Problem::InvalidBody(body::repeated_key_detail(&key)))?;
+        .map_err(|repeated| Problem::InvalidBody(repeated.to_string()))?;
     if body.overrides_method() {
         return Err(Problem::InvalidMethod(OVERRIDDEN_BY_FORM.into()));
     }
@@ -395,7 +394,7 @@ fn identify(
     let hex = fingerprint::hex_only(&fingerprint_inputs(
         app, provider, route, target, &parts, &body,
     ));
-    let inputs = template::Inputs {
+    let inputs = template::Sources {
         headers: &parts.headers,
         query: parts.uri.query(),
         body: &body,
@@ -478,7 +477,8 @@ impl Named {
         let fingerprint = fingerprint::completed(&inputs, self.hex);
         let key = identity::key(&self.id, provider.key_format, provider.key_length);
         let plain = outgoing(provider, target, self.parts, self.bytes)?;
-        let first = place_key(plain.clone(), &key, &provider.key).map_err(Problem::InvalidBody)?;
+        let first = place_key(plain.clone(), &key, &provider.key)
+            .map_err(|e| Problem::InvalidBody(e.to_string()))?;
         let ask = Ask {
             id: self.id.clone(),
             key,

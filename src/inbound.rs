@@ -1,6 +1,6 @@
 //! Limits on inbound connections, applied before hyper sees a request.
 //!
-//! `Gate` accepts from one listener: for the agents' listener it holds a permit per open
+//! `Acceptor` accepts from one listener: for the agents' listener it holds a permit per open
 //! connection (at most `max_connections`; further connections wait in the listen backlog),
 //! and after a failed `accept` (no file descriptors left, most often) it logs and pauses,
 //! growing the pause while failures go on, instead of retrying in a hot loop. `HeadTimeout`
@@ -33,7 +33,7 @@ const FIRST_PAUSE: Duration = Duration::from_millis(10);
 const LONGEST_PAUSE: Duration = Duration::from_secs(1);
 
 /// The accepting side of one listener.
-pub struct Gate {
+pub struct Acceptor {
     /// The config key of the listener, for log lines.
     key: &'static str,
     permits: Option<(Arc<Semaphore>, usize)>,
@@ -43,18 +43,18 @@ pub struct Gate {
     at_limit: bool,
 }
 
-impl Gate {
+impl Acceptor {
     /// A listener serving at most `max` connections at once.
-    pub fn limited(key: &'static str, max: usize) -> Gate {
-        Gate {
+    pub fn limited(key: &'static str, max: usize) -> Acceptor {
+        Acceptor {
             permits: Some((Arc::new(Semaphore::new(max)), max)),
-            ..Gate::open(key)
+            ..Acceptor::open(key)
         }
     }
 
     /// A listener without a connection limit (the admin API: an operator can always get in).
-    pub fn open(key: &'static str) -> Gate {
-        Gate {
+    pub fn open(key: &'static str) -> Acceptor {
+        Acceptor {
             key,
             permits: None,
             pause: None,
@@ -112,7 +112,7 @@ impl Gate {
 }
 
 /// Where a connection is, for its header timer: shared by its IO (`HeadTimeout`), the service
-/// that takes its requests (`begin`) and the bodies of its answers (`Answer`).
+/// that takes its requests (`begin`) and the bodies of its answers (`AnswerBody`).
 pub struct Phase {
     state: AtomicU8,
     /// When the current wait for a head began, in nanoseconds from `base`.
@@ -142,8 +142,8 @@ impl Phase {
     }
 
     /// The answer's body, which ends the serving (HTTP/1.1) when it is dropped.
-    pub fn answer(self: &Arc<Self>, body: ProxyBody) -> Answer {
-        Answer {
+    pub fn answer(self: &Arc<Self>, body: ProxyBody) -> AnswerBody {
+        AnswerBody {
             body,
             phase: self.clone(),
         }
@@ -157,12 +157,12 @@ impl Phase {
 
 /// An answer's body: the body itself, and the connection's `Phase`, which waits for the next
 /// head from when hyper drops the body.
-pub struct Answer {
+pub struct AnswerBody {
     body: ProxyBody,
     phase: Arc<Phase>,
 }
 
-impl Body for Answer {
+impl Body for AnswerBody {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -182,7 +182,7 @@ impl Body for Answer {
     }
 }
 
-impl Drop for Answer {
+impl Drop for AnswerBody {
     fn drop(&mut self) {
         let phase = &self.phase;
         if phase.state.load(Ordering::Acquire) != SERVING {

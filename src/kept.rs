@@ -17,6 +17,7 @@ use http::{HeaderMap, HeaderValue, Method, Request, Uri, header};
 use crate::identity;
 use crate::policy::{KeyPlacement, Provider};
 use crate::secret::{Secret, SecretError};
+use crate::template::InvalidBody;
 use crate::wire::{ProxyBody, full};
 
 /// A buffered request ready to be sent (and sent again, byte for byte).
@@ -87,7 +88,7 @@ impl KeptRequest {
         mut headers: HeaderMap,
         key: &str,
         placement: Option<&KeyPlacement>,
-    ) -> Result<Outgoing, String> {
+    ) -> Result<Outgoing, Unbuildable> {
         let up = &provider.upstream;
         let uri = format!(
             "{}://{}{}",
@@ -95,8 +96,7 @@ impl KeptRequest {
             up.authority(),
             self.path_and_query
         )
-        .parse::<Uri>()
-        .map_err(|e| e.to_string())?;
+        .parse::<Uri>()?;
         headers.remove(header::CONTENT_LENGTH);
         match self.content_type {
             Some(ct) => headers.insert(header::CONTENT_TYPE, ct),
@@ -104,7 +104,7 @@ impl KeptRequest {
         };
         // In the body, the key is already where the first attempt put it.
         if let Some(KeyPlacement::Header(name)) = placement.or(Some(&provider.key)) {
-            let value = HeaderValue::from_str(key).map_err(|e| e.to_string())?;
+            let value = HeaderValue::from_str(key)?;
             headers.insert(name.clone(), value);
         }
         Ok(Outgoing {
@@ -154,26 +154,50 @@ impl KeptRequest {
     }
 }
 
+/// Why the request of an attempt cannot be built: nothing of it is sent (a first attempt is
+/// refused as `invalid-body`; a re-send is recorded as never having reached the provider).
+#[derive(Debug, thiserror::Error)]
+pub enum Unbuildable {
+    /// The kept path and query make no valid URI at the provider.
+    #[error(transparent)]
+    Uri(#[from] http::uri::InvalidUri),
+    /// The operation's key is not a valid header value where its first attempt carried it.
+    #[error(transparent)]
+    KeyHeader(#[from] http::header::InvalidHeaderValue),
+    /// The key is not a valid header value for a request that carries none yet.
+    #[error("the idempotency key is not a valid header value")]
+    KeyNotHeaderValue,
+    #[error(
+        "the provider takes its idempotency key in the JSON body at {pointer}, but the body is not JSON"
+    )]
+    BodyNotJson { pointer: String },
+    /// The JSON body has no place for the key at its pointer.
+    #[error(transparent)]
+    KeyNotPlaced(#[from] InvalidBody),
+    /// The kept first request was sealed under another secret, or is corrupt.
+    #[error("the kept first request cannot be opened with this installation's secret")]
+    Sealed,
+}
+
 /// The key placed on a request that has none yet (the first attempt, or a re-send of an
 /// operation whose first request is no longer kept): as a header, or into the JSON body.
 pub fn place_key(
     mut plain: Outgoing,
     key: &str,
     placement: &KeyPlacement,
-) -> Result<Outgoing, String> {
+) -> Result<Outgoing, Unbuildable> {
     match placement {
         KeyPlacement::Header(name) => {
-            let value = HeaderValue::from_str(key)
-                .map_err(|_| "the idempotency key is not a valid header value".to_owned())?;
+            let value = HeaderValue::from_str(key).map_err(|_| Unbuildable::KeyNotHeaderValue)?;
             plain.headers.insert(name.clone(), value);
         }
         KeyPlacement::JsonField(pointer) => {
             if serde_json::from_slice::<serde::de::IgnoredAny>(&plain.body).is_err() {
-                return Err(format!(
-                    "the provider takes its idempotency key in the JSON body at {pointer}, but the body is not JSON"
-                ));
+                return Err(Unbuildable::BodyNotJson {
+                    pointer: pointer.clone(),
+                });
             }
-            plain.body = identity::inject_json_key(&plain.body, pointer, key).map_err(|e| e.0)?;
+            plain.body = identity::inject_json_key(&plain.body, pointer, key)?;
             plain.headers.remove(header::CONTENT_LENGTH);
         }
     }

@@ -28,7 +28,7 @@
 //! - `app`: the shared immutable state of a running proxy (config, ledger, upstreams and the
 //!   handles the request path reads); it imports none of the services above it: the server
 //!   builds the admin token and the notifier (`server::Services`) and hands them over.
-//! - `replays`: replay counts kept in memory and written coalesced to the ledger.
+//! - `tally`: replay counts kept in memory and written coalesced to the ledger.
 //!
 //! Storage and the network:
 //! - `ledger`: storage only: the durable ledger as one type (`Ledger`) with a small domain API,
@@ -99,7 +99,6 @@ pub mod policy;
 pub mod problem;
 pub mod proxy;
 pub mod reconcile;
-pub mod replays;
 pub mod retention;
 pub mod secret;
 pub mod server;
@@ -107,6 +106,7 @@ pub mod settle;
 pub mod shape;
 pub mod shard;
 pub mod shown;
+pub mod tally;
 pub mod template;
 pub mod upstream;
 pub mod wire;

@@ -88,8 +88,10 @@ pub enum OnMissingId {
     Pass,
 }
 
+/// Whether a route's requests wait for a person (`approval = "none" | "required"`); an
+/// operation's own approval state is `operation::Approval`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Approval {
+pub enum ApprovalMode {
     None,
     Required,
 }
@@ -111,7 +113,7 @@ impl Scheme {
 
 /// The provider's origin and base path: `https://api.example.com:8443/base`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Upstream {
+pub struct BaseUrl {
     pub scheme: Scheme,
     /// Host name or IP literal, without brackets.
     pub host: String,
@@ -123,7 +125,7 @@ pub struct Upstream {
     pub base_path: String,
 }
 
-impl Upstream {
+impl BaseUrl {
     /// The `Host` header value for requests to this upstream.
     pub fn authority(&self) -> String {
         let host = if self.host.contains(':') {
@@ -376,7 +378,7 @@ pub struct Route {
     pub effect: Effect,
     pub operation_id: Vec<Template>,
     pub on_missing_id: OnMissingId,
-    pub approval: Approval,
+    pub approval: ApprovalMode,
     pub fingerprint_ignore: Vec<String>,
     pub fingerprint_headers: Vec<HeaderName>,
     /// The fields of the kept first request shown to the person who approves (`approval_show`).
@@ -392,6 +394,11 @@ impl Route {
 }
 
 /// One provider policy file, validated.
+/// The environment variable an `EnvTemplate` names that is unset or empty, by name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UnsetVar(pub String);
+
 /// A header value with `${VAR}` references, expanded from the environment when used, so a
 /// credential it names lives only in the environment and in memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -456,14 +463,14 @@ impl EnvTemplate {
 
     /// The value with every variable read from the environment; `Err(NAME)` names the first
     /// variable that is unset or empty.
-    pub fn expand(&self) -> Result<String, String> {
+    pub fn expand(&self) -> Result<String, UnsetVar> {
         let mut out = String::new();
         for part in &self.parts {
             match part {
                 EnvPart::Text(t) => out.push_str(t),
                 EnvPart::Var(name) => match std::env::var(name) {
                     Ok(v) if !v.is_empty() => out.push_str(&v),
-                    _ => return Err(name.clone()),
+                    _ => return Err(UnsetVar(name.clone())),
                 },
             }
         }
@@ -474,7 +481,7 @@ impl EnvTemplate {
 #[derive(Debug, Clone)]
 pub struct Provider {
     pub name: String,
-    pub upstream: Upstream,
+    pub upstream: BaseUrl,
     /// Mount prefix without a trailing slash, e.g. `/stripe`.
     pub mount: String,
     pub dedupe: Dedupe,
@@ -515,7 +522,7 @@ impl Provider {
     pub(crate) fn example(name: &str, mount: &str, base_path: &str) -> Provider {
         Provider {
             name: name.into(),
-            upstream: Upstream {
+            upstream: BaseUrl {
                 scheme: Scheme::Https,
                 host: "api.example.com".into(),
                 port: 443,

@@ -33,7 +33,7 @@ use crate::wire::{collect_limited, full};
 
 mod uri;
 
-use uri::{First, Names, lookup_uri, reads_request};
+use uri::{First, LookupVars, lookup_uri, reads_request};
 
 /// What a lookup proved.
 #[derive(Debug, PartialEq, Eq)]
@@ -48,7 +48,7 @@ pub enum Verdict {
 
 /// What a lookup answer says about the effect.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Answer {
+pub enum Finding {
     /// A 200 whose `found` pointer holds this value (not `null`, `[]` or `{}`).
     Found(serde_json::Value),
     /// A 200 without the pointer (or with `null`, `[]` or `{}` there), or a 404.
@@ -61,7 +61,7 @@ pub enum LookupError {
     #[error("the lookup template cannot be rendered: {0}")]
     Template(String),
     #[error("the lookup URL is not valid: {0}")]
-    Uri(String),
+    Uri(#[from] http::uri::InvalidUri),
     #[error(transparent)]
     Send(#[from] SendError),
     #[error("the lookup answered status {0}, which proves neither presence nor absence")]
@@ -144,7 +144,7 @@ async fn look(
         true => first_request(app, id).await,
         false => None,
     };
-    let names = Names {
+    let names = LookupVars {
         provider: &provider.name,
         route: &route.name,
         id,
@@ -165,7 +165,7 @@ async fn look(
             return Verdict::Unknown;
         }
     };
-    tracing::info!(operation = %Logged(id), found = matches!(answer, Answer::Found(_)), "reconciliation lookup answered");
+    tracing::info!(operation = %Logged(id), found = matches!(answer, Finding::Found(_)), "reconciliation lookup answered");
     conclude(app, id, seen, rule, answer, may_resend).await
 }
 
@@ -218,12 +218,12 @@ async fn conclude(
     id: &str,
     seen: Seen,
     rule: &Reconcile,
-    answer: Answer,
+    answer: Finding,
     may_resend: bool,
 ) -> Verdict {
     let final_after = rule.not_found_final_after;
     let written = match answer {
-        Answer::Found(value) => {
+        Finding::Found(value) => {
             let stored = found_response(&value);
             // Hashed here, not in the closure: that runs on the ledger's single writer thread.
             let meta = stored.meta();
@@ -233,7 +233,7 @@ async fn conclude(
                 })
                 .await
         }
-        Answer::NotFound => {
+        Finding::NotFound => {
             let fences = Claiming {
                 fences: app.ledger.fences(),
                 permit: app.ledger.permit(),
@@ -278,7 +278,7 @@ async fn lookup(
     method: Method,
     uri: Uri,
     agent_headers: &HeaderMap,
-) -> Result<Answer, LookupError> {
+) -> Result<Finding, LookupError> {
     let mut req = Request::new(full(Bytes::new()));
     *req.method_mut() = method;
     *req.uri_mut() = uri;
@@ -306,17 +306,17 @@ async fn lookup(
 }
 
 /// What a lookup answer proves. Pure.
-pub fn classify(status: u16, body: &[u8], pointer: &str) -> Result<Answer, LookupError> {
+pub fn classify(status: u16, body: &[u8], pointer: &str) -> Result<Finding, LookupError> {
     match status {
         200 => {
             let value: serde_json::Value =
                 serde_json::from_slice(body).map_err(|e| LookupError::Body(e.to_string()))?;
             match value.pointer(pointer) {
-                Some(found) if !empty(found) => Ok(Answer::Found(found.clone())),
-                _ => Ok(Answer::NotFound),
+                Some(found) if !empty(found) => Ok(Finding::Found(found.clone())),
+                _ => Ok(Finding::NotFound),
             }
         }
-        404 => Ok(Answer::NotFound),
+        404 => Ok(Finding::NotFound),
         other => Err(LookupError::Status(other)),
     }
 }
@@ -541,7 +541,7 @@ mod tests {
         let answer = classify(200, body, "/data/0").expect("readable");
         assert_eq!(
             answer,
-            Answer::Found(serde_json::json!({"id": "re_1", "amount": 5}))
+            Finding::Found(serde_json::json!({"id": "re_1", "amount": 5}))
         );
     }
 
@@ -550,7 +550,7 @@ mod tests {
         for body in [&br#"{"data":[]}"#[..], br#"{"data":[null]}"#, b"{}"] {
             assert_eq!(
                 classify(200, body, "/data/0").expect("readable"),
-                Answer::NotFound
+                Finding::NotFound
             );
         }
         for body in [
@@ -560,13 +560,13 @@ mod tests {
         ] {
             assert_eq!(
                 classify(200, body, "/data").expect("readable"),
-                Answer::NotFound,
+                Finding::NotFound,
                 "an empty list is no effect"
             );
         }
         assert_eq!(
             classify(404, b"not json at all", "/data/0").expect("404"),
-            Answer::NotFound
+            Finding::NotFound
         );
     }
 

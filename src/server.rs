@@ -32,7 +32,7 @@ use crate::admin::token::Token;
 use crate::app::App;
 use crate::config::Config;
 use crate::drain::Drain;
-use crate::inbound::{Answer, Gate, HeadTimeout, Phase};
+use crate::inbound::{Acceptor, AnswerBody, HeadTimeout, Phase};
 use crate::notify::notifier::Notifier;
 use crate::operation::Operation;
 use crate::shard::Shards;
@@ -103,8 +103,8 @@ impl Server {
         let drain = Drain::new();
         let inbound = &app.config.limits.inbound;
         let builder = builder();
-        let mut agents = Gate::limited("listen", inbound.max_connections);
-        let mut operators = Gate::open("admin_listen");
+        let mut agents = Acceptor::limited("listen", inbound.max_connections);
+        let mut operators = Acceptor::open("admin_listen");
         tokio::pin!(shutdown);
         // Pruning runs beside the listeners; dropping `stop_retention` ends it.
         let (stop_retention, retention_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -124,9 +124,9 @@ impl Server {
             move |app, req| crate::admin::handle::<Incoming>(app, admin_token.clone(), req);
         // The replay counts are written until the connections have drained, then once more.
         let (stop_replays, replays_stopped) = tokio::sync::oneshot::channel::<()>();
-        let replays = tokio::spawn(crate::replays::run(
+        let replays = tokio::spawn(crate::tally::run(
             app.ledger.clone(),
-            app.replays.clone(),
+            app.tally.clone(),
             replays_stopped,
         ));
         let replays_abort = replays.abort_handle();
@@ -315,7 +315,7 @@ pin_project_lite::pin_project! {
 }
 
 impl<F: Future<Output = Response<ProxyBody>>> Future for Answering<F> {
-    type Output = Result<Response<Answer>, Infallible>;
+    type Output = Result<Response<AnswerBody>, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();

@@ -27,10 +27,9 @@ use crate::app::App;
 use crate::claim::{Actor, Ask, Claimed, Step, claim};
 use crate::clock::Timestamp;
 use crate::decide::{Decision, Intent, Rules, decide};
-use crate::dispatch;
+use crate::dispatch::{self, NotBuilt};
 use crate::fingerprint::{Fingerprint, LEGACY, Legacy};
 use crate::kept::KeptRequest;
-use crate::kept::Outgoing;
 use crate::ledger::Filter;
 use crate::operation::{Operation, State};
 use crate::policy::{Provider, Route};
@@ -249,8 +248,9 @@ async fn send(
     claimed: Claimed,
 ) {
     let placement = claimed.placement.as_ref().unwrap_or(&provider.key);
-    let outgoing: Result<Outgoing, String> =
-        kept.resend(provider, headers, &claimed.key, Some(placement));
+    let outgoing = kept
+        .resend(provider, headers, &claimed.key, Some(placement))
+        .map_err(NotBuilt::from);
     let exchange = dispatch::Exchange {
         route: op.route.clone(),
         id: op.id.clone(),

@@ -148,7 +148,7 @@ impl Template {
     /// object or array where a scalar is needed) is an `InvalidBody` error, whatever the
     /// other parts say. With [`Escape::Url`] each substituted value (never a literal) is
     /// percent-encoded as a URL path or query component.
-    pub fn render(&self, inputs: &Inputs, escape: Escape) -> Result<Rendered, InvalidBody> {
+    pub fn render(&self, inputs: &Sources, escape: Escape) -> Result<Rendered, InvalidBody> {
         let mut out = String::new();
         let mut missing = Vec::new();
         for part in &self.parts {
@@ -251,7 +251,7 @@ pub fn check_pointer(pointer: &str) -> Result<(), String> {
 
 /// What a template is rendered against: one request and the names around it.
 #[derive(Debug, Clone, Copy)]
-pub struct Inputs<'a> {
+pub struct Sources<'a> {
     pub headers: &'a HeaderMap,
     /// The raw query string, without `?`.
     pub query: Option<&'a str>,
@@ -305,7 +305,7 @@ const URL_COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
 /// the body contradicts what the policy expects, and that is the client's to fix.
 pub fn render_first(
     templates: &[Template],
-    inputs: &Inputs,
+    inputs: &Sources,
 ) -> Result<Result<String, Vec<Vec<String>>>, InvalidBody> {
     let mut all_missing = Vec::new();
     for template in templates {
@@ -318,7 +318,7 @@ pub fn render_first(
 }
 
 /// The value of one non-literal part; `None` when absent.
-fn value(part: &Part, inputs: &Inputs) -> Result<Option<String>, InvalidBody> {
+fn value(part: &Part, inputs: &Sources) -> Result<Option<String>, InvalidBody> {
     Ok(match part {
         Part::Literal(text) => Some(text.clone()),
         // A value that is not UTF-8 cannot be part of an ID: it counts as absent.
@@ -459,8 +459,8 @@ mod tests {
             }
         }
 
-        fn inputs(&self) -> Inputs<'_> {
-            Inputs {
+        fn inputs(&self) -> Sources<'_> {
+            Sources {
                 headers: &self.headers,
                 query: self.query,
                 body: &self.body,
@@ -718,11 +718,11 @@ mod tests {
         assert!(err("{answer:error}").contains("starts with"));
         let answer = json!({"error": {"links": {"id": "PM1"}, "n": 7, "list": [1]}});
         let req = Req::new(Body::Empty);
-        let with = Inputs {
+        let with = Sources {
             answer: Some(&answer),
             ..req.inputs()
         };
-        let render = |text: &str, inputs: &Inputs| t(text).render(inputs, Escape::None).unwrap();
+        let render = |text: &str, inputs: &Sources| t(text).render(inputs, Escape::None).unwrap();
         assert_eq!(
             render("/p/{answer:/error/links/id}", &with),
             value("/p/PM1").unwrap()

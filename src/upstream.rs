@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use futures_util::future::Either;
 use http::header;
+use http::uri::InvalidUri;
 use http::{HeaderMap, HeaderValue, Request, Response, Uri, Version};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -34,8 +35,8 @@ mod pool;
 
 pub(crate) use crate::wire::is_hop_by_hop;
 
-pub use gate::{Gate, Gated};
-pub use pool::Body;
+pub use gate::{Gate, Gated, Refusal};
+pub use pool::ProviderBody;
 
 /// How long a pooled connection may sit idle before it is closed.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -54,12 +55,12 @@ pub fn plain_client() -> Result<HttpClient, String> {
 pub struct Upstreams {
     /// By provider name, in the config's order: found by comparing names, which for the few
     /// providers of a config is cheaper than hashing the name on every request.
-    clients: Arc<[(String, Upstream)]>,
+    clients: Arc<[(String, ProviderClient)]>,
 }
 
 /// How one provider is reached: a plain-`http` upstream through the lean HTTP/1.1 pool, a TLS
 /// one (which may speak h2) through hyper-util's client.
-struct Upstream {
+struct ProviderClient {
     client: HttpClient,
     pool: Option<Arc<pool::Pool>>,
     /// The upstream's scheme and authority, which make an origin-form target absolute for
@@ -92,7 +93,7 @@ impl Upstreams {
                 .as_ref()
                 .and_then(|base| pool::Pool::new(base, dial(p.connect_to), IDLE_TIMEOUT));
             let client = client(tls, p.connect_to);
-            let upstream = Upstream {
+            let upstream = ProviderClient {
                 client,
                 pool,
                 origin,
@@ -110,7 +111,7 @@ impl Upstreams {
         &self,
         provider: &str,
         req: Request<ProxyBody>,
-    ) -> impl Future<Output = Result<Response<Body>, SendError>> {
+    ) -> impl Future<Output = Result<Response<ProviderBody>, SendError>> {
         self.exchange(provider, req, None, None)
     }
 
@@ -122,7 +123,7 @@ impl Upstreams {
         provider: &str,
         req: Request<ProxyBody>,
         gate: Gate,
-    ) -> Result<Response<Body>, SendError> {
+    ) -> Result<Response<ProviderBody>, SendError> {
         self.exchange(provider, req, None, Some(gate)).await
     }
 
@@ -136,7 +137,7 @@ impl Upstreams {
         provider: &str,
         req: Request<ProxyBody>,
         timeout: Duration,
-    ) -> impl Future<Output = Result<Response<Body>, SendError>> {
+    ) -> impl Future<Output = Result<Response<ProviderBody>, SendError>> {
         self.exchange(provider, req, Some(timeout), None)
     }
 
@@ -149,7 +150,7 @@ impl Upstreams {
         req: Request<ProxyBody>,
         within: Option<Duration>,
         gate: Option<Gate>,
-    ) -> impl Future<Output = Result<Response<Body>, SendError>> {
+    ) -> impl Future<Output = Result<Response<ProviderBody>, SendError>> {
         let upstream = self
             .clients
             .iter()
@@ -168,12 +169,12 @@ impl Upstreams {
 /// An exchange through hyper-util's client: a request the pool does not take (TLS, h2, another
 /// host in absolute form), or a provider without an upstream (`None`: refused).
 async fn through_client(
-    upstream: Option<&Upstream>,
+    upstream: Option<&ProviderClient>,
     provider: &str,
     mut req: Request<ProxyBody>,
     within: Option<Duration>,
     gate: Option<Gate>,
-) -> Result<Response<Body>, SendError> {
+) -> Result<Response<ProviderBody>, SendError> {
     let Some(upstream) = upstream else {
         return Err(SendError::Connect(format!("no client for {provider}")));
     };
@@ -200,7 +201,7 @@ async fn through_client(
         },
     };
     match sent {
-        Ok(resp) => Ok(resp.map(Body::unpooled)),
+        Ok(resp) => Ok(resp.map(ProviderBody::unpooled)),
         Err(e) if e.is_connect() => Err(SendError::Connect(describe(&e))),
         Err(e) => Err(SendError::Lost(describe(&e))),
     }
@@ -478,7 +479,11 @@ impl Via {
 
 /// The provider URL for a route-relative path and query, built in one buffer (it is on
 /// every forwarded request's path) and parsed without another copy.
-pub fn target_uri(provider: &Provider, rel_path: &str, query: Option<&str>) -> Result<Uri, String> {
+pub fn target_uri(
+    provider: &Provider,
+    rel_path: &str,
+    query: Option<&str>,
+) -> Result<Uri, InvalidUri> {
     use std::fmt::Write as _;
     let up = &provider.upstream;
     let query_len = query.map_or(0, |q| q.len() + 1);
@@ -501,7 +506,7 @@ pub fn target_uri(provider: &Provider, rel_path: &str, query: Option<&str>) -> R
         let _ = write!(s, ":{}", up.port);
     }
     push_path(&mut s, &up.base_path, rel_path, query);
-    Uri::try_from(s).map_err(|e| e.to_string())
+    Uri::try_from(s)
 }
 
 /// Appends the upstream's base path, the route-relative path and the query to a target.
@@ -524,7 +529,7 @@ pub fn origin_target(
     provider: &Provider,
     rel_path: &str,
     query: Option<&str>,
-) -> Result<Uri, String> {
+) -> Result<Uri, InvalidUri> {
     let base_path = &provider.upstream.base_path;
     let query_len = query.map_or(0, |q| q.len() + 1);
     let len = base_path.len() + rel_path.len() + query_len;
@@ -539,7 +544,7 @@ pub fn origin_target(
         rel_path
     };
     push_path(&mut s, base_path, rel_path, query);
-    Uri::try_from(s).map_err(|e| e.to_string())
+    Uri::try_from(s)
 }
 
 /// The longest URI `http` parses, and a bound on the length of an upstream's

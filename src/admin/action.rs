@@ -242,13 +242,13 @@ pub fn parse_rebind(bytes: &[u8]) -> Result<String, AdminError> {
 }
 
 /// What an update closure returns: the write, and the updated operation or the refusal.
-pub type Outcome = (Option<Write>, Result<Operation, AdminError>);
+pub type Updated = (Option<Write>, Result<Operation, AdminError>);
 
-fn refuse(err: AdminError) -> Outcome {
+fn refuse(err: AdminError) -> Updated {
     (None, Err(err))
 }
 
-fn conflict(op: &Operation, detail: String) -> Outcome {
+fn conflict(op: &Operation, detail: String) -> Updated {
     refuse(AdminError::Conflict {
         id: op.id.clone(),
         state: op.state,
@@ -262,7 +262,7 @@ fn commit(
     detail: String,
     now: Timestamp,
     response: Option<StoredResponse>,
-) -> Outcome {
+) -> Updated {
     let event = Event {
         at: now,
         kind,
@@ -297,7 +297,7 @@ pub fn resolve(
     id: &str,
     resolution: Resolution,
     now: Timestamp,
-) -> Outcome {
+) -> Updated {
     let Some(op) = existing else {
         return refuse(AdminError::NotFound(id.to_string()));
     };
@@ -350,7 +350,7 @@ pub fn approve(
     id: &str,
     reason: Option<String>,
     now: Timestamp,
-) -> Outcome {
+) -> Updated {
     let Some(op) = existing else {
         return refuse(AdminError::NotFound(id.to_string()));
     };
@@ -380,7 +380,7 @@ pub fn approve(
 }
 
 /// `prepared` (approved or not) -> `failed` for good, approval rejected, `error` = reason.
-pub fn reject(existing: Option<Operation>, id: &str, reason: String, now: Timestamp) -> Outcome {
+pub fn reject(existing: Option<Operation>, id: &str, reason: String, now: Timestamp) -> Updated {
     let Some(op) = existing else {
         return refuse(AdminError::NotFound(id.to_string()));
     };
@@ -404,7 +404,7 @@ pub fn reject(existing: Option<Operation>, id: &str, reason: String, now: Timest
 
 /// Any state -> the same state bound to no caller: the next request's principal adopts it
 /// (docs/reference.md section 12, rotating an API key). Nothing is sent.
-pub fn rebind(existing: Option<Operation>, id: &str, reason: String, now: Timestamp) -> Outcome {
+pub fn rebind(existing: Option<Operation>, id: &str, reason: String, now: Timestamp) -> Updated {
     let Some(op) = existing else {
         return refuse(AdminError::NotFound(id.to_string()));
     };
@@ -491,7 +491,7 @@ async fn act<A: Send + 'static>(
     app: &App,
     id: &str,
     action: A,
-    apply: fn(Option<Operation>, &str, A, Timestamp) -> Outcome,
+    apply: fn(Option<Operation>, &str, A, Timestamp) -> Updated,
     done: &'static str,
 ) -> Result<Response<ProxyBody>, AdminError> {
     let owned = id.to_string();

@@ -9,7 +9,7 @@
 use http::HeaderName;
 
 use super::Scope;
-use crate::policy::{Approval, OnMissingId};
+use crate::policy::{ApprovalMode, OnMissingId};
 use crate::template::{Part, Template};
 
 /// Request headers that carry the caller's credentials. They are never part of an operation
@@ -121,10 +121,10 @@ pub(super) fn lookup_part(part: &Part) -> Result<(), String> {
 /// an operation ID unguarded, so nobody would be asked.
 pub(super) fn approval_skipped(
     s: &mut Scope,
-    approval: Option<Approval>,
+    approval: Option<ApprovalMode>,
     on_missing_id: Option<OnMissingId>,
 ) {
-    if approval == Some(Approval::Required) && on_missing_id == Some(OnMissingId::Pass) {
+    if approval == Some(ApprovalMode::Required) && on_missing_id == Some(OnMissingId::Pass) {
         s.push(
             "on_missing_id",
             "\"pass\" forwards a request without an operation ID unguarded, so it would skip \

@@ -15,7 +15,7 @@ use super::{headers, required};
 use crate::fingerprint::QUERY_ONLY;
 use crate::policy::field::Field;
 use crate::policy::{
-    Approval, Effect, Lookup, Matcher, OnMissingId, PathCase, Reconcile, Route, Segment,
+    ApprovalMode, Effect, Lookup, Matcher, OnMissingId, PathCase, Reconcile, Route, Segment,
 };
 use crate::template::{Part, Template};
 
@@ -92,7 +92,7 @@ pub(super) fn route(s: &mut Scope, raw: RawRoute, redact: &[HeaderName]) -> Opti
         OnMissingId::Reject,
         ON_MISSING_ID,
     );
-    let approval = s.choice("approval", raw.approval, Approval::None, APPROVALS);
+    let approval = s.choice("approval", raw.approval, ApprovalMode::None, APPROVALS);
     hazards::approval_skipped(s, approval, on_missing_id);
     let ignore = raw.fingerprint_ignore.unwrap_or_default();
     let ignore_ok = fingerprint_ignore(s, &ignore);
@@ -167,9 +167,9 @@ fn approval_show(s: &mut Scope, raw: Option<Vec<String>>) -> Option<Vec<Field>> 
 }
 
 /// Settings that would promise a read_only route a protection it never gets.
-pub(super) fn read_only_extras(s: &mut Scope, approval: Option<Approval>, reconcile: bool) {
+pub(super) fn read_only_extras(s: &mut Scope, approval: Option<ApprovalMode>, reconcile: bool) {
     let why = "read_only routes are forwarded unguarded";
-    if approval == Some(Approval::Required) {
+    if approval == Some(ApprovalMode::Required) {
         s.push(
             "approval",
             format!("{why}, so nobody would be asked (remove it or change the effect)"),

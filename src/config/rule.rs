@@ -12,7 +12,7 @@ use super::values::json_pointer;
 use super::values::status_rule;
 use super::{ConfigError, Scope};
 use crate::policy::rule::{AnswerRule, Means};
-use crate::policy::{Approval, Provider};
+use crate::policy::{ApprovalMode, Provider};
 use crate::template::Part;
 
 const MEANS: &[(&str, Means)] = &[
@@ -97,7 +97,7 @@ pub(super) fn warnings(file: &Path, provider: &Provider) -> Vec<ConfigError> {
         .iter()
         .position(|r| r.means == Means::Reconcile);
     for route in &provider.routes {
-        if !route.approval_show.is_empty() && route.approval == Approval::None {
+        if !route.approval_show.is_empty() && route.approval == ApprovalMode::None {
             out.push(warn(
                 format!("route \"{}\": approval_show", route.name),
                 "ignored: it lists the fields shown to the person who approves, but this route \

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::Config;
-use crate::policy::{Approval, Dedupe, KeyPlacement, Provider, Route, Unmatched, Upstream};
+use crate::policy::{ApprovalMode, BaseUrl, Dedupe, KeyPlacement, Provider, Route, Unmatched};
 
 impl Config {
     /// The table `idemproxy check` prints: per provider its mount, upstream, dedupe and key,
@@ -56,8 +56,8 @@ fn routes_block(routes: &[Route]) -> String {
     let mut details = Vec::new();
     for r in routes {
         let approval = match r.approval {
-            Approval::None => "none",
-            Approval::Required => "required",
+            ApprovalMode::None => "none",
+            ApprovalMode::Required => "required",
         };
         let guarded = if r.is_guarded() { "yes" } else { "no" };
         rows.push(row(&[
@@ -125,7 +125,7 @@ fn columns(rows: &[Vec<String>], indent: &str) -> String {
     out
 }
 
-fn upstream_url(u: &Upstream) -> String {
+fn upstream_url(u: &BaseUrl) -> String {
     format!("{}://{}{}", u.scheme.as_str(), u.authority(), u.base_path)
 }
 

@@ -11,7 +11,7 @@ use http::HeaderName;
 use toml::Value;
 
 use super::raw::{self, parse_duration, parse_size};
-use crate::policy::{Approval, Effect, OnMissingId, Scheme, StatusRule, Upstream};
+use crate::policy::{ApprovalMode, BaseUrl, Effect, OnMissingId, Scheme, StatusRule};
 
 /// Provider names `[a-z0-9_-]+`; route and capture names `[a-z0-9_]+`.
 pub(super) fn name(text: String, what: &str, dash: bool) -> Result<String, String> {
@@ -31,7 +31,7 @@ pub(super) fn name(text: String, what: &str, dash: bool) -> Result<String, Strin
     }
 }
 
-pub(super) fn upstream(text: &str) -> Result<Upstream, String> {
+pub(super) fn upstream(text: &str) -> Result<BaseUrl, String> {
     let fix = "write scheme://host[:port][/base-path], e.g. \"https://api.stripe.com\"";
     let url = url::Url::parse(text).map_err(|e| format!("invalid URL \"{text}\": {e} ({fix})"))?;
     let scheme = match url.scheme() {
@@ -59,7 +59,7 @@ pub(super) fn upstream(text: &str) -> Result<Upstream, String> {
         Some(url::Host::Ipv6(ip)) => ip.to_string(),
         _ => return Err(format!("\"{text}\" has no host ({fix})")),
     };
-    Ok(Upstream {
+    Ok(BaseUrl {
         scheme,
         host,
         port: url
@@ -198,8 +198,10 @@ pub(super) const EFFECTS: &[(&str, Effect)] = &[
 pub(super) const ON_MISSING_ID: &[(&str, OnMissingId)] =
     &[("reject", OnMissingId::Reject), ("pass", OnMissingId::Pass)];
 
-pub(super) const APPROVALS: &[(&str, Approval)] =
-    &[("none", Approval::None), ("required", Approval::Required)];
+pub(super) const APPROVALS: &[(&str, ApprovalMode)] = &[
+    ("none", ApprovalMode::None),
+    ("required", ApprovalMode::Required),
+];
 
 pub(super) fn status_rule(v: &Value) -> Result<StatusRule, String> {
     let fix = "expected a status code from 100 to 599 or a class \"1xx\" to \"5xx\"";

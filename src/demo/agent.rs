@@ -45,14 +45,14 @@ impl Refund {
 
 /// An answer as the agent saw it.
 #[derive(Debug, Clone)]
-pub struct Answer {
+pub struct Received {
     pub status: StatusCode,
     pub headers: HeaderMap,
     /// The JSON body, or `Null` when it is not JSON.
     pub body: Value,
 }
 
-impl Answer {
+impl Received {
     /// A header's value, or `-` when absent or not text.
     pub fn header(&self, name: &str) -> &str {
         self.headers
@@ -110,7 +110,7 @@ impl Agent {
         provider: &str,
         refund: &Refund,
         sdk_key: &str,
-    ) -> Result<Answer, DemoError> {
+    ) -> Result<Received, DemoError> {
         let uri = format!("http://{proxy}/{provider}/v1/refunds");
         let req = Request::builder()
             .method(Method::POST)
@@ -129,7 +129,7 @@ impl Agent {
         uri: &str,
         token: Option<&str>,
         body: &Value,
-    ) -> Result<Answer, DemoError> {
+    ) -> Result<Received, DemoError> {
         let mut req = Request::builder()
             .method(Method::POST)
             .uri(uri)
@@ -145,7 +145,7 @@ impl Agent {
         &self,
         uri: &str,
         req: Result<Request<Full<Bytes>>, http::Error>,
-    ) -> Result<Answer, DemoError> {
+    ) -> Result<Received, DemoError> {
         let broken = |why: String| DemoError::Exchange {
             uri: uri.to_string(),
             why,
@@ -161,7 +161,7 @@ impl Agent {
             .await
             .map_err(|_| broken(format!("no answer within {TIMEOUT:?}")))?
             .map_err(broken)?;
-        Ok(Answer {
+        Ok(Received {
             status: parts.status,
             headers: parts.headers,
             body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
@@ -174,8 +174,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn answer(body: Value) -> Answer {
-        Answer {
+    fn answer(body: Value) -> Received {
+        Received {
             status: StatusCode::OK,
             headers: HeaderMap::new(),
             body,

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use serde_json::{Value, json};
 
 use super::DemoError;
-use super::agent::{Agent, Answer};
+use super::agent::{Agent, Received};
 
 /// `/ops/{id}/resolve` with the operation ID percent-encoded.
 pub fn resolve_path(id: &str) -> String {
@@ -36,7 +36,7 @@ pub async fn resolve_succeeded(
     token: Option<&str>,
     id: &str,
     body: &Value,
-) -> Result<Answer, DemoError> {
+) -> Result<Received, DemoError> {
     let uri = format!("http://{admin}{}", resolve_path(id));
     agent.post_json(&uri, token, body).await
 }

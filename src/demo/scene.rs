@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::DemoError;
-use super::agent::{Agent, Answer, Refund};
+use super::agent::{Agent, Received, Refund};
 use super::provider::FakeProvider;
 use super::stage::{ROUTE, Stage};
 
@@ -57,7 +57,7 @@ impl<'a> Scene<'a> {
     }
 
     /// The agent sends `refund` through the proxy, with a fresh SDK key as SDKs do.
-    pub async fn send(&self, refund: &Refund) -> Result<Answer, DemoError> {
+    pub async fn send(&self, refund: &Refund) -> Result<Received, DemoError> {
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
         let sdk_key = format!("sdk-generated-{}-{n}", self.name);
         let proxy = self.stage.bound.proxy;

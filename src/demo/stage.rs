@@ -18,8 +18,8 @@ use super::DemoError;
 use crate::app::App;
 use crate::config::{Config, Limits, Retention};
 use crate::policy::{
-    Approval, Dedupe, Effect, KeyFormat, KeyPlacement, Matcher, OnMissingId, Outcomes, Provider,
-    Route, Scheme, Segment, Unmatched, Upstream,
+    ApprovalMode, BaseUrl, Dedupe, Effect, KeyFormat, KeyPlacement, Matcher, OnMissingId, Outcomes,
+    Provider, Route, Scheme, Segment, Unmatched,
 };
 use crate::server::{Bound, Server, Services};
 use crate::template::Template;
@@ -128,7 +128,7 @@ fn provider(up: &Upstreamed) -> Result<Provider, DemoError> {
     let header = HeaderName::from_static;
     Ok(Provider {
         name: up.name.to_string(),
-        upstream: Upstream {
+        upstream: BaseUrl {
             scheme: Scheme::Http,
             host: up.addr.ip().to_string(),
             port: up.addr.port(),
@@ -177,7 +177,7 @@ fn refund_route() -> Result<Route, DemoError> {
         effect: Effect::Irreversible,
         operation_id: vec![operation_id],
         on_missing_id: OnMissingId::Reject,
-        approval: Approval::None,
+        approval: ApprovalMode::None,
         fingerprint_ignore: vec![],
         fingerprint_headers: vec![],
         approval_show: vec![],

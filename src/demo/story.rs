@@ -8,7 +8,7 @@ use std::fmt::{Debug, Display};
 use std::io::Write;
 
 use super::DemoError;
-use super::agent::Answer;
+use super::agent::Received;
 
 /// What an answer should look like at one step.
 #[derive(Debug, Clone, Copy)]
@@ -67,7 +67,7 @@ impl<'a> Story<'a> {
     }
 
     /// The proxy's answer with the headers that tell the story.
-    pub fn answer(&mut self, answer: &Answer) {
+    pub fn answer(&mut self, answer: &Received) {
         let status = answer.status;
         let what = match (answer.problem(), answer.refund_id()) {
             (Some(problem), _) => format!(" ({problem})"),
@@ -96,7 +96,7 @@ impl<'a> Story<'a> {
     }
 
     /// Checks status, state, replay flag and problem type of an answer.
-    pub fn check(&mut self, answer: &Answer, expect: Expect) {
+    pub fn check(&mut self, answer: &Received, expect: Expect) {
         self.expect("the status", expect.status, answer.status.as_u16());
         self.expect("Idem-State", expect.state, answer.header("idem-state"));
         let replayed = answer.header("idempotent-replayed");
@@ -133,11 +133,11 @@ mod tests {
     use http::{HeaderMap, HeaderValue, StatusCode};
     use serde_json::json;
 
-    fn unknown() -> Answer {
+    fn unknown() -> Received {
         let mut headers = HeaderMap::new();
         headers.insert("idem-state", HeaderValue::from_static("unknown"));
         headers.insert("idempotent-replayed", HeaderValue::from_static("false"));
-        Answer {
+        Received {
             status: StatusCode::ACCEPTED,
             headers,
             body: json!({"type": "urn:idemproxy:outcome-unknown"}),

@@ -122,7 +122,7 @@ mod tests {
 
     use super::*;
     use crate::operation::{Event, Operation};
-    use crate::policy::{Approval, Dedupe, Effect};
+    use crate::policy::{ApprovalMode, Dedupe, Effect};
 
     const T0: Timestamp = Timestamp(1_800_000_000_000);
 
@@ -130,7 +130,7 @@ mod tests {
         Rules {
             effect: Effect::Irreversible,
             dedupe,
-            approval: Approval::None,
+            approval: ApprovalMode::None,
             key_retention: Duration::from_secs(3600),
             timeout: Duration::from_secs(30),
             reconcile: false,

@@ -140,7 +140,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::policy::{Approval as Gate, Dedupe, Effect};
+    use crate::policy::{ApprovalMode, Dedupe, Effect};
 
     const NOW: Timestamp = Timestamp(1_800_000_000_000);
 
@@ -148,7 +148,7 @@ mod tests {
         Rules {
             effect: Effect::Irreversible,
             dedupe: Dedupe::None,
-            approval: Gate::None,
+            approval: ApprovalMode::None,
             key_retention: Duration::ZERO,
             timeout: Duration::from_secs(30),
             reconcile: false,

@@ -11,7 +11,7 @@ use super::LookupError;
 use crate::body::{self, Body};
 use crate::kept::KeptRequest;
 use crate::policy::{Captures, Provider, Reconcile};
-use crate::template::{Escape, Inputs, Part, Rendered};
+use crate::template::{Escape, Part, Rendered, Sources};
 use crate::upstream;
 
 /// What a lookup may read of the operation's kept first request: its query and its body.
@@ -47,7 +47,7 @@ pub(super) fn reads_request(rule: &Reconcile) -> bool {
 }
 
 /// The names a lookup template may read besides the captures.
-pub(super) struct Names<'a> {
+pub(super) struct LookupVars<'a> {
     pub provider: &'a str,
     pub route: &'a str,
     pub id: &'a str,
@@ -86,10 +86,10 @@ pub(super) fn lookup_uri(
     provider: &Provider,
     rule: &Reconcile,
     captures: &Captures,
-    names: &Names,
+    names: &LookupVars,
 ) -> Result<(Method, Uri), LookupError> {
     let headers = HeaderMap::new();
-    let inputs = Inputs {
+    let inputs = Sources {
         headers: &headers,
         query: names.first.and_then(|f| f.query.as_deref()),
         body: names.first.map_or(&Body::Empty, |f| &f.body),
@@ -131,7 +131,7 @@ fn target(provider: &Provider, rendered: &str) -> Result<Uri, LookupError> {
     } else {
         format!("/{path}")
     };
-    upstream::target_uri(provider, &path, query).map_err(LookupError::Uri)
+    Ok(upstream::target_uri(provider, &path, query)?)
 }
 
 #[cfg(test)]
@@ -161,8 +161,8 @@ mod tests {
         }
     }
 
-    fn names<'a>(id: &'a str, key: &'a str) -> Names<'a> {
-        Names {
+    fn names<'a>(id: &'a str, key: &'a str) -> LookupVars<'a> {
+        LookupVars {
             provider: "pay",
             route: "refund",
             id,
@@ -184,7 +184,7 @@ mod tests {
             "/customers?key={key}",
         ]);
         let answer = serde_json::json!({"error": {"links": {"id": "CU 1"}}});
-        let with_answer = Names {
+        let with_answer = LookupVars {
             answer: Some(&answer),
             ..names("x", "k3y")
         };
@@ -251,7 +251,7 @@ mod tests {
         ]);
         let p = provider("");
         let render = |first: Option<&First>| {
-            let names = Names {
+            let names = LookupVars {
                 first,
                 ..names("x", "k3y")
             };
@@ -292,7 +292,7 @@ mod tests {
         assert!(text.contains("json:/reference"), "{text}");
         assert!(text.contains("not kept"), "{text}");
         let secret = first("application/json", r#"{"reference":{"card":"4242"}}"#);
-        let names = Names {
+        let names = LookupVars {
             first: Some(&secret),
             ..names("x", "k3y")
         };

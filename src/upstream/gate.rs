@@ -18,7 +18,20 @@ use crate::wire::BoxError;
 
 /// Checked right before a guarded request's first byte is written: `Err` says why it must not
 /// be sent, and then nothing of it is (the exchange fails as `SendError::Connect`).
-pub type Gate = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+pub type Gate = Arc<dyn Fn() -> Result<(), Refusal> + Send + Sync>;
+
+/// Why a gate keeps a guarded request's first byte back.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Refusal {
+    /// The attempt's claim plus the provider's timeout passed while it was connecting.
+    #[error(
+        "the attempt's deadline (its claim plus the provider's timeout, {0:?}) passed before its connection was ready"
+    )]
+    Deadline(std::time::Duration),
+    /// The ledger's word that this replica may no longer send for the claim.
+    #[error("{0}")]
+    Ledger(&'static str),
+}
 
 tokio::task_local! {
     /// The gate of the guarded exchange running on this task, for the connector, which
@@ -28,7 +41,7 @@ tokio::task_local! {
 
 /// The gate's verdict as an exchange's error: a refusal is a connect error (nothing sent).
 pub(super) fn check(gate: &Gate) -> Result<(), super::SendError> {
-    gate().map_err(|why| super::SendError::Connect(Refused(why).to_string()))
+    gate().map_err(|why| super::SendError::Connect(NotSent(why).to_string()))
 }
 
 /// Runs `exchange` with `gate` visible to the connections it makes (`Gated`).
@@ -39,7 +52,7 @@ pub(super) async fn scoped<F: Future>(gate: Gate, exchange: F) -> F::Output {
 /// Why a gate refused, as the error of a connection that was made but not used.
 #[derive(Debug, thiserror::Error)]
 #[error("not sent: {0}")]
-pub(super) struct Refused(pub(super) String);
+pub(super) struct NotSent(pub(super) Refusal);
 
 /// A connector that checks the gate of the exchange it connects for (if any) once its
 /// connection is ready, after the inner connector's TLS handshake: a refusal is a connect
@@ -73,7 +86,7 @@ where
         Box::pin(async move {
             let conn = connecting.await.map_err(Into::into)?;
             if let Some(gate) = gate {
-                gate().map_err(Refused)?;
+                gate().map_err(NotSent)?;
             }
             Ok(conn)
         })

@@ -5,7 +5,7 @@
 //! origin-form request target, the same retry of a request a reused connection gave back
 //! unsent, the same error kinds) with less work per request: no checkout racing a connect,
 //! no task spawned to return a connection, no pool key built and hashed. A connection goes
-//! back to the pool when its response body has been read to the end (`Body`); a body dropped
+//! back to the pool when its response body (`ProviderBody`) has been read to the end; a body dropped
 //! before its end closes the connection, since what is left of it would otherwise be read as
 //! the next response. Each connection keeps one timer for the wait for its answers' heads,
 //! moved on for each request: pushing a registered deadline later is one atomic write, where
@@ -132,7 +132,7 @@ impl Pool {
         mut req: Request<ProxyBody>,
         within: Option<Duration>,
         gate: Option<Gate>,
-    ) -> Result<Response<Body>, SendError> {
+    ) -> Result<Response<ProviderBody>, SendError> {
         let deadline = within.map(|within| (tokio::time::Instant::now() + within, within));
         req.headers_mut()
             .entry(header::HOST)
@@ -179,7 +179,7 @@ impl Pool {
                 Ok(resp) => {
                     abandon.disarm();
                     let pool = Arc::downgrade(self);
-                    return Ok(resp.map(|inner| Body {
+                    return Ok(resp.map(|inner| ProviderBody {
                         inner,
                         back: Some((conn, pool)),
                     }));
@@ -343,17 +343,17 @@ fn origin_form(uri: &mut Uri) {
     };
 }
 
-/// A response body from the pool: when it has been read to its end, its connection goes
-/// back to the pool.
-pub struct Body {
+/// A provider's response body: when it came from the pool and has been read to its end, its
+/// connection goes back to the pool.
+pub struct ProviderBody {
     inner: Incoming,
     back: Option<(Conn, Weak<Pool>)>,
 }
 
-impl Body {
+impl ProviderBody {
     /// A body from a connection that is not pooled here (hyper-util's client).
-    pub(super) fn unpooled(inner: Incoming) -> Body {
-        Body { inner, back: None }
+    pub(super) fn unpooled(inner: Incoming) -> ProviderBody {
+        ProviderBody { inner, back: None }
     }
 
     fn ended(&mut self) {
@@ -363,7 +363,7 @@ impl Body {
     }
 }
 
-impl http_body::Body for Body {
+impl http_body::Body for ProviderBody {
     type Data = Bytes;
     type Error = hyper::Error;
 
@@ -392,7 +392,7 @@ impl http_body::Body for Body {
     }
 }
 
-impl Drop for Body {
+impl Drop for ProviderBody {
     /// A body nobody read because it was empty (`HEAD`, `204`, `Content-Length: 0`) still
     /// gives its connection back; one dropped part-way closes it.
     fn drop(&mut self) {
@@ -405,6 +405,7 @@ impl Drop for Body {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::Refusal;
     use http_body_util::BodyExt;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
@@ -476,7 +477,7 @@ mod tests {
     async fn a_refusing_gate_sends_nothing_on_a_new_or_a_pooled_connection() {
         let (addr, heads, conns) = server(OK, false).await;
         let pool = pool_for(addr);
-        let refuse: Gate = Arc::new(|| Err("the lease lapsed".to_owned()));
+        let refuse: Gate = Arc::new(|| Err(Refusal::Ledger("the lease lapsed")));
         for _ in 0..2 {
             match pool.send(get(addr, "/"), None, Some(refuse.clone())).await {
                 Err(SendError::Connect(why)) => assert!(why.contains("lease lapsed"), "{why}"),

@@ -42,43 +42,6 @@ async fn check_on_the_shipped_config_prints_the_routes_table() {
 }
 
 #[tokio::test]
-async fn check_on_a_broken_policy_names_file_key_and_fix() {
-    let dir = Proxy::builder().write();
-    let config = broken("unknown_template_source");
-    let (status, stdout, stderr) = dir.run_cli(&["check", "-c", &config]).await;
-    assert!(!status.success(), "{status:?}\n{stdout}");
-    let parts = [
-        "policies/stripe.toml",
-        "create_refund",
-        "operation_id[1]",
-        "hedaer",
-        "expected header",
-    ];
-    assert_line(&stderr, &parts);
-    assert!(
-        !stdout.contains("ok"),
-        "a broken config is not ok:\n{stdout}"
-    );
-}
-
-#[tokio::test]
-async fn check_on_a_broken_proxy_toml_names_file_key_and_fix() {
-    let dir = Proxy::builder().write();
-    let config = broken("unknown_key_proxy");
-    let (status, _, stderr) = dir.run_cli(&["check", "-c", &config]).await;
-    assert!(!status.success());
-    assert_line(
-        &stderr,
-        &[
-            "proxy.toml",
-            "limits.max_body",
-            "unknown key",
-            "max_request_body",
-        ],
-    );
-}
-
-#[tokio::test]
 async fn serve_with_a_broken_config_refuses_to_start_with_the_same_message() {
     let bad_route = route(
         "create_refund",
@@ -118,70 +81,139 @@ async fn serve_on_a_port_in_use_exits_non_zero_naming_the_key() {
     assert_line(&stderr, &[&addr.to_string(), "listen"]);
 }
 
-/// `check` (the real binary) refuses the settings that would quietly weaken a guard: each
-/// fixture's error line names the file, the key and the fix.
+/// One broken fixture `check` (the real binary) refuses, and an error line it must print.
+struct Refused {
+    fixture: &'static str,
+    /// One stderr line holds every part: the file, the key and the fix.
+    line: &'static [&'static str],
+    /// Text stdout must not hold.
+    not_in_stdout: Option<&'static str>,
+}
+
+const REFUSED: &[Refused] = &[
+    // A broken policy.
+    Refused {
+        fixture: "unknown_template_source",
+        line: &[
+            "policies/stripe.toml",
+            "create_refund",
+            "operation_id[1]",
+            "hedaer",
+            "expected header",
+        ],
+        // A broken config is not ok.
+        not_in_stdout: Some("ok"),
+    },
+    // A broken proxy.toml.
+    Refused {
+        fixture: "unknown_key_proxy",
+        line: &[
+            "proxy.toml",
+            "limits.max_body",
+            "unknown key",
+            "max_request_body",
+        ],
+        not_in_stdout: None,
+    },
+    // The settings that would quietly weaken a guard.
+    Refused {
+        fixture: "approval_skipped",
+        line: &[
+            "policies/shop.toml",
+            "route \"refund\": on_missing_id",
+            "on_missing_id = \"reject\"",
+        ],
+        not_in_stdout: None,
+    },
+    Refused {
+        fixture: "credential_in_identity",
+        line: &[
+            "policies/shop.toml",
+            "operation_id[1]",
+            "{header:authorization}",
+            "credential",
+        ],
+        not_in_stdout: None,
+    },
+    Refused {
+        fixture: "credential_in_identity",
+        line: &[
+            "policies/shop.toml",
+            "fingerprint_headers[1]",
+            "proxy-authorization",
+        ],
+        not_in_stdout: None,
+    },
+    Refused {
+        fixture: "key_header_framing",
+        line: &[
+            "policies/a_shop.toml",
+            "provider.key_header",
+            "content-length",
+            "Idempotency-Key",
+        ],
+        not_in_stdout: None,
+    },
+    Refused {
+        fixture: "lookup_request_part",
+        line: &[
+            "policies/shop.toml",
+            "route \"refund\": reconcile.lookup",
+            "{header:x-workflow-id}",
+            "{key}",
+        ],
+        not_in_stdout: None,
+    },
+    Refused {
+        fixture: "zero_final_after",
+        line: &[
+            "policies/shop.toml",
+            "reconcile.not_found_final_after",
+            "at least 1ms",
+        ],
+        not_in_stdout: None,
+    },
+];
+
+/// `check` (the real binary) exits non-zero on each broken fixture of `REFUSED`, printing
+/// the error line that names the file, the key and the fix (a broken policy, a broken
+/// proxy.toml, and the settings that would quietly weaken a guard). Every row is run; a
+/// failure names each row that failed.
 #[tokio::test]
-async fn check_refuses_settings_that_weaken_a_guard() {
+async fn check_on_a_broken_config_names_file_key_and_fix() {
     let dir = Proxy::builder().write();
-    let cases: [(&str, &[&str]); 6] = [
-        (
-            "approval_skipped",
-            &[
-                "policies/shop.toml",
-                "route \"refund\": on_missing_id",
-                "on_missing_id = \"reject\"",
-            ],
-        ),
-        (
-            "credential_in_identity",
-            &[
-                "policies/shop.toml",
-                "operation_id[1]",
-                "{header:authorization}",
-                "credential",
-            ],
-        ),
-        (
-            "credential_in_identity",
-            &[
-                "policies/shop.toml",
-                "fingerprint_headers[1]",
-                "proxy-authorization",
-            ],
-        ),
-        (
-            "key_header_framing",
-            &[
-                "policies/a_shop.toml",
-                "provider.key_header",
-                "content-length",
-                "Idempotency-Key",
-            ],
-        ),
-        (
-            "lookup_request_part",
-            &[
-                "policies/shop.toml",
-                "route \"refund\": reconcile.lookup",
-                "{header:x-workflow-id}",
-                "{key}",
-            ],
-        ),
-        (
-            "zero_final_after",
-            &[
-                "policies/shop.toml",
-                "reconcile.not_found_final_after",
-                "at least 1ms",
-            ],
-        ),
-    ];
-    for (fixture, parts) in cases {
-        let config = broken(fixture);
+    let mut failed = Vec::new();
+    for row in REFUSED {
+        let config = broken(row.fixture);
         let (status, stdout, stderr) = dir.run_cli(&["check", "-c", &config]).await;
-        assert!(!status.success(), "{fixture}: {status:?}\n{stdout}");
-        assert_line(&stderr, parts);
+        let mut wrong = Vec::new();
+        if status.success() {
+            wrong.push(format!("exited {status:?}"));
+        }
+        let parts = row.line;
+        if !stderr.lines().any(|l| parts.iter().all(|p| l.contains(p))) {
+            wrong.push(format!("no line with {parts:?}"));
+        }
+        if let Some(text) = row.not_in_stdout
+            && stdout.contains(text)
+        {
+            wrong.push(format!("stdout holds {text:?}"));
+        }
+        if !wrong.is_empty() {
+            failed.push(format!(
+                "{}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+                row.fixture,
+                wrong.join("; ")
+            ));
+        }
     }
+    assert!(
+        failed.is_empty(),
+        "{} of {} rows wrong:\n{}",
+        failed.len(),
+        REFUSED.len(),
+        failed.join("\n")
+    );
 }
 
 /// A `settle_headers` value that does not parse is refused without being echoed: a literal
