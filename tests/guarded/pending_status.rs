@@ -25,6 +25,8 @@ async fn an_unknown_outcome_is_answered_with_the_pending_status() {
 
     let first = refund(&proxy, "wf-lost", "amount=500").await;
     assert_pending(&first, UNAVAILABLE, "outcome-unknown", "unknown");
+    // The same words and `next` as at 202: only the status differs.
+    assert_next(&first.json(), "wait", &["It is held until it is resolved"]);
     let replay = refund(&proxy, "wf-lost", "amount=500").await;
     assert_pending(&replay, UNAVAILABLE, "outcome-unknown", "unknown");
     assert_eq!(provider.request_count(), 1, "nothing re-sent");
