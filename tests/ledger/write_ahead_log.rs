@@ -250,7 +250,11 @@ async fn a_log_that_cannot_be_synced_sends_nothing() {
         .await;
     let resp = refund(&proxy, "wf-unsynced", "amount=500").await;
     let body = problem(&resp, StatusCode::SERVICE_UNAVAILABLE, "ledger-unavailable");
-    assert_next(&body, "retry_same", &["nothing was sent", "Retry the same request"]);
+    assert_next(
+        &body,
+        "retry_same",
+        &["nothing was sent", "Retry the same request"],
+    );
     for n in 0..4 {
         let again = refund(&proxy, &format!("wf-unsynced-{n}"), "amount=5").await;
         assert_eq!(again.status, StatusCode::SERVICE_UNAVAILABLE, "{again:?}");
