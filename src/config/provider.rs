@@ -234,7 +234,7 @@ pub(super) fn pending_warning(file: &Path, provider: &Provider) -> Option<Config
                   they asked for (stripe-python, squareup, gocardless-pro and increase do; \
                   an agent then sees a refund that may not exist). Set pending_status = 503, \
                   as the shipped policies do: with its Retry-After, an SDK waits and retries \
-                  the same request through the proxy"
+                  through the proxy, which is safe"
             .into(),
     })
 }
