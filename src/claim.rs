@@ -27,7 +27,7 @@ use crate::operation::{
     Approval, Event, EventKind, Operation, RequestChange, State, StoredResponse, Write,
 };
 use crate::policy::{Effect, KeyPlacement, Provider, Route};
-use crate::problem::Problem;
+use crate::problem::{Problem, Unknown};
 
 /// Who asks for the claim: an agent's request, or the proxy's own settler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -386,7 +386,7 @@ fn transition(
         }
         (Decision::Wait, _) => (None, Decided::Step(Step::Wait)),
         (Decision::Reconcile, _) => (None, Decided::Step(Step::Reconcile)),
-        (Decision::Hold, _) => refuse(Problem::OutcomeUnknown, State::Unknown),
+        (Decision::Hold, _) => refuse(Problem::OutcomeUnknown(Unknown::Held), State::Unknown),
         (Decision::Expired, Some(op)) => {
             let pruned_at = op.pruned_at.unwrap_or(now);
             refuse(Problem::OperationExpired { pruned_at }, op.state)

@@ -381,6 +381,7 @@ fn load_policies(
         let (claim, provider) = load_policy(file, errors);
         if let Some(provider) = &provider {
             warnings.extend(rule::warnings(file, provider));
+            warnings.extend(provider::pending_warning(file, provider));
         }
         claims.push(claim);
         providers.extend(provider);

@@ -11,6 +11,7 @@ use crate::clock::Timestamp;
 use crate::fingerprint::{LEGACY, Legacy, differing_fields};
 use crate::operation::{Approval, Operation, State};
 use crate::policy::{ApprovalMode, Dedupe, Effect, Provider, Route};
+use crate::problem::Unknown;
 
 /// The rules of a route that the state machine needs.
 #[derive(Debug, Clone, Copy)]
@@ -156,6 +157,17 @@ pub fn decide(
 /// provider's window that is open now (a re-send may still settle it) can close later.
 pub fn needs_person(op: &Operation, rules: Rules, now: Timestamp) -> bool {
     op.state == State::Unknown && decide_unknown(op, rules, now) == Decision::Hold
+}
+
+/// What the agent's next identical request for the `unknown` operation `op` will meet,
+/// decided at `now`: the case its `outcome-unknown` answer is worded for.
+pub fn unknown_next(op: &Operation, rules: Rules, now: Timestamp) -> Unknown {
+    match decide_unknown(op, rules, now) {
+        Decision::Resend(Resend::Idempotent) => Unknown::Idempotent,
+        Decision::Resend(_) => Unknown::Deduplicated,
+        Decision::Reconcile => Unknown::LookedUp,
+        _ => Unknown::Held,
+    }
 }
 
 fn decide_unknown(op: &Operation, rules: Rules, now: Timestamp) -> Decision {

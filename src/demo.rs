@@ -183,12 +183,24 @@ async fn part_one(story: &mut Story<'_>, scene: &Scene<'_>) {
     story.part("a provider that deduplicates on Idempotency-Key (like Stripe)");
     let told = async {
         lost_answer(story, scene).await?;
+        why_202(story);
         provider_replay(story, scene).await?;
         from_ledger(story, scene).await?;
         conflict(story, scene).await
     }
     .await;
     end_part(story, scene, told);
+}
+
+/// Part 1, after step 1: why the demo's "not yet" answer is a 202 and the shipped policies'
+/// a 503 (docs/policies.md, "Writing a policy for a new provider").
+fn why_202(story: &mut Story<'_>) {
+    story.note("`next: retry_same` tells the agent to send the same request again: this");
+    story.note("provider deduplicates, so the proxy will re-send it with the same key.");
+    story.note("This demo answers 202, the default pending_status, because its agent reads");
+    story.note("the proxy's answers itself. The shipped policies answer 503 with Retry-After:");
+    story.note("official SDKs (stripe-python and others) take any 2xx for the refund they asked");
+    story.note("for, while a 503 makes them wait and retry. `idemproxy check` warns about 202.");
 }
 
 /// Part 1, step 2: the retry carries the same key, and the provider deduplicates.

@@ -15,14 +15,15 @@ use http_body_util::BodyExt;
 
 use crate::app::App;
 use crate::clock::Timestamp;
+use crate::decide::{Rules, unknown_next};
 use crate::kept::{Outgoing, Unbuildable};
 use crate::ledger::{LedgerError, Permit};
 use crate::operation::{
     Event, EventKind, Logged, Operation, RequestChange, State, StoredResponse, Write,
 };
-use crate::policy::Provider;
 use crate::policy::rule::{self, Classified, Means};
-use crate::problem::{Context, Problem};
+use crate::policy::{Effect, Provider};
+use crate::problem::{Context, Problem, Unknown};
 use crate::upstream::{self, Gate, Refusal, SendError};
 use crate::wire::{BoxError, ProxyBody, Unbuffered, collect_limited, full};
 
@@ -102,17 +103,17 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> (Response<Prox
     let done = || {
         let _ = app.completions.send(Arc::from(ex.id.as_str()));
     };
-    let state = match recorded {
+    let (state, unknown) = match recorded {
         Ok(Persisted::Written(recorded)) => {
             if let Some(op) = &recorded.unknown {
                 app.escalate(op);
             }
-            recorded.state
+            (recorded.state, recorded.unknown)
         }
         Ok(Persisted::Superseded(now)) => {
             done();
             tracing::warn!(operation = %Logged(&ex.id), "a newer claim owns this operation; this attempt's result was not written");
-            return Box::pin(superseded(app, now, ctx)).await;
+            return Box::pin(superseded(app, provider, &ex, now, ctx)).await;
         }
         Err(e) => {
             done();
@@ -120,8 +121,8 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> (Response<Prox
             // Nobody will finish this claim: the ledger makes it `unknown` as soon as it can.
             app.ledger.abandon(&ex.id, ex.fence);
             ctx.state = Some(State::Unknown);
-            let answer = crate::answer::refusal(Problem::OutcomeUnknown, &ctx);
-            return (answer, State::Unknown);
+            let problem = Problem::OutcomeUnknown(unknown_case(provider, &ex, None));
+            return (crate::answer::refusal(problem, &ctx), State::Unknown);
         }
     };
     // A `reconcile` rule's lookup runs before duplicates wake, so they see its verdict.
@@ -147,9 +148,28 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> (Response<Prox
         Err(SendError::Connect(why)) if state == State::Failed => {
             crate::answer::refusal(Problem::UpstreamUnreachable(why), &ctx)
         }
-        Err(_) => crate::answer::refusal(Problem::OutcomeUnknown, &ctx),
+        Err(_) => {
+            let case = unknown_case(provider, &ex, unknown.as_ref());
+            crate::answer::refusal(Problem::OutcomeUnknown(case), &ctx)
+        }
     };
     (answer, state)
+}
+
+/// What the agent's next request for the operation of this attempt, now `unknown` and
+/// recorded as `op`, will meet (`None`: it could not be read; then nothing is promised about
+/// the provider's key window).
+fn unknown_case(provider: &Provider, ex: &Exchange, op: Option<&Operation>) -> Unknown {
+    let Some(route) = provider.routes.iter().find(|r| r.name == ex.route) else {
+        return Unknown::Held;
+    };
+    let rules = Rules::of(provider, route);
+    match op {
+        Some(op) if op.state == State::Unknown => unknown_next(op, rules, Timestamp::now()),
+        _ if rules.effect == Effect::Idempotent => Unknown::Idempotent,
+        _ if rules.reconcile => Unknown::LookedUp,
+        _ => Unknown::Held,
+    }
 }
 
 /// Looks up at once the effect of an attempt whose answer a `means = "reconcile"` rule
@@ -440,10 +460,12 @@ async fn persist(
 /// state it is in now (`unknown` if it could not be read).
 async fn superseded(
     app: &App,
+    provider: &Provider,
+    ex: &Exchange,
     now: Option<Operation>,
     mut ctx: Context,
 ) -> (Response<ProxyBody>, State) {
-    let state = now.map_or(State::Unknown, |op| op.state);
+    let state = now.as_ref().map_or(State::Unknown, |op| op.state);
     ctx.state = Some(state);
     let id = ctx.operation_id.as_deref().unwrap_or_default();
     if state == State::Succeeded
@@ -451,7 +473,11 @@ async fn superseded(
     {
         return (crate::answer::replay(stored, &ctx), state);
     }
-    (crate::answer::refusal(Problem::OutcomeUnknown, &ctx), state)
+    let case = unknown_case(provider, ex, now.as_ref());
+    (
+        crate::answer::refusal(Problem::OutcomeUnknown(case), &ctx),
+        state,
+    )
 }
 
 /// The write of an attempt's result on the operation `op` that it claimed. Pure.

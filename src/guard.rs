@@ -21,6 +21,8 @@ use crate::app::App;
 use crate::body;
 use crate::budget::{self, Reservation, Unread};
 use crate::claim::{self, Actor, Ask, Claimed, NO_FIELDS, NO_LEGACY, Probe, Step, claim};
+use crate::clock::Timestamp;
+use crate::decide::{Rules, unknown_next};
 use crate::dispatch::{self, NotBuilt};
 use crate::fingerprint;
 use crate::identity;
@@ -28,7 +30,7 @@ use crate::kept::Outgoing;
 use crate::kept::{KeptRequest, Unbuildable, place_key};
 use crate::operation::{Operation, State, StoredResponse};
 use crate::policy::{Captures, KeyPlacement, OnMissingId, Provider, Route};
-use crate::problem::{Context, Problem};
+use crate::problem::{Context, Problem, Unknown};
 use crate::template::{self, render_first};
 use crate::upstream;
 use crate::wire::ProxyBody;
@@ -149,7 +151,7 @@ async fn run(
             replay(stored, &ctx.with_state(State::Succeeded)),
             "replayed",
         )),
-        Next::Wait => Box::pin(wait(app, ctx)).await,
+        Next::Wait => Box::pin(wait(app, Rules::of(provider, route), ctx)).await,
         Next::Refuse(problem, state) => {
             ctx.state = Some(state);
             Err(problem)
@@ -277,7 +279,10 @@ async fn reconcile(
             let (resp, state) = send(app, provider, names, op, claimed).await;
             Next::Sent(resp, state)
         }
-        crate::reconcile::Verdict::Unknown => Next::Refuse(Problem::OutcomeUnknown, State::Unknown),
+        // Not found yet: the next request asks again.
+        crate::reconcile::Verdict::Unknown => {
+            Next::Refuse(Problem::OutcomeUnknown(Unknown::LookedUp), State::Unknown)
+        }
     })
 }
 
@@ -522,7 +527,7 @@ const SHARED_POLL: Duration = Duration::from_millis(75);
 /// A duplicate of an in-flight operation waits for its result, up to `in_flight_wait`: it
 /// re-reads the ledger when this process records an attempt of it, and with a shared ledger
 /// also every `SHARED_POLL`.
-async fn wait(app: &App, ctx: &mut Context) -> Result<Answer, Problem> {
+async fn wait(app: &App, rules: Rules, ctx: &mut Context) -> Result<Answer, Problem> {
     let id = ctx.operation_id.clone().unwrap_or_default();
     let deadline = tokio::time::Instant::now() + app.config.limits.in_flight_wait;
     let poll = app.ledger.shared().then_some(SHARED_POLL);
@@ -536,7 +541,7 @@ async fn wait(app: &App, ctx: &mut Context) -> Result<Answer, Problem> {
             .ok_or_else(|| Problem::LedgerUnavailable("the operation vanished".into()))?;
         ctx.state = Some(op.state);
         if op.state != State::InFlight {
-            return settled(app, &op, ctx).await;
+            return settled(app, &op, rules, ctx).await;
         }
         if !finished(&mut completions, &id, deadline, poll).await {
             return Err(Problem::InFlight);
@@ -568,7 +573,12 @@ async fn finished(
 }
 
 /// The answer for an operation that finished while we waited.
-async fn settled(app: &App, op: &Operation, ctx: &Context) -> Result<Answer, Problem> {
+async fn settled(
+    app: &App,
+    op: &Operation,
+    rules: Rules,
+    ctx: &Context,
+) -> Result<Answer, Problem> {
     // A stored response belongs to the last attempt only if the operation says it has one.
     let stored = match op.response {
         Some(_) => app
@@ -586,7 +596,11 @@ async fn settled(app: &App, op: &Operation, ctx: &Context) -> Result<Answer, Pro
                 .unwrap_or_else(|| "the provider could not be reached".into()),
         )),
         (State::Prepared, _) => Err(Problem::AwaitingApproval),
-        _ => Err(Problem::OutcomeUnknown),
+        _ => Err(Problem::OutcomeUnknown(unknown_next(
+            op,
+            rules,
+            Timestamp::now(),
+        ))),
     }
 }
 
@@ -594,7 +608,7 @@ async fn settled(app: &App, op: &Operation, ctx: &Context) -> Result<Answer, Pro
 fn outcome_of(problem: &Problem) -> &'static str {
     match problem {
         Problem::ParameterMismatch { .. } => "conflict",
-        Problem::OutcomeUnknown | Problem::InFlight | Problem::AwaitingApproval => "pending",
+        Problem::OutcomeUnknown(_) | Problem::InFlight | Problem::AwaitingApproval => "pending",
         Problem::UpstreamUnreachable(_) | Problem::UpstreamBroken(_) => "forwarded",
         _ => "rejected",
     }

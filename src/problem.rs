@@ -2,8 +2,8 @@
 //!
 //! `Problem` is the request path's error type, grouped by whose fault it is. `into_response`
 //! turns it into an RFC 9457 `application/problem+json` answer (docs/reference.md section 6) with the
-//! operation's headers when the operation is known. `detail` is written for a person; it never
-//! says "failed" for an outcome that is unknown, and never carries a header value or body.
+//! operation's headers when the operation is known. Its `detail` and `next` (what to do after
+//! it) are `problem::words`.
 
 use std::time::Duration;
 
@@ -14,6 +14,8 @@ use serde_json::{Map, Value, json};
 use crate::clock::Timestamp;
 use crate::operation::State;
 use crate::wire::{ProxyBody, full};
+
+mod words;
 
 /// Why a request was not (or not fully) carried out.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -40,7 +42,7 @@ pub enum Problem {
     #[error("the operation was first made with other parameters")]
     ParameterMismatch { fields: Vec<String> },
     #[error("the outcome is unknown")]
-    OutcomeUnknown,
+    OutcomeUnknown(Unknown),
     #[error("the operation is still in flight")]
     InFlight,
     #[error("the operation awaits approval")]
@@ -83,6 +85,49 @@ pub enum Problem {
     PrincipalMismatch,
 }
 
+/// What the agent's next identical request for an `unknown` operation will meet (decided by
+/// `decide::unknown_next`), so its `outcome-unknown` says what to do and never invites a new
+/// operation ID for an effect that may have happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unknown {
+    /// The provider deduplicates on the key and still remembers it: re-sent with the same key.
+    Deduplicated,
+    /// The route's effect is idempotent: re-sent.
+    Idempotent,
+    /// The route has a lookup: the provider is asked whether the effect happened.
+    LookedUp,
+    /// Nothing may be sent: held until an operator resolves it.
+    Held,
+}
+
+/// The `next` member: what a program does with the answer (docs/reference.md section 6.2),
+/// decided from what the proxy will do with the next identical request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advice {
+    /// Send the same request again, after `Retry-After` where given.
+    RetrySame,
+    /// Held for a person: asking again only polls.
+    Wait,
+    /// This operation ID is spent for these parameters; a new intent needs a new one.
+    NewOperation,
+    /// The request itself is wrong.
+    FixRequest,
+    /// Refused for good.
+    Stop,
+}
+
+impl Advice {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Advice::RetrySame => "retry_same",
+            Advice::Wait => "wait",
+            Advice::NewOperation => "new_operation",
+            Advice::FixRequest => "fix_request",
+            Advice::Stop => "stop",
+        }
+    }
+}
+
 /// Every short problem name (`kind`), for policies that name problems.
 pub const KINDS: &[&str] = &[
     "no-route",
@@ -115,6 +160,7 @@ pub const KEPT_MEMBERS: &[&str] = &[
     "title",
     "status",
     "detail",
+    "next",
     "instance",
     "operation_id",
     "provider",
@@ -164,7 +210,7 @@ impl Problem {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             Problem::ParameterMismatch { .. } => StatusCode::CONFLICT,
-            Problem::OutcomeUnknown | Problem::InFlight | Problem::AwaitingApproval => {
+            Problem::OutcomeUnknown(_) | Problem::InFlight | Problem::AwaitingApproval => {
                 StatusCode::ACCEPTED
             }
             Problem::UpstreamUnreachable(_) | Problem::UpstreamBroken(_) => StatusCode::BAD_GATEWAY,
@@ -192,7 +238,7 @@ impl Problem {
             Problem::MissingOperationId { .. } => "missing-operation-id",
             Problem::InvalidOperationId { .. } => "invalid-operation-id",
             Problem::ParameterMismatch { .. } => "parameter-mismatch",
-            Problem::OutcomeUnknown => "outcome-unknown",
+            Problem::OutcomeUnknown(_) => "outcome-unknown",
             Problem::InFlight => "in-flight",
             Problem::AwaitingApproval => "awaiting-approval",
             Problem::OperationRejected { .. } => "operation-rejected",
@@ -220,7 +266,7 @@ impl Problem {
             Problem::MissingOperationId { .. } => "Missing operation ID",
             Problem::InvalidOperationId { .. } => "Invalid operation ID",
             Problem::ParameterMismatch { .. } => "Parameter mismatch",
-            Problem::OutcomeUnknown => "Outcome unknown",
+            Problem::OutcomeUnknown(_) => "Outcome unknown",
             Problem::InFlight => "In flight",
             Problem::AwaitingApproval => "Awaiting approval",
             Problem::OperationRejected { .. } => "Operation rejected",
@@ -235,113 +281,6 @@ impl Problem {
             Problem::Overloaded => "Overloaded",
             Problem::OperationExpired { .. } => "Operation expired",
             Problem::PrincipalMismatch => "Principal mismatch",
-        }
-    }
-
-    /// Words for the person reading the answer.
-    fn detail(&self) -> String {
-        match self {
-            Problem::NoMount => "No provider is mounted at this path. Point your client at \
-                http://<proxy>/<mount>/..., where <mount> is a provider's `mount` (see `idemproxy check`)."
-                .into(),
-            Problem::NoHost(host) => format!(
-                "No provider's upstream is {host}, and this proxy is not an open proxy. \
-                 Add a policy for it or send the request to a provider's mount."
-            ),
-            Problem::RouteNotAllowed => "This request matches none of the provider's routes, \
-                and its policy says `unmatched = \"reject\"`. Add a route for it to the policy."
-                .into(),
-            Problem::ConnectNotSupported => "HTTPS interception (CONNECT) is not supported. \
-                Send the request in plain HTTP to the provider's mount instead, for example \
-                http://127.0.0.1:8080/stripe/v1/refunds; the proxy speaks HTTPS to the provider."
-                .into(),
-            Problem::BodyTooLarge { limit } => format!(
-                "The request body is larger than {limit} bytes, the proxy's `max_request_body` \
-                 for guarded routes. Nothing was sent."
-            ),
-            Problem::InvalidBody(detail) => {
-                format!("The request cannot be taken as its policy reads it: {detail}. Nothing was sent.")
-            }
-            Problem::MissingOperationId { .. } => "None of the route's operation_id templates \
-                could be filled from this request, so the operation cannot be identified and \
-                nothing was sent. Send the parts listed in `missing` (for example an \
-                X-Operation-Id header)."
-                .into(),
-            Problem::InvalidOperationId { len } => format!(
-                "The operation ID is {len} bytes long; at most 512 are allowed. Use a shorter \
-                 identifier. Nothing was sent."
-            ),
-            Problem::ParameterMismatch { fields } => format!(
-                "This operation was first requested with other parameters (differing: {}). \
-                 Nothing was sent. Use a new operation ID for a new intent.",
-                fields.join(", ")
-            ),
-            Problem::OutcomeUnknown => "We cannot yet confirm whether this operation took \
-                effect. It will not be sent again until the operation is resolved."
-                .into(),
-            Problem::InFlight => "The same operation is still in progress. Retry later to get \
-                its result; it will not be sent twice."
-                .into(),
-            Problem::AwaitingApproval => "This operation needs a person's approval before it is \
-                sent. Nothing was sent; retry after it has been approved."
-                .into(),
-            Problem::OperationRejected { reason } => match reason {
-                Some(r) => format!("An operator rejected this operation: {r}. It will never be sent."),
-                None => "An operator rejected this operation. It will never be sent.".into(),
-            },
-            Problem::UpstreamUnreachable(why) => format!(
-                "The provider could not be reached ({why}). Nothing was sent, so it is safe to retry."
-            ),
-            Problem::UpstreamBroken(why) => format!(
-                "The exchange with the provider broke before a complete answer arrived ({why}). \
-                 This route is not guarded, so the proxy cannot tell whether it took effect."
-            ),
-            Problem::LedgerUnavailable(_) => "The proxy cannot record operations right now, so \
-                nothing was sent. Retry later."
-                .into(),
-            Problem::InvalidPath(why) => format!(
-                "The request path {why}. Servers read such a path in different ways, so under a \
-                 provider with guarded routes it could reach a guarded route unguarded. Send \
-                 the plain spelling of the path (as the route's `match` writes it). Nothing \
-                 was sent."
-            ),
-            Problem::ShadowedRoute { taken, guarded } => format!(
-                "The request matches the route `{taken}`, which is not guarded, and also the \
-                 guarded route `{guarded}` listed after it. Routes are tried in the order of \
-                 the policy file, so its guard would not run, and the proxy refuses rather than \
-                 send it unguarded. The policy must list `{guarded}` before `{taken}`. Nothing \
-                 was sent."
-            ),
-            Problem::InvalidMethod(why) => format!(
-                "The request method {why}. Under a provider with guarded routes the method must \
-                 be the one the provider acts on, in upper case. Send it as the request's own \
-                 method. Nothing was sent."
-            ),
-            Problem::LoopDetected => "This request already carries this proxy's `Via` entry: \
-                it came back to the proxy, so a provider's `upstream` leads back to it. Point \
-                the upstream at the provider itself. Nothing was sent."
-                .into(),
-            Problem::AmbiguousHost(host) => format!(
-                "More than one provider's upstream is {host} on different ports, and the \
-                 request names no port. Name the port in the request's URL. Nothing was sent."
-            ),
-            Problem::BodyTimeout { after } => format!(
-                "The request body did not arrive in full within {}, the proxy's `body_timeout` \
-                 for guarded routes. Nothing was sent; send the request again.",
-                humantime::format_duration(*after)
-            ),
-            Problem::Overloaded => "The proxy is holding as many request bodies as its \
-                `max_buffered` allows. Nothing was sent; retry after the Retry-After delay."
-                .into(),
-            Problem::OperationExpired { .. } => "This operation was completed and its record \
-                pruned; only its tombstone remains, so it is never sent again. Nothing was sent. \
-                Use a new operation ID for a new intent."
-                .into(),
-            Problem::PrincipalMismatch => "This operation was first requested by another caller \
-                (other credentials, or other values of the provider's `principal_headers`). \
-                Nothing was replayed and nothing was sent. Use a new operation ID, or, after a \
-                key rotation, ask an operator to run `idemproxy ops rebind ID --reason ...`."
-                .into(),
         }
     }
 
@@ -370,7 +309,8 @@ impl Problem {
         );
         body.insert("title".into(), json!(self.title()));
         body.insert("status".into(), json!(status.as_u16()));
-        body.insert("detail".into(), json!(self.detail()));
+        body.insert("detail".into(), json!(self.detail(ctx)));
+        body.insert("next".into(), json!(self.next().as_str()));
         let known = [
             ("operation_id", ctx.operation_id.as_deref()),
             ("provider", ctx.provider.as_deref()),
@@ -408,7 +348,7 @@ impl Problem {
     pub fn is_pending(&self) -> bool {
         matches!(
             self,
-            Problem::OutcomeUnknown | Problem::InFlight | Problem::AwaitingApproval
+            Problem::OutcomeUnknown(_) | Problem::InFlight | Problem::AwaitingApproval
         )
     }
 
@@ -452,7 +392,7 @@ mod tests {
             Problem::MissingOperationId { missing: vec![] },
             Problem::InvalidOperationId { len: 600 },
             Problem::ParameterMismatch { fields: vec![] },
-            Problem::OutcomeUnknown,
+            Problem::OutcomeUnknown(Unknown::Held),
             Problem::InFlight,
             Problem::AwaitingApproval,
             Problem::OperationRejected { reason: None },

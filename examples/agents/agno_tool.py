@@ -38,8 +38,10 @@ def refund_charge(run_context: RunContext, charge: str, amount: int) -> str:
         )
     except stripe.StripeError as error:
         # A parameter mismatch, or an outcome still unknown after the SDK's retries: the
-        # message is the proxy's own explanation, written for a person (and a model).
-        return f"Refund not made or not confirmed: {error.user_message}"
+        # message is the proxy's own explanation, written for a person (and a model), and
+        # `next` says what to do (retry_same, wait, new_operation, fix_request, stop).
+        next_step = (error.json_body or {}).get("next", "stop")
+        return f"Refund not made or not confirmed (next: {next_step}): {error.user_message}"
     return f"Refund {refund.id}: {refund.amount} cents, {refund.status}"
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import httpx
 
 PROXY = os.environ.get("IDEMPROXY_URL", "http://127.0.0.1:8080")
-PENDING = {"urn:idemproxy:outcome-unknown", "urn:idemproxy:in-flight"}
+pause = time.sleep  # between retries of the same request (a test replaces it)
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Step:
 
 
 def refund_charge(step: Step, charge: str, amount: int, *, tries: int = 4, api_key: str = "") -> dict:
-    """The tool. Returns the refund, or {"error": ...} the model can read."""
+    """The tool. Returns the refund, or {"error": ..., "next": ...} the model can read."""
     headers = {
         "Authorization": f"Bearer {api_key or os.environ.get('STRIPE_API_KEY', '')}",
         "X-Workflow-Id": step.workflow_id,
@@ -35,28 +35,41 @@ def refund_charge(step: Step, charge: str, amount: int, *, tries: int = 4, api_k
     with httpx.Client(base_url=f"{PROXY}/stripe", timeout=60) as client:
         for _ in range(tries):
             resp = client.post("/v1/refunds", data=form, headers=headers)
-            problem = problem_type(resp)
-            if problem not in PENDING:
-                return result(resp, problem)
-            # The outcome is not known yet: asking again is safe, the proxy decides whether
-            # anything is re-sent (it re-sends the first request with the same key, or not).
-            time.sleep(float(resp.headers.get("retry-after", "5")))
-    return {"error": "The refund is not confirmed yet. Do not refund again; it will be resolved."}
+            problem = proxy_problem(resp)
+            if problem is None:
+                return result(resp)
+            if problem.get("next") != "retry_same":
+                return refused(problem)
+            # The proxy says the same request may be sent again (the outcome is not known
+            # yet and will be re-sent with the same key, or it is still in flight, or
+            # nothing was sent): it decides whether anything reaches Stripe.
+            pause(float(resp.headers.get("retry-after", "1")))
+    return {"error": "The refund is not confirmed yet. Do not refund again; it will be resolved.",
+            "next": "retry_same"}
 
 
-def problem_type(resp: httpx.Response):
-    """The proxy's problem type (`urn:idemproxy:...`) when the answer is one of its own."""
-    if not resp.headers.get("content-type", "").startswith("application/problem+json"):
+def proxy_problem(resp: httpx.Response):
+    """The proxy's own problem document (its `type` is `urn:idemproxy:...`), or None."""
+    if not resp.headers.get("content-type", "").startswith(("application/problem+json", "application/json")):
         return None
-    return resp.json().get("type")
+    body = resp.json()
+    is_problem = isinstance(body, dict) and str(body.get("type", "")).startswith("urn:idemproxy:")
+    return body if is_problem else None
 
 
-def result(resp: httpx.Response, problem) -> dict:
-    if problem == "urn:idemproxy:parameter-mismatch":
-        body = resp.json()
-        return {"error": body["detail"], "differing_fields": body.get("differing_fields", [])}
-    if problem is not None:
-        return {"error": resp.json()["detail"]}
+def refused(problem: dict) -> dict:
+    """What the model reads when the proxy says not to send the same request again now.
+
+    `next` tells the program, `detail` tells the model: `wait` (held for a person: do not
+    refund again), `new_operation` (this step already asked for something else), `fix_request`
+    (the request is wrong), `stop` (refused for good)."""
+    answer = {"error": problem["detail"], "next": problem.get("next")}
+    if "differing_fields" in problem:
+        answer["differing_fields"] = problem["differing_fields"]
+    return answer
+
+
+def result(resp: httpx.Response) -> dict:
     body = resp.json()
     if resp.status_code >= 400:
         return {"error": body.get("error", {}).get("message", resp.text)}

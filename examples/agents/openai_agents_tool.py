@@ -16,7 +16,6 @@ import httpx
 from agents import Agent, RunContextWrapper, Runner, function_tool
 
 PROXY = os.environ.get("IDEMPROXY_URL", "http://127.0.0.1:8080")
-PENDING = {"urn:idemproxy:outcome-unknown", "urn:idemproxy:in-flight"}
 
 
 @dataclass
@@ -38,13 +37,15 @@ def send_email(ctx: RunContextWrapper[WorkflowStep], to: str, subject: str, html
     for _ in range(4):
         resp = httpx.post(f"{PROXY}/resend/emails", json=body, headers=headers, timeout=60)
         problem = resp.json() if resp.headers.get("content-type", "").startswith("application/problem+json") else {}
-        if problem.get("type") not in PENDING:
+        if problem.get("next") != "retry_same":
             break
-        time.sleep(float(resp.headers.get("retry-after", "5")))  # safe: the proxy decides what is re-sent
+        # The proxy says the same request may be sent again: it decides what is re-sent.
+        time.sleep(float(resp.headers.get("retry-after", "1")))
     else:
         return "Not confirmed yet: do not send it again, it will be resolved."
     if problem:
-        return f"Not sent: {problem['detail']}"
+        # wait: held for a person; new_operation, fix_request, stop: not sent as asked.
+        return f"Not sent ({problem['next']}): {problem['detail']}"
     if resp.status_code >= 400:
         return f"Not sent: {resp.json().get('message', resp.text)}"
     return f"Sent: {resp.json()['id']}"

@@ -221,6 +221,24 @@ pub(super) fn pending_status(raw: Option<&Value>) -> Result<u16, String> {
     }
 }
 
+/// The warning a provider with guarded routes earns when its "not yet" answers stay at `202`:
+/// SDKs that take any 2xx for success read the problem document as the object they asked for
+/// (proven in tests/sdk; docs/policies.md, "What each SDK does with the proxy's answers").
+pub(super) fn pending_warning(file: &Path, provider: &Provider) -> Option<ConfigError> {
+    let guarded = provider.routes.iter().any(Route::is_guarded);
+    (guarded && provider.pending_status == 202).then(|| ConfigError {
+        file: file.to_path_buf(),
+        key: "provider.pending_status".into(),
+        message: "202 (the default) answers outcome-unknown, in-flight and awaiting-approval \
+                  with a 2xx, which SDKs that take any 2xx for success return as the object \
+                  they asked for (stripe-python, squareup, gocardless-pro and increase do; \
+                  an agent then sees a refund that may not exist). Set pending_status = 503, \
+                  as the shipped policies do: with its Retry-After, an SDK waits and retries \
+                  through the proxy, which is safe"
+            .into(),
+    })
+}
+
 /// `key_json_field`, when set, replaces the header (docs/reference.md section 3.1).
 pub(super) fn key_placement(
     s: &mut Scope,

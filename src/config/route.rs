@@ -78,12 +78,16 @@ pub(super) fn routes(
 pub(super) fn route(s: &mut Scope, raw: RawRoute, redact: &[HeaderName]) -> Option<Route> {
     let name = required(s, "name", raw.name, |v| self::name(v, "route", false));
     let pattern = raw.pattern.clone();
-    let matcher = required(s, "match", raw.pattern, |v| matcher(&v));
+    // Every mistake of the match on one line, in one run.
+    let matcher = required(s, "match", raw.pattern, |v| {
+        matcher(&v).map_err(|e| e.join("; "))
+    });
     let effect = s.choice("effect", raw.effect, Effect::Irreversible, EFFECTS);
-    let captures: Option<Vec<String>> = matcher
-        .as_ref()
-        .map(|m| m.capture_names().map(String::from).collect());
-    let captures = captures.as_deref().unwrap_or_default();
+    let captures = match &matcher {
+        Some(m) => m.capture_names().map(String::from).collect(),
+        None => written_captures(pattern.as_deref().unwrap_or_default()),
+    };
+    let captures = captures.as_slice();
     let guarded = effect.is_some_and(|e| e != Effect::ReadOnly);
     let operation_id = operation_ids(s, raw.operation_id.as_ref(), guarded, captures, redact);
     let on_missing_id = s.choice(
@@ -334,34 +338,68 @@ pub(super) fn lookup(text: &str, captures: &[String]) -> Result<(Method, Templat
     Ok((method, template(target, captures, true)?))
 }
 
-/// `"METHOD /path"` with `{name}` and `{name*}` segments.
-pub(super) fn matcher(text: &str) -> Result<Matcher, String> {
+/// `"METHOD /path"` with `{name}` and `{name*}` segments; every mistake in it, each with its
+/// fix, so one `check` names them all.
+pub(super) fn matcher(text: &str) -> Result<Matcher, Vec<String>> {
     let fix = "write \"METHOD /path\", e.g. \"POST /v1/refunds/{id}/cancel\"";
     let words: Vec<&str> = text.split_whitespace().collect();
     let [method_text, path] = words[..] else {
-        return Err(format!("\"{text}\" is not a method and a path ({fix})"));
+        return Err(vec![format!(
+            "\"{text}\" is not a method and a path ({fix})"
+        )]);
     };
-    let method = method(method_text)?;
+    let mut errors = Vec::new();
+    let method = method(method_text).map_err(|e| errors.push(e)).ok();
     if !path.starts_with('/') || path.contains(['?', '#']) {
-        return Err(format!(
+        errors.push(format!(
             "path \"{path}\" must start with \"/\" and have no query or fragment ({fix})"
         ));
     }
+    let segments = segments(path, fix, &mut errors);
+    match method {
+        Some(method) if errors.is_empty() => Ok(Matcher { method, segments }),
+        _ => Err(errors),
+    }
+}
+
+/// The segments of a match's path (its query or fragment, refused by the caller, left out);
+/// each kind of mistake is added to `errors` once.
+fn segments(path: &str, fix: &str, errors: &mut Vec<String>) -> Vec<Segment> {
+    let path = path.split(['?', '#']).next().unwrap_or_default();
     let mut segments = Vec::new();
-    if path != "/" {
-        for raw in path[1..].split('/') {
-            if segments
-                .last()
-                .is_some_and(|s| matches!(s, Segment::Rest(_)))
-            {
-                return Err(format!(
-                    "a {{name*}} capture must be the last segment ({fix})"
-                ));
-            }
-            segments.push(segment(raw, &segments)?);
+    if path == "/" {
+        return segments;
+    }
+    let mut add = |e: String| {
+        if !errors.contains(&e) {
+            errors.push(e);
+        }
+    };
+    for raw in path.strip_prefix('/').unwrap_or(path).split('/') {
+        if segments
+            .last()
+            .is_some_and(|s| matches!(s, Segment::Rest(_)))
+        {
+            add(format!(
+                "a {{name*}} capture must be the last segment ({fix})"
+            ));
+        }
+        match segment(raw, &segments) {
+            Ok(segment) => segments.push(segment),
+            Err(e) => add(e),
         }
     }
-    Ok(Matcher { method, segments })
+    segments
+}
+
+/// The capture names a match writes, `{name}` or `{name*}`, whether or not the match is
+/// valid: a template's `{path:name}` is checked against them, so a mistake elsewhere in the
+/// match earns no second error about its captures.
+fn written_captures(text: &str) -> Vec<String> {
+    text.split(|c: char| c == '/' || c.is_whitespace())
+        .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
+        .map(|name| name.trim_end_matches('*').to_string())
+        .collect()
 }
 
 pub(super) fn segment(raw: &str, before: &[Segment]) -> Result<Segment, String> {
@@ -447,9 +485,11 @@ mod tests {
             ("POST /{Id}", "capture name"),
         ];
         for (text, why) in cases {
-            let err = matcher(text).expect_err(text);
+            let err = matcher(text).expect_err(text).join("; ");
             assert!(err.contains(why), "{text}: {err}");
         }
+        let all = matcher("post /v1//{Id}/x?y").expect_err("four mistakes");
+        assert_eq!(all.len(), 4, "{all:?}");
     }
 
     #[test]

@@ -72,6 +72,11 @@ impl Received {
         self.body.get("id")?.as_str()
     }
 
+    /// A problem's `next`: what the agent does after it.
+    pub fn next(&self) -> Option<&str> {
+        self.body.get("next")?.as_str()
+    }
+
     /// A 409's `differing_fields`.
     pub fn differing_fields(&self) -> Vec<String> {
         let fields = self.body.get("differing_fields").and_then(Value::as_array);

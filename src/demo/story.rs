@@ -79,6 +79,9 @@ impl<'a> Story<'a> {
         if !fields.is_empty() {
             self.note(format!("       differing_fields: {fields:?}"));
         }
+        if let Some(next) = answer.next() {
+            self.note(format!("       next: {next}"));
+        }
         let state = answer.header("idem-state");
         let replayed = answer.header("idempotent-replayed");
         self.note(format!(

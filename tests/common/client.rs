@@ -63,6 +63,17 @@ pub fn problem(resp: &Resp, status: StatusCode, kind: &str) -> serde_json::Value
     body
 }
 
+/// Asserts a problem body's `next` (docs/reference.md section 6.2) and that its `detail` holds
+/// each of `words`; returns the detail.
+pub fn assert_next(body: &serde_json::Value, next: &str, words: &[&str]) -> String {
+    assert_eq!(body["next"], next, "{body}");
+    let detail = body["detail"].as_str().unwrap_or_default().to_owned();
+    for w in words {
+        assert!(detail.contains(w), "{w:?} not in the detail: {body}");
+    }
+    detail
+}
+
 /// An HTTP/1.1 client over plain TCP.
 pub fn client() -> Client<HttpConnector, Body> {
     Client::builder(TokioExecutor::new()).build_http()

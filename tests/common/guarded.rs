@@ -19,9 +19,9 @@ use idemproxy::ledger::{Ledger, LedgerOptions};
 use idemproxy::operation::{Event, EventKind, Operation};
 use sha2::{Digest, Sha256};
 
-#[allow(unused_imports)] // not every test file asserts a problem
-pub use crate::common::problem;
 use crate::common::{FakeProvider, Proxy, ProxyBuilder, Resp, route, send};
+#[allow(unused_imports)] // not every test file asserts a problem
+pub use crate::common::{assert_next, problem};
 
 /// The provider's name and mount (`/pay`).
 pub const PROVIDER: &str = "pay";

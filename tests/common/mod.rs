@@ -30,7 +30,8 @@ pub mod webhook;
 
 #[allow(unused_imports)]
 pub use client::{
-    Body, Resp, client, download, h2c_client, problem, send, send_h2c, send_with, upload,
+    Body, Resp, assert_next, client, download, h2c_client, problem, send, send_h2c, send_with,
+    upload,
 };
 #[allow(unused_imports)]
 pub use database::Database;

@@ -26,3 +26,4 @@ mod resend;
 mod retention_key;
 mod rules;
 mod shaping;
+mod what_next;

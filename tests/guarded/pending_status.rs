@@ -25,6 +25,8 @@ async fn an_unknown_outcome_is_answered_with_the_pending_status() {
 
     let first = refund(&proxy, "wf-lost", "amount=500").await;
     assert_pending(&first, UNAVAILABLE, "outcome-unknown", "unknown");
+    // The same words and `next` as at 202: only the status differs.
+    assert_next(&first.json(), "wait", &["It is held until it is resolved"]);
     let replay = refund(&proxy, "wf-lost", "amount=500").await;
     assert_pending(&replay, UNAVAILABLE, "outcome-unknown", "unknown");
     assert_eq!(provider.request_count(), 1, "nothing re-sent");
@@ -105,6 +107,54 @@ async fn check_allows_only_the_pending_statuses() {
                     && stderr.contains("202 (the default), 409, 425, 429 or 503"),
                 "{value}: {stderr}"
             );
+        }
+    }
+}
+
+/// Item 3 of issue 31: `check` warns (exit 0, a `warning:` line, errors are not so marked) for
+/// every provider with guarded routes whose pending answers stay at 202, naming the SDKs that
+/// take a 2xx for success and the fix; not for one at 503, nor one with no guarded route.
+#[tokio::test]
+async fn check_warns_for_every_guarded_provider_left_at_202() {
+    let guarded = |name: &str, keys: &str| {
+        let route = common::route("create", "POST /things", &["{header:x-operation-id}"]);
+        common::policy(
+            name,
+            &format!("https://{name}.example.com"),
+            &format!("{keys}\n{route}"),
+        )
+    };
+    let reads = "[[route]]\nname = \"list\"\nmatch = \"GET /things\"\neffect = \"read_only\"\n";
+    let dir = Proxy::builder()
+        .policy("left", &guarded("left", ""))
+        .policy("explicit", &guarded("explicit", "pending_status = 202"))
+        .policy("fixed", &guarded("fixed", "pending_status = 503"))
+        .policy(
+            "reads",
+            &common::policy("reads", "https://reads.example.com", reads),
+        )
+        .write();
+    let config = dir.config_path().to_string_lossy().into_owned();
+    let (status, _, stderr) = dir.run_cli(&["check", "-c", &config]).await;
+    assert!(status.success(), "a warning, not an error: {stderr}");
+    let warned: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("provider.pending_status"))
+        .collect();
+    assert_eq!(warned.len(), 2, "{stderr}");
+    for (line, file) in warned.iter().zip(["explicit", "left"]) {
+        let at = format!("policies/{file}.toml: provider.pending_status: 202");
+        assert!(
+            line.starts_with("warning: ") && line.contains(&at),
+            "{line}"
+        );
+        for words in [
+            "stripe-python",
+            "gocardless-pro",
+            "pending_status = 503",
+            "Retry-After",
+        ] {
+            assert!(line.contains(words), "{words}: {line}");
         }
     }
 }

@@ -57,6 +57,11 @@ fn assert_expired(resp: &Resp, id: &str, state: &str) {
     let body = problem(resp, StatusCode::GONE, "operation-expired");
     assert_problem_context(&body, id, state);
     assert!(body["pruned_at"].as_str().is_some(), "{body}");
+    assert_next(
+        &body,
+        "stop",
+        &["it is never sent again", "Do not retry it"],
+    );
     assert_op_headers(resp, id, state, false);
 }
 

@@ -235,3 +235,52 @@ async fn a_settle_headers_value_that_does_not_parse_is_refused_without_echoing_i
         assert!(!stderr.contains(canary), "{canary} echoed:\n{stderr}");
     }
 }
+
+/// Issue 31, item 7: a `match` with two mistakes is reported with both in one run, and a
+/// template that uses a capture the match writes earns no follow-on "names no capture" error.
+#[tokio::test]
+async fn check_reports_every_mistake_of_a_match_and_no_follow_on_capture_error() {
+    let mut text = route(
+        "refund",
+        "post /v1//charges/{charge}/refunds",
+        &["{path:charge}:refund"],
+    );
+    text.push_str(
+        "[route.reconcile]\nlookup = \"GET /v1/charges/{path:charge}\"\nfound = \"/id\"\n",
+    );
+    let policy = common::policy("pay", "https://pay.example.com", &text);
+    let dir = Proxy::builder().policy("pay", &policy).write();
+    let config = dir.config_path().to_string_lossy().into_owned();
+    let (status, _, stderr) = dir.run_cli(&["check", "-c", &config]).await;
+    assert!(!status.success(), "{stderr}");
+    assert_line(
+        &stderr,
+        &["policies/pay.toml", "route \"refund\": match", "capitals"],
+    );
+    assert_line(
+        &stderr,
+        &[
+            "policies/pay.toml",
+            "route \"refund\": match",
+            "empty path segment",
+        ],
+    );
+    assert!(
+        !stderr.contains("names no capture"),
+        "a follow-on error:\n{stderr}"
+    );
+    // A capture the match does not write is still an error of its own.
+    let wrong = route(
+        "refund",
+        "POST /v1/charges/{charge}/refunds",
+        &["{path:chrage}"],
+    );
+    let policy = common::policy("pay", "https://pay.example.com", &wrong);
+    let dir = Proxy::builder().policy("pay", &policy).write();
+    let config = dir.config_path().to_string_lossy().into_owned();
+    let (_, _, stderr) = dir.run_cli(&["check", "-c", &config]).await;
+    assert_line(
+        &stderr,
+        &["{path:chrage} names no capture", "it has charge"],
+    );
+}

@@ -93,3 +93,20 @@ fn the_operator_step_uses_the_admin_token_when_one_is_set() {
         "{stdout}"
     );
 }
+
+/// Issue 31, item 3: the demo answers 202 (the default `pending_status`) and says why the
+/// shipped policies answer 503; and each problem shows its `next`.
+#[test]
+fn the_demo_says_why_it_answers_202_and_the_shipped_policies_503() {
+    let stdout = String::from_utf8_lossy(&demo().stdout).into_owned();
+    for words in [
+        "This demo answers 202, the default pending_status",
+        "The shipped policies answer 503 with Retry-After",
+        "take any 2xx for the refund",
+        "next: retry_same",
+        "next: new_operation",
+        "next: wait",
+    ] {
+        assert!(stdout.contains(words), "{words}: {stdout}");
+    }
+}

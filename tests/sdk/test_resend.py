@@ -87,6 +87,32 @@ def test_a_lost_answer_is_a_clear_error_and_the_rerun_gets_the_same_email(guard,
     assert proxy.only_operation()["state"] == "succeeded"
 
 
+def test_the_sdks_own_idempotency_key_alone_names_the_email(guard, fake, sdk):
+    """Issue 31, item 7: no workflow header, only the SDK's `idempotency_key` option (sent as
+    `Idempotency-Key` only when its caller chose one): the policy's last template takes it as
+    the operation ID, so a lost answer's re-run with the same key gets the same email."""
+    proxy = sdk(guard("resend", fake))
+    resend.default_http_client = RequestsClient(timeout=20)
+    params = {"from": "billing@example.com", "to": ["ada@example.com"],
+              "subject": "Your invoice", "html": "<p>Invoice 1042 is attached.</p>"}
+    options = {"idempotency_key": "invoice-1042-email"}
+    fake.misbehave("drop")
+
+    with pytest.raises(ResendError) as raised:
+        resend.Emails.send(params, options)
+    assert int(raised.value.code) == 503, raised.value.message
+    first = resend.Emails.send(params, options)
+    again = resend.Emails.send(params, options)
+
+    assert first["id"] == again["id"] == fake.effects[0]["id"]
+    assert len(fake.effects) == 1
+    operation = proxy.only_operation()
+    assert operation["operation_id"] == "resend/send_email/invoice-1042-email", operation
+    assert operation["state"] == "succeeded"
+    # The key Resend saw is the proxy's own, derived from the operation ID, not the caller's.
+    assert "invoice-1042-email" not in fake.keys_seen()
+
+
 def change(proxy):
     send("wf-change")
     with pytest.raises(ResendError) as raised:

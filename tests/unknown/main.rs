@@ -14,3 +14,4 @@ mod reconcile;
 mod settler;
 mod unknown;
 mod unknown_stays;
+mod what_next;
