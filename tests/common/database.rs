@@ -42,7 +42,8 @@ pub fn ledger_mode() -> LedgerMode {
 /// How to get the test server going when it does not answer.
 const HOW_TO_START: &str = "PostgreSQL must answer on 127.0.0.1:5432 (user postgres, trust \
      authentication) for these tests: start it with `sudo service postgresql start` or \
-     `pg_ctlcluster 15 main start`";
+     `pg_ctlcluster 15 main start` (a test that needs it has `postgres` in its name: `.ci/test` \
+     leaves those out when none answers)";
 
 /// A database that exists from `create` until drop.
 pub struct Database {

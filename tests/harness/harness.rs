@@ -362,7 +362,7 @@ async fn a_process_that_does_not_exit_is_killed_with_every_process_under_it() {
 /// The PostgreSQL side of the harness: a database of its own, reached through a relay that
 /// a test can cut (connections dropped, new ones closed) and restore; dropped at the end.
 #[tokio::test]
-async fn a_database_reached_through_a_relay_that_can_be_cut_and_restored() {
+async fn a_postgres_database_reached_through_a_relay_that_can_be_cut_and_restored() {
     let database = Database::create();
     let name = database.name().to_string();
     assert!(Database::exists(&name));

@@ -543,7 +543,7 @@ async fn refused_as_unfinished(dir: &ConfigDir, ledger: &str) {
 /// `check` says what `serve` would refuse: a ledger a copy left half filled, file or
 /// PostgreSQL (named without its password), and passes the same ledgers whole.
 #[tokio::test]
-async fn check_refuses_a_ledger_a_copy_left_unfinished_as_serve_does() {
+async fn check_refuses_a_file_or_postgres_ledger_a_copy_left_unfinished_as_serve_does() {
     let provider = FakeProvider::start(Behavior::echo()).await;
     let mut proxy = builder(&provider, QUICK_KEYS, &refund_route(""))
         .env("IDEMPROXY_SECRET", SECRET)
@@ -580,7 +580,7 @@ async fn check_refuses_a_ledger_a_copy_left_unfinished_as_serve_does() {
 /// that was killed still holds the ledger until its lease lapses (10 s here), and the copy is
 /// refused meanwhile.
 #[tokio::test]
-async fn a_replica_stopped_gracefully_lets_a_copy_run_at_once() {
+async fn a_postgres_replica_stopped_gracefully_lets_a_copy_run_at_once() {
     let provider = FakeProvider::start(Behavior::echo()).await;
     let db = Db::new().await;
     let dir = proxy_on(&provider, &db.url);

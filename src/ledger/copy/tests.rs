@@ -381,7 +381,7 @@ async fn a_copy_to_postgresql_and_back_reads_back_exactly_as_its_source() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_database_a_replica_serves_or_that_holds_anything_is_refused() {
+async fn a_postgres_database_a_replica_serves_or_that_holds_anything_is_refused() {
     let dir = TempDir::new().unwrap();
     let (src, dst) = files(&dir);
     source(&src).await;
@@ -457,7 +457,7 @@ fn a_page_ends_once_its_stored_bytes_reach_the_bound() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn large_responses_cut_pages_without_losing_or_repeating_an_operation() {
+async fn large_responses_cut_postgres_pages_without_losing_or_repeating_an_operation() {
     let dir = TempDir::new().unwrap();
     let (src, back) = files(&dir);
     let ledger = open(&src, T0, CHECK).await.unwrap();

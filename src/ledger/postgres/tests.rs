@@ -32,7 +32,8 @@ async fn admin(url: &str) -> tokio_postgres::Client {
             "PostgreSQL is not reachable at {url} ({e}): these tests need one. Start it \
              (e.g. `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`, \
              with trust auth for user postgres on 127.0.0.1:5432) or set {ADMIN_ENV} to the URL \
-             of a user that may create databases"
+             of a user that may create databases (a test that needs it has `postgres` in its \
+             name: `.ci/test` leaves those out when none answers)"
         )
     });
     tokio::spawn(connection);
