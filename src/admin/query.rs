@@ -178,12 +178,17 @@ pub async fn stats(app: &App) -> Result<Response<ProxyBody>, AdminError> {
 }
 
 /// `GET /ops/{id}/response`: the stored response exactly as a replay answers it, with the
-/// `Idem-*` headers for the operation's current state; for a tombstone (no response is
-/// kept), its 410 problem.
+/// `Idem-*` headers for the operation's current state; 404 when the operation names none
+/// (`response` null); for a tombstone (no response is kept), its 410 problem.
 pub async fn response(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminError> {
     let Some(op) = app.ledger.get(id).await? else {
         return expired_or_not_found(app, id).await;
     };
+    // An operation that names no response has none to replay, even if an earlier one is
+    // still stored (a later attempt never connected, or an operator voided it).
+    if op.response.is_none() {
+        return Err(AdminError::NoResponse(id.to_string()));
+    }
     let stored = app
         .ledger
         .response(id)

@@ -31,6 +31,12 @@ fn list_passes_only_the_given_filters() {
 fn resolve(succeeded: bool, reason: Option<&str>) -> Verb {
     Verb::Resolve {
         id: "p/r/x".into(),
+        outcome: outcome(succeeded, reason),
+    }
+}
+
+fn outcome(succeeded: bool, reason: Option<&str>) -> Outcome {
+    Outcome {
         succeeded,
         failed: !succeeded,
         status: succeeded.then_some(201),
@@ -67,16 +73,36 @@ fn resolve_builds_the_spec_bodies() {
         Some(json!({"outcome": "failed", "reason": "nothing at Stripe"}))
     );
     let mut bad = resolve(true, None);
-    if let Verb::Resolve { headers, .. } = &mut bad {
-        *headers = vec!["no colon".into()];
+    if let Verb::Resolve { outcome, .. } = &mut bad {
+        outcome.headers = vec!["no colon".into()];
     }
     assert!(plan(&bad, &read).is_err());
     let mut bodiless = resolve(true, None);
-    if let Verb::Resolve { body_file, .. } = &mut bodiless {
-        *body_file = None;
+    if let Verb::Resolve { outcome, .. } = &mut bodiless {
+        outcome.body_file = None;
     }
     let err = plan(&bodiless, &read).unwrap_err();
     assert!(err.contains("--body-file"), "{err}");
+}
+
+#[test]
+fn re_resolve_posts_the_resolve_body_to_its_own_call() {
+    let read = |_: &Path| Ok(r#"{"id":"re_1"}"#.to_string());
+    let verb = Verb::ReResolve {
+        id: "p/r/x".into(),
+        outcome: outcome(true, Some("the first body was empty")),
+    };
+    let call = plan(&verb, &read).expect("call");
+    assert_eq!(
+        (call.method, call.path.as_str()),
+        (Method::POST, "/ops/p%2Fr%2Fx/re-resolve")
+    );
+    assert_eq!(
+        call.body,
+        Some(json!({"outcome": "succeeded", "status": 201,
+            "headers": {"content-type": "application/json"}, "body": r#"{"id":"re_1"}"#,
+            "reason": "the first body was empty"}))
+    );
 }
 
 #[test]
