@@ -215,7 +215,7 @@ fn execute(args: &OpsArgs) -> Result<String, String> {
     let value: Value = serde_json::from_slice(&body)
         .map_err(|e| format!("the admin API answered something that is not JSON: {e}"))?;
     Ok(match args.verb {
-        Verb::List { .. } => render_list(&value),
+        Verb::List { .. } => render_list(&value, &list_again(&args.verb, args.admin.as_deref())),
         _ => render_op(&value),
     })
 }
@@ -330,6 +330,36 @@ pub fn plan(verb: &Verb, read: &dyn Fn(&Path) -> Result<String, String>) -> Resu
             body: None,
         },
     })
+}
+
+/// `idemproxy ops list` with the filters, limit and `--admin` of `verb` as given (each value one
+/// shell word), for the hint that lists the next page.
+pub fn list_again(verb: &Verb, admin: Option<&str>) -> String {
+    let mut command = String::from("idemproxy ops list");
+    if let Verb::List {
+        state,
+        provider,
+        route,
+        limit,
+        ..
+    } = verb
+    {
+        let limit = limit.map(|n| n.to_string());
+        let given = [
+            ("--state", state.as_deref()),
+            ("--provider", provider.as_deref()),
+            ("--route", route.as_deref()),
+            ("--limit", limit.as_deref()),
+            ("--admin", admin),
+        ];
+        for (flag, value) in given {
+            if let Some(value) = value {
+                let word = crate::operation::command_word(value);
+                command.push_str(&format!(" {flag} {word}"));
+            }
+        }
+    }
+    command
 }
 
 /// `GET /ops` with the given filters only.

@@ -27,8 +27,10 @@ pub(super) fn cell(v: &Value) -> String {
     }
 }
 
-/// `ops list`: an ID, STATE, ATTEMPTS, UPDATED table, then the next page's cursor if any.
-pub fn render_list(page: &Value) -> String {
+/// `ops list`: an ID, STATE, ATTEMPTS, UPDATED table, then, if there is a next page, the
+/// command that lists it: `again` (the command as given, its filters and limit included, so
+/// the next page is of the same listing) with `--after` and the cursor.
+pub fn render_list(page: &Value, again: &str) -> String {
     let empty = Vec::new();
     let ops = page["ops"].as_array().unwrap_or(&empty);
     if ops.is_empty() {
@@ -54,10 +56,8 @@ pub fn render_list(page: &Value) -> String {
         ));
     }
     if let Some(next) = page["next"].as_str() {
-        out.push_str(&format!(
-            "more: idemproxy ops list --after {}\n",
-            clean(next)
-        ));
+        let cursor = crate::operation::command_word(next);
+        out.push_str(&format!("more: {again} --after {cursor}\n"));
     }
     out
 }

@@ -130,16 +130,31 @@ fn list_table_aligns_columns_and_names_the_next_page() {
         {"operation_id": "p/r/long-id-1", "state": "succeeded", "attempts": 1, "updated_at": "T1"},
         {"operation_id": "p/r/2\u{1b}[31m", "state": "unknown", "attempts": 12, "updated_at": "T2"}
     ], "next": "abc"});
-    let text = render_list(&page);
+    let text = render_list(&page, "idemproxy ops list --limit 2");
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "ID               STATE      ATTEMPTS  UPDATED");
     assert_eq!(lines[1], "p/r/long-id-1    succeeded  1         T1");
     // A control character in an ID is shown escaped, never sent to the terminal.
     assert_eq!(lines[2], "p/r/2\\u{1b}[31m  unknown    12        T2");
-    assert_eq!(lines[3], "more: idemproxy ops list --after abc");
+    assert_eq!(lines[3], "more: idemproxy ops list --limit 2 --after abc");
     assert_eq!(
-        render_list(&json!({"ops": [], "next": null})),
+        render_list(&json!({"ops": [], "next": null}), "idemproxy ops list"),
         "no operations\n"
+    );
+}
+
+#[test]
+fn the_next_page_hint_repeats_the_filters_given() {
+    let verb = Verb::List {
+        state: Some("unknown".into()),
+        provider: Some("my shop".into()),
+        route: None,
+        limit: Some(5),
+        after: Some("old".into()),
+    };
+    assert_eq!(
+        list_again(&verb, Some("http://127.0.0.1:9901")),
+        "idemproxy ops list --state unknown --provider 'my shop' --limit 5 --admin http://127.0.0.1:9901"
     );
 }
 
