@@ -21,6 +21,7 @@ use crate::app::App;
 use crate::body;
 use crate::budget::{self, Reservation, Unread};
 use crate::claim::{self, Actor, Ask, Claimed, NO_FIELDS, NO_LEGACY, Probe, Step, claim};
+use crate::clock::Timestamp;
 use crate::dispatch;
 use crate::fingerprint;
 use crate::identity;
@@ -141,6 +142,9 @@ async fn run(
     if next.leaves_this_caller_unknown() {
         // For the settler, which may re-send or look it up with these (memory only).
         let id = ctx.operation_id.as_deref().unwrap_or_default();
+        if let Next::Refuse(Problem::OutcomeUnknown, _) = &next {
+            app.held.note(id, Timestamp::now());
+        }
         app.credentials.remember(id, caller);
     }
     match next {
