@@ -279,6 +279,17 @@ pub fn last_settling(events: &[Event]) -> Option<&Event> {
     events.iter().rev().find(|e| e.kind.settles())
 }
 
+/// Whether an operator's resolution (`operator.resolved` or `operator.re_resolved`) settled the
+/// operation with history `events` last: only then may an operator correct it (re-resolve).
+pub fn resolved_by_operator(events: &[Event]) -> bool {
+    last_settling(events).is_some_and(|e| {
+        matches!(
+            e.kind,
+            EventKind::OperatorResolved | EventKind::OperatorReResolved
+        )
+    })
+}
+
 /// One entry of an operation's history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {

@@ -411,12 +411,7 @@ pub fn re_resolve(
         return refuse(AdminError::NotFound(id.to_string()));
     };
     let last = crate::operation::last_settling(events);
-    let by_operator = last.is_some_and(|e| {
-        matches!(
-            e.kind,
-            EventKind::OperatorResolved | EventKind::OperatorReResolved
-        )
-    });
+    let by_operator = crate::operation::resolved_by_operator(events);
     let settled = matches!(op.state, State::Succeeded | State::Failed);
     if !by_operator || !settled || op.pruned_at.is_some() {
         let detail = settled_by_whom(&op, last);

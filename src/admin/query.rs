@@ -122,7 +122,8 @@ pub async fn list(app: &App, query: Option<&str>) -> Result<Response<ProxyBody>,
 /// (its route's `approval_show` fields); an `unknown` or `in_flight` one's `operator_request`
 /// (its `operator_show` fields) and `held_retries` (the agents' requests held since this
 /// process started, `null` when none); an `unknown` one's `resolve_commands`, the `ops resolve`
-/// commands that settle it.
+/// commands that settle it; and for every operation `re_resolvable`, whether an operator's
+/// resolution settled it last, so `POST /ops/{id}/re-resolve` may correct it.
 pub async fn show(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminError> {
     let Some(op) = app.ledger.get(id).await? else {
         return expired_or_not_found(app, id).await;
@@ -151,6 +152,8 @@ pub async fn show(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminError
         if op.state == State::Unknown {
             map.insert("resolve_commands".into(), json!(resolve_commands(&op.id)));
         }
+        let correctable = crate::operation::resolved_by_operator(&events);
+        map.insert("re_resolvable".into(), json!(correctable));
     }
     Ok(view::json_response(&value))
 }
