@@ -1,5 +1,5 @@
 //! The admin API (docs/reference.md section 7) on `admin_listen`: health, operations, operator decisions
-//! (resolve, approve, reject, rebind), metrics, the live event stream and the operator's
+//! (resolve, re-resolve, approve, reject, rebind), metrics, the live event stream and the operator's
 //! console page.
 //!
 //! This module owns the admin routes, the bearer-token check, the refusal to expose the
@@ -12,7 +12,7 @@
 //! - `browser`: `Origin`, `Host` and `Content-Type` checks, so a web page cannot drive it.
 //! - `view`: operations and events as JSON.
 //! - `query`: the read-only calls (`/ops`, `/ops/{id}`, `/ops/{id}/response`, `/metrics`).
-//! - `action`: the operator's writes (`resolve`, `approve`, `reject`, `rebind`).
+//! - `action`: the operator's writes (`resolve`, `re-resolve`, `approve`, `reject`, `rebind`).
 //! - `ui`: the operator's console (`GET /ui`), static files compiled in, over the calls above.
 //! - `stream`: `GET /events`, the committed events as server-sent events.
 
@@ -85,6 +85,7 @@ enum Endpoint {
     Show(String),
     Response(String),
     Resolve(String),
+    ReResolve(String),
     Approve(String),
     Reject(String),
     Rebind(String),
@@ -134,6 +135,7 @@ impl Endpoint {
             None => get(Endpoint::Show(id)),
             Some("response") => get(Endpoint::Response(id)),
             Some("resolve") => post(Endpoint::Resolve(id)),
+            Some("re-resolve") => post(Endpoint::ReResolve(id)),
             Some("approve") => post(Endpoint::Approve(id)),
             Some("reject") => post(Endpoint::Reject(id)),
             Some("rebind") => post(Endpoint::Rebind(id)),
@@ -149,6 +151,7 @@ where
 {
     let endpoint = Endpoint::of(req.method(), req.uri().path())?;
     if let Endpoint::Resolve(id)
+    | Endpoint::ReResolve(id)
     | Endpoint::Approve(id)
     | Endpoint::Reject(id)
     | Endpoint::Rebind(id) = &endpoint
@@ -168,6 +171,10 @@ where
         Endpoint::Resolve(id) => {
             let body = read_body(app, req).await?;
             action::resolve_op(app, &id, &body).await
+        }
+        Endpoint::ReResolve(id) => {
+            let body = read_body(app, req).await?;
+            action::re_resolve_op(app, &id, &body).await
         }
         Endpoint::Approve(id) => {
             let body = read_body(app, req).await?;

@@ -47,6 +47,10 @@ pub struct App {
     pub budget: Arc<crate::budget::Budget>,
     /// Replays counted in memory until the next coalesced write (`tally`).
     pub tally: Arc<crate::tally::Tally>,
+    /// The agents' requests for an `unknown` operation that were held (202 `outcome-unknown`,
+    /// nothing sent), counted per operation in memory only, for the operator (`GET /ops/{id}`):
+    /// never flushed, so counted since this process started.
+    pub held: Arc<crate::tally::Tally>,
     /// Cancelled when the server starts to shut down: ends the live event streams, which
     /// would otherwise hold their connections open through the grace period.
     pub closing: tokio_util::sync::CancellationToken,
@@ -109,6 +113,7 @@ impl App {
             secret,
             credentials: Default::default(),
             tally: Default::default(),
+            held: Default::default(),
             closing: Default::default(),
         };
         for op in &orphaned {

@@ -143,6 +143,9 @@ async fn run(
     if next.leaves_this_caller_unknown() {
         // For the settler, which may re-send or look it up with these (memory only).
         let id = ctx.operation_id.as_deref().unwrap_or_default();
+        if let Next::Refuse(Problem::OutcomeUnknown(_), _) = &next {
+            app.held.note(id, Timestamp::now());
+        }
         app.credentials.remember(id, caller);
     }
     match next {

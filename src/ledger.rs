@@ -401,6 +401,44 @@ impl Ledger {
         each!(self, b => b.update(id, f).await)
     }
 
+    /// `update` for a decision that needs the history of `id` too: `f` sees the operation as
+    /// `update` does and the events of `id`. The history is read first, then `f` runs in the
+    /// update's transaction only if the operation is still exactly as it was when the history
+    /// was read (else both are read again, a few times at most, then `Unavailable`). Every
+    /// write that changes an operation's state changes its record, so `f` never decides on a
+    /// history older than the state it sees; only events that add history without a change
+    /// (`EventKind::settles` is false for them) may have been appended since. The same on
+    /// every backend, through `get`, `events` and `update`. A pruned `id` reaches `f` as its
+    /// tombstone with no events.
+    pub async fn update_seeing_history<T, F>(&self, id: &str, f: F) -> Result<T, LedgerError>
+    where
+        F: Fn(Option<Operation>, &[Event]) -> (Option<Write>, T) + Clone + Send + 'static,
+        T: Send + 'static,
+    {
+        const TRIES: usize = 4;
+        for _ in 0..TRIES {
+            let seen = self.get(id).await?;
+            let events = self.events(id).await?;
+            let f = f.clone();
+            let decided = self
+                .update(id, move |existing| {
+                    let live = existing.as_ref().filter(|op| op.pruned_at.is_none());
+                    if live != seen.as_ref() {
+                        return (None, None);
+                    }
+                    let (write, value) = f(existing, &events);
+                    (write, Some(value))
+                })
+                .await?;
+            if let Some(value) = decided {
+                return Ok(value);
+            }
+        }
+        Err(LedgerError::Unavailable(format!(
+            "operation {id} changed {TRIES} times while its history was read; try again"
+        )))
+    }
+
     /// Whether the ledger can write. redb: false from a storage error after which the
     /// database refused new transactions (every write then fails fast with `Unavailable`)
     /// until the ledger has reopened its file and committed the sweep of `abandon`ed claims.

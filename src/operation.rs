@@ -186,10 +186,12 @@ pub enum EventKind {
     OperatorRejected,
     OperatorRebound,
     AnsweredLate,
+    /// An operator corrected an earlier operator's resolution (`POST /ops/{id}/re-resolve`).
+    OperatorReResolved,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 17] = [
+    pub const ALL: [EventKind; 18] = [
         EventKind::Prepared,
         EventKind::Claimed,
         EventKind::ProviderRequested,
@@ -207,6 +209,7 @@ impl EventKind {
         EventKind::OperatorRejected,
         EventKind::OperatorRebound,
         EventKind::AnsweredLate,
+        EventKind::OperatorReResolved,
     ];
 
     /// The kind named by `s` (as `as_str` spells it).
@@ -233,8 +236,58 @@ impl EventKind {
             EventKind::OperatorRejected => "operator.rejected",
             EventKind::OperatorRebound => "operator.rebound",
             EventKind::AnsweredLate => "provider.answered_late",
+            EventKind::OperatorReResolved => "operator.re_resolved",
         }
     }
+
+    /// Whether an event of this kind says where the operation's state came from (a
+    /// preparation, a claim, an answer recorded, an orphaning, a reconciliation's verdict, an
+    /// operator's decision), rather than only adding to its history (a request or answer on
+    /// its way, a replay, a conflict, a rebinding, a superseded attempt's late answer).
+    pub fn settles(self) -> bool {
+        !matches!(
+            self,
+            EventKind::ProviderRequested
+                | EventKind::ProviderResponded
+                | EventKind::Replayed
+                | EventKind::Conflict
+                | EventKind::ReconcileStarted
+                | EventKind::OperatorRebound
+                | EventKind::AnsweredLate
+        )
+    }
+
+    /// The state an event of this kind left its operation in, when the write that appended
+    /// it left the operation `after`: a request or answer on its way (recorded with the
+    /// attempt's result) left it `in_flight`; `operation.unknown` and a reconciliation that
+    /// began or found nothing left it `unknown` (a claim may follow in the same write); every
+    /// other event, `after`.
+    pub fn leaves(self, after: State) -> State {
+        match self {
+            EventKind::ProviderRequested | EventKind::ProviderResponded => State::InFlight,
+            EventKind::Unknown | EventKind::ReconcileStarted | EventKind::ReconcileNotFound => {
+                State::Unknown
+            }
+            _ => after,
+        }
+    }
+}
+
+/// The last event of `events` that settles its operation (`EventKind::settles`), if any: who
+/// left the operation in the state it is in.
+pub fn last_settling(events: &[Event]) -> Option<&Event> {
+    events.iter().rev().find(|e| e.kind.settles())
+}
+
+/// Whether an operator's resolution (`operator.resolved` or `operator.re_resolved`) settled the
+/// operation with history `events` last: only then may an operator correct it (re-resolve).
+pub fn resolved_by_operator(events: &[Event]) -> bool {
+    last_settling(events).is_some_and(|e| {
+        matches!(
+            e.kind,
+            EventKind::OperatorResolved | EventKind::OperatorReResolved
+        )
+    })
 }
 
 /// One entry of an operation's history.
@@ -332,6 +385,64 @@ mod tests {
         assert_eq!(
             Logged("a\u{1b}]0;x\u{7}\nb").to_string(),
             r"a\u{1b}]0;x\u{7}\nb"
+        );
+    }
+
+    fn at(kind: EventKind) -> Event {
+        Event {
+            at: Timestamp(1),
+            kind,
+            attempt: 1,
+            detail: String::new(),
+        }
+    }
+
+    /// One attempt's write appends its request, answer and verdict together; each event
+    /// shows the state it left the operation in, not only the last one's.
+    #[test]
+    fn each_event_of_an_attempt_leaves_the_state_it_stood_for() {
+        use EventKind::*;
+        let attempt = [
+            ProviderRequested,
+            ProviderResponded,
+            Unknown,
+            ResultPersisted,
+        ];
+        let left: Vec<State> = attempt.iter().map(|k| k.leaves(State::Unknown)).collect();
+        assert_eq!(
+            left,
+            [
+                State::InFlight,
+                State::InFlight,
+                State::Unknown,
+                State::Unknown
+            ]
+        );
+        assert_eq!(ResultPersisted.leaves(State::Succeeded), State::Succeeded);
+        assert_eq!(ReconcileNotFound.leaves(State::InFlight), State::Unknown);
+        assert_eq!(Claimed.leaves(State::InFlight), State::InFlight);
+        assert_eq!(OperatorReResolved.leaves(State::Failed), State::Failed);
+    }
+
+    #[test]
+    fn the_last_settling_event_skips_what_only_adds_history() {
+        use EventKind::*;
+        let resolved = [Claimed, ProviderRequested, Unknown, OperatorResolved];
+        let later = [Replayed, Conflict, OperatorRebound, AnsweredLate];
+        let events: Vec<Event> = resolved.into_iter().chain(later).map(at).collect();
+        assert_eq!(
+            last_settling(&events).map(|e| e.kind),
+            Some(OperatorResolved)
+        );
+        let retried: Vec<Event> = [OperatorResolved, Claimed, ProviderRequested]
+            .into_iter()
+            .map(at)
+            .collect();
+        assert_eq!(last_settling(&retried).map(|e| e.kind), Some(Claimed));
+        assert_eq!(last_settling(&[at(Replayed)]), None);
+        assert_eq!(
+            EventKind::parse("operator.re_resolved"),
+            Some(OperatorReResolved)
         );
     }
 }

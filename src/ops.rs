@@ -1,6 +1,6 @@
 //! `idemproxy ops`: the operator's command line, a client of the admin API (docs/reference.md section 9).
 //!
-//! It owns the verbs (`list`, `show`, `resolve`, `approve`, `reject`, `rebind`), turning each into one
+//! It owns the verbs (`list`, `show`, `resolve`, `re-resolve`, `approve`, `reject`, `rebind`), turning each into one
 //! admin call, and the human-readable tables; `--json` prints the API's JSON as it came;
 //! `tail` follows the live event stream instead (see `tail`). It
 //! never opens the ledger: everything goes through the running proxy's admin API, so its
@@ -71,36 +71,16 @@ pub enum Verb {
     Resolve {
         /// The operation ID as `ops list` shows it (not percent-encoded).
         id: String,
-        /// The effect happened; every later replay answers the given response, so it needs
-        /// --body-file with the provider's object (an empty body would break the SDK that
-        /// parses it).
-        #[arg(
-            long,
-            conflicts_with = "failed",
-            required_unless_present = "failed",
-            requires = "body_file"
-        )]
-        succeeded: bool,
-        /// The effect did not happen; the agent's next request sends it again.
-        #[arg(long, requires = "reason")]
-        failed: bool,
-        /// Status of the stored response (default 200).
-        #[arg(long, requires = "succeeded")]
-        status: Option<u16>,
-        /// Required with --succeeded: the file holding the stored response's body, the
-        /// provider's object as its API returns it (UTF-8; `-` reads stdin).
-        #[arg(long, requires = "succeeded", value_name = "F")]
-        body_file: Option<PathBuf>,
-        /// A header of the stored response, `NAME: VALUE` (repeatable).
-        #[arg(long = "header", requires = "succeeded", value_name = "NAME: VALUE")]
-        headers: Vec<String>,
-        /// Why; required with --failed.
-        #[arg(long, value_name = "TEXT")]
-        reason: Option<String>,
-        /// The provider really answered a 2xx other than 204 with no body: store the empty
-        /// --body-file anyway (refused without this, since an SDK fails to parse it).
-        #[arg(long, requires = "succeeded")]
-        empty_body: bool,
+        #[command(flatten)]
+        outcome: Outcome,
+    },
+    /// Correct a resolution an operator made (never the provider's answer): the outcome given
+    /// now replaces it, recorded as operator.re_resolved.
+    ReResolve {
+        /// The operation ID as `ops list` shows it (not percent-encoded).
+        id: String,
+        #[command(flatten)]
+        outcome: Outcome,
     },
     /// Approve a prepared operation; the agent's next request sends it.
     Approve {
@@ -133,6 +113,41 @@ pub enum Verb {
         #[arg(long)]
         kind: Option<String>,
     },
+}
+
+/// What `ops resolve` and `ops re-resolve` say happened.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct Outcome {
+    /// The effect happened; every later replay answers the given response, so it needs
+    /// --body-file with the provider's object (an empty body would break the SDK that
+    /// parses it).
+    #[arg(
+        long,
+        conflicts_with = "failed",
+        required_unless_present = "failed",
+        requires = "body_file"
+    )]
+    pub succeeded: bool,
+    /// The effect did not happen; the agent's next request sends it again.
+    #[arg(long, requires = "reason")]
+    pub failed: bool,
+    /// Status of the stored response (default 200).
+    #[arg(long, requires = "succeeded")]
+    pub status: Option<u16>,
+    /// Required with --succeeded: the file holding the stored response's body, the
+    /// provider's object as its API returns it (UTF-8; `-` reads stdin).
+    #[arg(long, requires = "succeeded", value_name = "F")]
+    pub body_file: Option<PathBuf>,
+    /// A header of the stored response, `NAME: VALUE` (repeatable).
+    #[arg(long = "header", requires = "succeeded", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// Why; required with --failed.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    /// The provider really answered a 2xx other than 204 with no body: store the empty
+    /// --body-file anyway (refused without this, since an SDK fails to parse it).
+    #[arg(long, requires = "succeeded")]
+    pub empty_body: bool,
 }
 
 /// One admin call.
@@ -200,7 +215,7 @@ fn execute(args: &OpsArgs) -> Result<String, String> {
     let value: Value = serde_json::from_slice(&body)
         .map_err(|e| format!("the admin API answered something that is not JSON: {e}"))?;
     Ok(match args.verb {
-        Verb::List { .. } => render_list(&value),
+        Verb::List { .. } => render_list(&value, &list_again(&args.verb, args.admin.as_deref())),
         _ => render_op(&value),
     })
 }
@@ -286,7 +301,10 @@ pub fn plan(verb: &Verb, read: &dyn Fn(&Path) -> Result<String, String>) -> Resu
             path: op(id, ""),
             body: None,
         },
-        Verb::Resolve { id, .. } => post(op(id, "/resolve"), resolve_body(verb, read)?),
+        Verb::Resolve { id, outcome } => post(op(id, "/resolve"), resolve_body(outcome, read)?),
+        Verb::ReResolve { id, outcome } => {
+            post(op(id, "/re-resolve"), resolve_body(outcome, read)?)
+        }
         Verb::Approve { id, reason } => {
             let body = reason
                 .as_ref()
@@ -314,6 +332,36 @@ pub fn plan(verb: &Verb, read: &dyn Fn(&Path) -> Result<String, String>) -> Resu
     })
 }
 
+/// `idemproxy ops list` with the filters, limit and `--admin` of `verb` as given (each value one
+/// shell word), for the hint that lists the next page.
+pub fn list_again(verb: &Verb, admin: Option<&str>) -> String {
+    let mut command = String::from("idemproxy ops list");
+    if let Verb::List {
+        state,
+        provider,
+        route,
+        limit,
+        ..
+    } = verb
+    {
+        let limit = limit.map(|n| n.to_string());
+        let given = [
+            ("--state", state.as_deref()),
+            ("--provider", provider.as_deref()),
+            ("--route", route.as_deref()),
+            ("--limit", limit.as_deref()),
+            ("--admin", admin),
+        ];
+        for (flag, value) in given {
+            if let Some(value) = value {
+                let word = crate::operation::command_word(value);
+                command.push_str(&format!(" {flag} {word}"));
+            }
+        }
+    }
+    command
+}
+
 /// `GET /ops` with the given filters only.
 fn list_call(pairs: [(&str, Option<&str>); 5]) -> Call {
     Call {
@@ -339,11 +387,12 @@ fn with_query(path: &str, pairs: &[(&str, Option<&str>)]) -> String {
     }
 }
 
+/// The body of `POST /ops/{id}/resolve` (and `/re-resolve`) for `outcome`.
 fn resolve_body(
-    verb: &Verb,
+    outcome: &Outcome,
     read: &dyn Fn(&Path) -> Result<String, String>,
 ) -> Result<Value, String> {
-    let Verb::Resolve {
+    let Outcome {
         succeeded,
         status,
         body_file,
@@ -351,10 +400,7 @@ fn resolve_body(
         reason,
         empty_body,
         ..
-    } = verb
-    else {
-        return Err("not a resolve".into());
-    };
+    } = outcome;
     if !succeeded {
         return Ok(json!({ "outcome": "failed", "reason": reason }));
     }

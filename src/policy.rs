@@ -383,6 +383,9 @@ pub struct Route {
     pub fingerprint_headers: Vec<HeaderName>,
     /// The fields of the kept first request shown to the person who approves (`approval_show`).
     pub approval_show: Vec<field::Field>,
+    /// The fields of the kept first request shown to the operator who must decide an `unknown`
+    /// or `in_flight` operation (`operator_show`; by default `approval_show`), masked alike.
+    pub operator_show: Vec<field::Field>,
     pub reconcile: Option<Reconcile>,
 }
 

@@ -59,6 +59,12 @@ impl Tally {
             .collect()
     }
 
+    /// What is counted of `id` so far: `(count, first, last)`.
+    pub fn get(&self, id: &str) -> Option<(u64, Timestamp, Timestamp)> {
+        let pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        pending.get(id).copied()
+    }
+
     /// Puts back notes a flush could not write, merged with what was counted since.
     fn restore(&self, notes: Vec<ReplayNote>) {
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);

@@ -1,4 +1,5 @@
-//! The operator's writes: `POST /ops/{id}/resolve`, `/approve`, `/reject` and `/rebind`.
+//! The operator's writes: `POST /ops/{id}/resolve`, `/re-resolve`, `/approve`, `/reject` and
+//! `/rebind`.
 //!
 //! Each is one `ledger.update` whose closure checks the operation's state inside the write
 //! transaction, so two operators (or an operator and an agent) racing on one operation cannot
@@ -308,6 +309,18 @@ pub fn resolve(
         );
         return conflict(&op, detail);
     }
+    let (op, response, what) = resolved(op, resolution, now);
+    let detail = format!("an operator resolved it as {what}");
+    commit(op, EventKind::OperatorResolved, detail, now, response)
+}
+
+/// `op` as `resolution` leaves it at `now`, the response to store, and the outcome in words
+/// with the operator's reason (`succeeded (status 200, 14 bytes): seen in the dashboard`).
+fn resolved(
+    op: Operation,
+    resolution: Resolution,
+    now: Timestamp,
+) -> (Operation, Option<StoredResponse>, String) {
     // An operator's resolution settles what earlier attempts did: a later attempt's failure
     // is then that attempt's alone.
     let base = Operation {
@@ -319,9 +332,9 @@ pub fn resolve(
     match resolution {
         Resolution::Succeeded { response, reason } => {
             let meta = response.meta();
-            let detail = format!(
-                "an operator resolved it as succeeded (status {})",
-                meta.status
+            let what = format!(
+                "succeeded (status {}, {} bytes)",
+                meta.status, meta.body_bytes
             );
             let op = Operation {
                 state: State::Succeeded,
@@ -329,19 +342,91 @@ pub fn resolve(
                 error: None,
                 ..base
             };
-            let detail = with_reason(&detail, reason.as_deref());
-            commit(op, EventKind::OperatorResolved, detail, now, Some(response))
+            (op, Some(response), with_reason(&what, reason.as_deref()))
         }
         Resolution::Failed { reason } => {
-            let detail = with_reason("an operator resolved it as failed", Some(&reason));
+            let what = with_reason("failed", Some(&reason));
+            // A succeeded resolution's answer is void once corrected to failed: the operation
+            // no longer names a response to replay.
+            let response = base
+                .response
+                .clone()
+                .filter(|_| base.state != State::Succeeded);
             let op = Operation {
                 state: State::Failed,
                 error: Some(reason),
+                response,
                 ..base
             };
-            commit(op, EventKind::OperatorResolved, detail, now, None)
+            (op, None, what)
         }
     }
+}
+
+/// Why `op`, whose last settling event is `last`, cannot be re-resolved: who settled it.
+fn settled_by_whom(op: &Operation, last: Option<&Event>) -> String {
+    let id = &op.id;
+    let state = op.state.as_str();
+    let who = match (op.state, last.map(|e| e.kind)) {
+        (State::Unknown, _) => {
+            return format!(
+                "Operation {id} is unknown: nobody has resolved it yet. Resolve it \
+                 (`POST /ops/{{id}}/resolve`, `idemproxy ops resolve`); re-resolving only \
+                 corrects an operator's resolution."
+            );
+        }
+        (State::Prepared, _) => "it waits for approval and was never sent".to_owned(),
+        (State::InFlight, _) => "an attempt of it is in flight".to_owned(),
+        (_, Some(EventKind::ReconcileFound)) => {
+            "reconciliation found its effect at the provider".to_owned()
+        }
+        (_, Some(EventKind::OperatorRejected)) => {
+            "an operator rejected it before it was sent".to_owned()
+        }
+        (_, Some(EventKind::ResultPersisted)) => "the provider answered it".to_owned(),
+        (_, Some(kind)) => format!("its last settling event is {}", kind.as_str()),
+        (_, None) => "its history no longer says who settled it (it was pruned)".to_owned(),
+    };
+    format!(
+        "Operation {id} is {state} and {who}: only an operation an operator resolved (its last \
+         settling event operator.resolved or operator.re_resolved) can be re-resolved, never one \
+         the provider answered or reconciliation settled."
+    )
+}
+
+/// An operator's resolution (`succeeded` or `failed`) -> the outcome given now, replacing the
+/// stored response (`succeeded`) or voiding it (`failed` after `succeeded`), recorded as
+/// `operator.re_resolved` with what changed. Only when the operation's last settling event
+/// (`operation::last_settling`) is `operator.resolved` or `operator.re_resolved`: never one
+/// the provider answered, reconciliation settled or an operator rejected, nor one re-sent
+/// since. `events` is the operation's history (`Ledger::update_seeing_history`).
+pub fn re_resolve(
+    existing: Option<Operation>,
+    events: &[Event],
+    id: &str,
+    resolution: Resolution,
+    now: Timestamp,
+) -> Updated {
+    let Some(op) = existing else {
+        return refuse(AdminError::NotFound(id.to_string()));
+    };
+    let last = crate::operation::last_settling(events);
+    let by_operator = crate::operation::resolved_by_operator(events);
+    let settled = matches!(op.state, State::Succeeded | State::Failed);
+    if !by_operator || !settled || op.pruned_at.is_some() {
+        let detail = settled_by_whom(&op, last);
+        return conflict(&op, detail);
+    }
+    let was = match (&op.state, &op.response) {
+        (State::Succeeded, Some(meta)) => format!(
+            "succeeded (status {}, {} bytes)",
+            meta.status, meta.body_bytes
+        ),
+        (state, _) => state.as_str().to_owned(),
+    };
+    let (op, response, now_is) = resolved(op, resolution, now);
+    let detail = format!("an operator corrected its resolution from {was} to {now_is}");
+    commit(op, EventKind::OperatorReResolved, detail, now, response)
 }
 
 /// `prepared` awaiting approval -> approved (still `prepared`; the next request sends it).
@@ -426,6 +511,39 @@ pub async fn resolve_op(
     id: &str,
     body: &[u8],
 ) -> Result<Response<ProxyBody>, AdminError> {
+    let resolution = resolution_for(app, id, body).await?;
+    act(
+        app,
+        id,
+        resolution,
+        resolve,
+        "operator resolved an operation",
+    )
+    .await
+}
+
+/// `POST /ops/{id}/re-resolve`: decided on the operation's history as well
+/// (`Ledger::update_seeing_history`).
+pub async fn re_resolve_op(
+    app: &App,
+    id: &str,
+    body: &[u8],
+) -> Result<Response<ProxyBody>, AdminError> {
+    let resolution = resolution_for(app, id, body).await?;
+    let owned = id.to_string();
+    let now = Timestamp::now();
+    let op = app
+        .ledger
+        .update_seeing_history(id, move |existing, events| {
+            re_resolve(existing, events, &owned, resolution.clone(), now)
+        })
+        .await??;
+    tracing::info!(operation = %crate::operation::Logged(&op.id), state = op.state.as_str(), "operator corrected a resolution");
+    Ok(view::json_response(&view::operation(&op)))
+}
+
+/// The resolution a resolve body gives for operation `id` (404 when there is none).
+async fn resolution_for(app: &App, id: &str, body: &[u8]) -> Result<Resolution, AdminError> {
     // The provider's redact list applies to the operator's headers too; its provider never
     // changes, so reading it outside the transaction is safe.
     let op = app
@@ -437,15 +555,7 @@ pub async fn resolve_op(
         .provider(&op.provider)
         .map(|p| p.redact_headers.clone())
         .unwrap_or_default();
-    let resolution = parse_resolution(body, &redact, app.config.limits.max_stored_response)?;
-    act(
-        app,
-        id,
-        resolution,
-        resolve,
-        "operator resolved an operation",
-    )
-    .await
+    parse_resolution(body, &redact, app.config.limits.max_stored_response)
 }
 
 /// `POST /ops/{id}/approve`.

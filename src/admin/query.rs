@@ -5,7 +5,8 @@
 //! pruned operation's tombstone is its 410 `operation-expired` problem (docs/reference.md
 //! section 5.8), never listed.
 //! The kept first request of a `prepared` operation is opened only to show its route's
-//! `approval_show` fields (`shown`), never anything else of it.
+//! `approval_show` fields, and that of an `unknown` or `in_flight` one its `operator_show`
+//! fields (`shown`), never anything else of it.
 
 use http::{HeaderValue, Response, header};
 use serde_json::{Value, json};
@@ -117,6 +118,12 @@ pub async fn list(app: &App, query: Option<&str>) -> Result<Response<ProxyBody>,
 }
 
 /// `GET /ops/{id}`: the operation with its events and replays; for a tombstone, its 410 problem.
+/// What a person must decide from comes with it: a `prepared` operation's `approval_request`
+/// (its route's `approval_show` fields); an `unknown` or `in_flight` one's `operator_request`
+/// (its `operator_show` fields) and `held_retries` (the agents' requests held since this
+/// process started, `null` when none); an `unknown` one's `resolve_commands`, the `ops resolve`
+/// commands that settle it; and for every operation `re_resolvable`, whether an operator's
+/// resolution settled it last, so `POST /ops/{id}/re-resolve` may correct it.
 pub async fn show(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminError> {
     let Some(op) = app.ledger.get(id).await? else {
         return expired_or_not_found(app, id).await;
@@ -124,30 +131,68 @@ pub async fn show(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminError
     let events = app.ledger.events(id).await?;
     let replays = app.ledger.replays(id).await?;
     let mut value = view::operation_with_events(&op, &events, replays);
-    if let Some(request) = approval_request(app, &op).await?
-        && let Value::Object(map) = &mut value
-    {
-        map.insert("approval_request".into(), request);
+    if let Value::Object(map) = &mut value {
+        let deciding = matches!(op.state, State::Unknown | State::InFlight);
+        let shown = match op.state {
+            State::Prepared => Some(("approval_request", true)),
+            State::Unknown | State::InFlight => Some(("operator_request", false)),
+            _ => None,
+        };
+        if let Some((key, approving)) = shown
+            && let Some(request) = shown_request(app, &op, approving).await?
+        {
+            map.insert(key.into(), request);
+        }
+        if deciding {
+            let held = app.held.get(&op.id).map(|(count, first, last)| {
+                json!({"count": count, "first_at": first.to_rfc3339(), "last_at": last.to_rfc3339()})
+            });
+            map.insert("held_retries".into(), held.unwrap_or(Value::Null));
+        }
+        if op.state == State::Unknown {
+            map.insert("resolve_commands".into(), json!(resolve_commands(&op.id)));
+        }
+        let correctable = crate::operation::resolved_by_operator(&events);
+        map.insert("re_resolvable".into(), json!(correctable));
     }
     Ok(view::json_response(&value))
 }
 
-/// For a `prepared` operation whose route lists `approval_show`: the listed fields of its kept
-/// first request (see `shown`). `None` for any other operation, or when the request is no
-/// longer kept or does not open under this installation's secret.
-async fn approval_request(app: &App, op: &Operation) -> Result<Option<Value>, AdminError> {
-    if op.state != State::Prepared {
-        return Ok(None);
-    }
+/// The `idemproxy ops resolve` commands that settle the unknown operation `id`, its ID one
+/// shell word: as succeeded (FILE: the provider's object, which every replay answers) and as
+/// failed.
+pub fn resolve_commands(id: &str) -> [String; 2] {
+    let id = crate::operation::command_word(id);
+    [
+        format!("idemproxy ops resolve {id} --succeeded --body-file FILE"),
+        format!("idemproxy ops resolve {id} --failed --reason TEXT"),
+    ]
+}
+
+/// The fields of `op`'s kept first request that its route lists in `approval_show`
+/// (`approving`) or `operator_show` (see `shown`). `None` when the route lists none, or when
+/// the request is no longer kept or does not open under this installation's secret.
+async fn shown_request(
+    app: &App,
+    op: &Operation,
+    approving: bool,
+) -> Result<Option<Value>, AdminError> {
     let route = app
         .config
         .providers
         .iter()
         .find(|p| p.name == op.provider)
         .and_then(|p| p.routes.iter().find(|r| r.name == op.route));
-    let Some(route) = route.filter(|r| !r.approval_show.is_empty()) else {
+    let Some(route) = route else {
         return Ok(None);
     };
+    let fields = match approving {
+        true => &route.approval_show,
+        false => &route.operator_show,
+    };
+    if fields.is_empty() {
+        return Ok(None);
+    }
     let Some(sealed) = app.ledger.kept_request(&op.id).await? else {
         return Ok(None);
     };
@@ -155,7 +200,7 @@ async fn approval_request(app: &App, op: &Operation) -> Result<Option<Value>, Ad
         return Ok(None);
     };
     Ok(Some(crate::shown::approval_request(
-        &route.approval_show,
+        fields,
         &route.fingerprint_ignore,
         &kept,
     )))
@@ -178,12 +223,17 @@ pub async fn stats(app: &App) -> Result<Response<ProxyBody>, AdminError> {
 }
 
 /// `GET /ops/{id}/response`: the stored response exactly as a replay answers it, with the
-/// `Idem-*` headers for the operation's current state; for a tombstone (no response is
-/// kept), its 410 problem.
+/// `Idem-*` headers for the operation's current state; 404 when the operation names none
+/// (`response` null); for a tombstone (no response is kept), its 410 problem.
 pub async fn response(app: &App, id: &str) -> Result<Response<ProxyBody>, AdminError> {
     let Some(op) = app.ledger.get(id).await? else {
         return expired_or_not_found(app, id).await;
     };
+    // An operation that names no response has none to replay, even if an earlier one is
+    // still stored (a later attempt never connected, or an operator voided it).
+    if op.response.is_none() {
+        return Err(AdminError::NoResponse(id.to_string()));
+    }
     let stored = app
         .ledger
         .response(id)

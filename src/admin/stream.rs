@@ -83,13 +83,15 @@ fn bad(detail: String) -> AdminError {
 }
 
 /// One event as a `data:` line: the event as `GET /ops/{id}` shows it, with its operation's
-/// ID, provider, route and state after the commit.
+/// ID, provider, route and the state this event left it in (`EventKind::leaves`: one commit
+/// may append an attempt's request, answer and verdict together, and only the verdict left it
+/// in the state the commit did).
 pub fn data_line(p: &Published) -> String {
     let value = json!({
         "operation_id": p.op.id,
         "provider": p.op.provider,
         "route": p.op.route,
-        "state": p.op.state.as_str(),
+        "state": p.event.kind.leaves(p.op.state).as_str(),
         "at": p.event.at.to_rfc3339(),
         "kind": p.event.kind.as_str(),
         "attempt": p.event.attempt,

@@ -7,13 +7,13 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 
 use super::action::{
-    Resolution, approve, parse_approve, parse_reject, parse_resolution, reject, resolve,
+    Resolution, approve, parse_approve, parse_reject, parse_resolution, re_resolve, reject, resolve,
 };
 use super::*;
 use crate::clock::Timestamp;
 use crate::config::Config;
 use crate::config::{Limits, Retention};
-use crate::operation::{Approval, EventKind, Operation, RequestChange, State};
+use crate::operation::{Approval, Event, EventKind, Operation, RequestChange, State};
 
 const NOW: Timestamp = Timestamp(5_000);
 const ID: &str = "stripe/create_refund/wf-81";
@@ -276,6 +276,99 @@ fn resolve_only_from_unknown() {
     let (write, result) = resolve(None, ID, failed, NOW);
     assert!(write.is_none());
     assert_eq!(result.err(), Some(AdminError::NotFound(ID.into())));
+}
+
+fn history(kinds: &[EventKind]) -> Vec<Event> {
+    let event = |kind: &EventKind| Event {
+        at: Timestamp(3),
+        kind: *kind,
+        attempt: 1,
+        detail: String::new(),
+    };
+    kinds.iter().map(event).collect()
+}
+
+#[test]
+fn re_resolve_only_what_an_operator_resolved_last() {
+    use EventKind::*;
+    let (_, first) = resolve(
+        Some(op(State::Unknown, Approval::NotRequired)),
+        ID,
+        succeeded("no"),
+        NOW,
+    );
+    let resolved = first.expect("resolved");
+    // Replays and a rebinding since add history only: still the operator's resolution.
+    let events = history(&[
+        Claimed,
+        Unknown,
+        OperatorResolved,
+        Replayed,
+        OperatorRebound,
+    ]);
+    let (write, result) = re_resolve(Some(resolved.clone()), &events, ID, succeeded("{}"), NOW);
+    let corrected = result.expect("corrected");
+    let write = write.expect("a write");
+    assert_eq!(write.events[0].kind, OperatorReResolved);
+    assert!(
+        write.events[0]
+            .detail
+            .contains("from succeeded (status 200, 2 bytes) to succeeded (status 200, 2 bytes)"),
+        "{}",
+        write.events[0].detail
+    );
+    assert_eq!(corrected.response.map(|m| m.body_bytes), Some(2));
+    assert_eq!(write.request, RequestChange::Erase);
+
+    // Corrected to failed: the operator's answer is void.
+    let failed = Resolution::Failed {
+        reason: "not there".into(),
+    };
+    let (write, result) = re_resolve(Some(resolved.clone()), &events, ID, failed.clone(), NOW);
+    let voided = result.expect("corrected");
+    assert_eq!((voided.state, voided.response), (State::Failed, None));
+    assert!(write.is_some_and(|w| w.response.is_none()));
+
+    for refused in [
+        vec![Claimed, ResultPersisted],
+        vec![
+            OperatorResolved,
+            Claimed,
+            ProviderRequested,
+            ResultPersisted,
+        ],
+        vec![
+            Claimed,
+            Unknown,
+            ReconcileStarted,
+            ReconcileFound,
+            ResultPersisted,
+        ],
+        vec![Prepared, OperatorRejected],
+        vec![],
+    ] {
+        let (write, result) = re_resolve(
+            Some(resolved.clone()),
+            &history(&refused),
+            ID,
+            failed.clone(),
+            NOW,
+        );
+        assert!(write.is_none(), "{refused:?}");
+        assert_eq!(
+            result.err().map(|e| e.status()),
+            Some(StatusCode::CONFLICT),
+            "{refused:?}"
+        );
+    }
+    let still_unknown = op(State::Unknown, Approval::NotRequired);
+    let (write, _) = re_resolve(Some(still_unknown), &events, ID, failed.clone(), NOW);
+    assert!(
+        write.is_none(),
+        "an unknown operation is resolved, not corrected"
+    );
+    let (_, gone) = re_resolve(None, &[], ID, failed, NOW);
+    assert_eq!(gone.err().map(|e| e.status()), Some(StatusCode::NOT_FOUND));
 }
 
 #[test]

@@ -155,6 +155,7 @@ pub(super) struct RawRoute {
     pub fingerprint_ignore: Option<Vec<String>>,
     pub fingerprint_headers: Option<Vec<String>>,
     pub approval_show: Option<Vec<String>>,
+    pub operator_show: Option<Vec<String>>,
     pub reconcile: Option<RawReconcile>,
 }
 

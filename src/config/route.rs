@@ -101,7 +101,11 @@ pub(super) fn route(s: &mut Scope, raw: RawRoute, redact: &[HeaderName]) -> Opti
     let ignore = raw.fingerprint_ignore.unwrap_or_default();
     let ignore_ok = fingerprint_ignore(s, &ignore);
     let fp_headers = headers(s, "fingerprint_headers", raw.fingerprint_headers, &[]);
-    let approval_show = approval_show(s, raw.approval_show);
+    let approval_show = fields_shown(s, "approval_show", raw.approval_show);
+    let operator_show = match raw.operator_show {
+        Some(listed) => fields_shown(s, "operator_show", Some(listed)),
+        None => approval_show.clone(),
+    };
     hazards::fingerprint_headers(s, fp_headers.as_deref().unwrap_or_default(), redact);
     let reconcile = raw
         .reconcile
@@ -120,6 +124,7 @@ pub(super) fn route(s: &mut Scope, raw: RawRoute, redact: &[HeaderName]) -> Opti
         fingerprint_ignore: ignore_ok.then_some(ignore)?,
         fingerprint_headers: fp_headers?,
         approval_show: approval_show?,
+        operator_show: operator_show?,
         reconcile: reconcile.map_or(Some(None), |r| r.map(Some))?,
     })
 }
@@ -147,14 +152,15 @@ fn fingerprint_ignore(s: &mut Scope, ignore: &[String]) -> bool {
     ok
 }
 
-/// `approval_show`: field paths, each once. On a route without approval it shows nothing, and
-/// `check` warns (`rule::warnings`).
-fn approval_show(s: &mut Scope, raw: Option<Vec<String>>) -> Option<Vec<Field>> {
+/// `approval_show` or `operator_show` (`list`): field paths, each once. `approval_show` on a
+/// route without approval is shown only as the default `operator_show`; when that is set
+/// too, it shows nothing, and `check` warns (`rule::warnings`).
+fn fields_shown(s: &mut Scope, list: &str, raw: Option<Vec<String>>) -> Option<Vec<Field>> {
     let raw = raw.unwrap_or_default();
     let mut fields: Vec<Field> = Vec::with_capacity(raw.len());
     let mut ok = true;
     for (i, text) in raw.iter().enumerate() {
-        let key = format!("approval_show[{i}]");
+        let key = format!("{list}[{i}]");
         match s.check(&key, Field::parse(text)) {
             Some(field) if fields.contains(&field) => {
                 s.push(

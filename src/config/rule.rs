@@ -82,7 +82,7 @@ fn scalar(v: &Value) -> Result<serde_json::Value, String> {
 }
 
 /// Settings that load but do less than they seem to: `approval_show` on a route nobody
-/// approves (SPEC's own example policy has one), a `reconcile` rule on a guarded route
+/// approves and whose `operator_show` is set (so no one sees it), a `reconcile` rule on a guarded route
 /// without a lookup (there it counts as `unknown`), and a lookup that only a `reconcile`
 /// rule's answer could fill on a provider without one (it is never sent).
 pub(super) fn warnings(file: &Path, provider: &Provider) -> Vec<ConfigError> {
@@ -97,12 +97,14 @@ pub(super) fn warnings(file: &Path, provider: &Provider) -> Vec<ConfigError> {
         .iter()
         .position(|r| r.means == Means::Reconcile);
     for route in &provider.routes {
-        if !route.approval_show.is_empty() && route.approval == ApprovalMode::None {
+        // Unset, `operator_show` is `approval_show`: then the operator sees those fields.
+        let unused = route.operator_show != route.approval_show;
+        if !route.approval_show.is_empty() && route.approval == ApprovalMode::None && unused {
             out.push(warn(
                 format!("route \"{}\": approval_show", route.name),
                 "ignored: it lists the fields shown to the person who approves, but this route \
-                 has approval = \"none\", so nobody is asked (set approval = \"required\", or \
-                 remove approval_show)"
+                 has approval = \"none\", so nobody is asked, and operator_show is set (set \
+                 approval = \"required\", or remove approval_show)"
                     .into(),
             ));
         }

@@ -181,6 +181,7 @@ fn refund_route() -> Result<Route, DemoError> {
         fingerprint_ignore: vec![],
         fingerprint_headers: vec![],
         approval_show: vec![],
+        operator_show: vec![],
         reconcile: None,
     })
 }

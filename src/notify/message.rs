@@ -15,8 +15,8 @@ use crate::operation::{EventKind, State};
 /// One notification, ready to be sent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Notice {
-    /// `awaiting_approval`, `needs_operator`, `parameter_mismatch`, `resolved`, `approved`,
-    /// `rejected`, `succeeded` or `summary`.
+    /// `awaiting_approval`, `needs_operator`, `parameter_mismatch`, `resolved`, `re_resolved`,
+    /// `approved`, `rejected`, `succeeded` or `summary`.
     pub event: &'static str,
     pub operation_id: Option<String>,
     pub provider: Option<String>,
@@ -56,8 +56,8 @@ impl Notice {
 /// - `provider.answered_late` (a superseded attempt's answer): `needs_operator`, whatever
 ///   the route's rules;
 /// - `operation.conflict`: `parameter_mismatch` (the detail names fields, never values);
-/// - `operator.resolved`, `operator.approved`, `operator.rejected`: `resolved`, `approved`,
-///   `rejected`;
+/// - `operator.resolved`, `operator.re_resolved`, `operator.approved`, `operator.rejected`:
+///   `resolved`, `re_resolved`, `approved`, `rejected`;
 /// - `result.persisted` leaving it `succeeded` after an attempt that may have taken effect
 ///   (it had been `unknown`): `succeeded`.
 pub fn notice(p: &Published, rules: Option<Rules>, now: Timestamp) -> Option<Notice> {
@@ -74,6 +74,7 @@ pub fn notice(p: &Published, rules: Option<Rules>, now: Timestamp) -> Option<Not
         EventKind::AnsweredLate => ("needs_operator", detail),
         EventKind::Conflict => ("parameter_mismatch", detail),
         EventKind::OperatorResolved => ("resolved", detail),
+        EventKind::OperatorReResolved => ("re_resolved", detail),
         EventKind::OperatorApproved => ("approved", detail),
         EventKind::OperatorRejected => ("rejected", detail),
         EventKind::ResultPersisted
@@ -202,6 +203,11 @@ mod tests {
                 State::Succeeded,
                 EventKind::OperatorResolved,
                 Some("resolved"),
+            ),
+            (
+                State::Failed,
+                EventKind::OperatorReResolved,
+                Some("re_resolved"),
             ),
             (
                 State::Prepared,

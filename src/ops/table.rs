@@ -27,8 +27,10 @@ pub(super) fn cell(v: &Value) -> String {
     }
 }
 
-/// `ops list`: an ID, STATE, ATTEMPTS, UPDATED table, then the next page's cursor if any.
-pub fn render_list(page: &Value) -> String {
+/// `ops list`: an ID, STATE, ATTEMPTS, UPDATED table, then, if there is a next page, the
+/// command that lists it: `again` (the command as given, its filters and limit included, so
+/// the next page is of the same listing) with `--after` and the cursor.
+pub fn render_list(page: &Value, again: &str) -> String {
     let empty = Vec::new();
     let ops = page["ops"].as_array().unwrap_or(&empty);
     if ops.is_empty() {
@@ -54,10 +56,8 @@ pub fn render_list(page: &Value) -> String {
         ));
     }
     if let Some(next) = page["next"].as_str() {
-        out.push_str(&format!(
-            "more: idemproxy ops list --after {}\n",
-            clean(next)
-        ));
+        let cursor = crate::operation::command_word(next);
+        out.push_str(&format!("more: {again} --after {cursor}\n"));
     }
     out
 }
@@ -108,7 +108,25 @@ pub fn render_op(op: &Value) -> String {
         };
         out.push_str(&format!("{:<20} {value}\n", "replays"));
     }
-    out.push_str(&to_approve(&op["approval_request"]));
+    if let held @ Value::Object(_) = &op["held_retries"] {
+        let value = format!(
+            "{}, first {}, last {}",
+            cell(&held["count"]),
+            cell(&held["first_at"]),
+            cell(&held["last_at"])
+        );
+        out.push_str(&format!("{:<20} {value}\n", "held retries"));
+    } else if op["held_retries"].is_null() && op.get("held_retries").is_some() {
+        out.push_str(&format!("{:<20} 0\n", "held retries"));
+    }
+    out.push_str(&shown("to approve:", &op["approval_request"]));
+    out.push_str(&shown("the request:", &op["operator_request"]));
+    if let Some(commands) = op["resolve_commands"].as_array() {
+        out.push_str("to resolve, once the provider says what happened:\n");
+        for command in commands {
+            out.push_str(&format!("  {}\n", cell(command)));
+        }
+    }
     if let Some(events) = op["events"].as_array() {
         out.push_str("events:\n");
         for e in events {
@@ -124,13 +142,14 @@ pub fn render_op(op: &Value) -> String {
     out
 }
 
-/// A waiting operation's `approval_request`: each shown field, then the missing ones; empty
-/// text when there is none.
-fn to_approve(request: &Value) -> String {
+/// A waiting operation's `approval_request` (or an unknown or in-flight one's
+/// `operator_request`) under `title`: each shown field, then the missing ones; empty text
+/// when there is none.
+fn shown(title: &str, request: &Value) -> String {
     let Some(fields) = request["fields"].as_object() else {
         return String::new();
     };
-    let mut out = String::from("to approve:\n");
+    let mut out = format!("{title}\n");
     for (name, value) in fields {
         out.push_str(&format!("  {:<18} {}\n", clean(name), cell(value)));
     }

@@ -31,6 +31,12 @@ fn list_passes_only_the_given_filters() {
 fn resolve(succeeded: bool, reason: Option<&str>) -> Verb {
     Verb::Resolve {
         id: "p/r/x".into(),
+        outcome: outcome(succeeded, reason),
+    }
+}
+
+fn outcome(succeeded: bool, reason: Option<&str>) -> Outcome {
+    Outcome {
         succeeded,
         failed: !succeeded,
         status: succeeded.then_some(201),
@@ -67,16 +73,36 @@ fn resolve_builds_the_spec_bodies() {
         Some(json!({"outcome": "failed", "reason": "nothing at Stripe"}))
     );
     let mut bad = resolve(true, None);
-    if let Verb::Resolve { headers, .. } = &mut bad {
-        *headers = vec!["no colon".into()];
+    if let Verb::Resolve { outcome, .. } = &mut bad {
+        outcome.headers = vec!["no colon".into()];
     }
     assert!(plan(&bad, &read).is_err());
     let mut bodiless = resolve(true, None);
-    if let Verb::Resolve { body_file, .. } = &mut bodiless {
-        *body_file = None;
+    if let Verb::Resolve { outcome, .. } = &mut bodiless {
+        outcome.body_file = None;
     }
     let err = plan(&bodiless, &read).unwrap_err();
     assert!(err.contains("--body-file"), "{err}");
+}
+
+#[test]
+fn re_resolve_posts_the_resolve_body_to_its_own_call() {
+    let read = |_: &Path| Ok(r#"{"id":"re_1"}"#.to_string());
+    let verb = Verb::ReResolve {
+        id: "p/r/x".into(),
+        outcome: outcome(true, Some("the first body was empty")),
+    };
+    let call = plan(&verb, &read).expect("call");
+    assert_eq!(
+        (call.method, call.path.as_str()),
+        (Method::POST, "/ops/p%2Fr%2Fx/re-resolve")
+    );
+    assert_eq!(
+        call.body,
+        Some(json!({"outcome": "succeeded", "status": 201,
+            "headers": {"content-type": "application/json"}, "body": r#"{"id":"re_1"}"#,
+            "reason": "the first body was empty"}))
+    );
 }
 
 #[test]
@@ -104,16 +130,31 @@ fn list_table_aligns_columns_and_names_the_next_page() {
         {"operation_id": "p/r/long-id-1", "state": "succeeded", "attempts": 1, "updated_at": "T1"},
         {"operation_id": "p/r/2\u{1b}[31m", "state": "unknown", "attempts": 12, "updated_at": "T2"}
     ], "next": "abc"});
-    let text = render_list(&page);
+    let text = render_list(&page, "idemproxy ops list --limit 2");
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "ID               STATE      ATTEMPTS  UPDATED");
     assert_eq!(lines[1], "p/r/long-id-1    succeeded  1         T1");
     // A control character in an ID is shown escaped, never sent to the terminal.
     assert_eq!(lines[2], "p/r/2\\u{1b}[31m  unknown    12        T2");
-    assert_eq!(lines[3], "more: idemproxy ops list --after abc");
+    assert_eq!(lines[3], "more: idemproxy ops list --limit 2 --after abc");
     assert_eq!(
-        render_list(&json!({"ops": [], "next": null})),
+        render_list(&json!({"ops": [], "next": null}), "idemproxy ops list"),
         "no operations\n"
+    );
+}
+
+#[test]
+fn the_next_page_hint_repeats_the_filters_given() {
+    let verb = Verb::List {
+        state: Some("unknown".into()),
+        provider: Some("my shop".into()),
+        route: None,
+        limit: Some(5),
+        after: Some("old".into()),
+    };
+    assert_eq!(
+        list_again(&verb, Some("http://127.0.0.1:9901")),
+        "idemproxy ops list --state unknown --provider 'my shop' --limit 5 --admin http://127.0.0.1:9901"
     );
 }
 

@@ -1,7 +1,9 @@
 """The operator's console in headless Chromium, driven by tests/operators/console.rs.
 
 Usage: python test_console.py '{"admin": URL, "token": T, "unknown": ID, "prepared": ID,
-"resolved_body": TEXT, "artifacts": DIR}'
+"resolved_body": TEXT, "artifacts": DIR}', or with "scenario": "correct" (and "corrected_body")
+the second session: loading, UTC times, an unknown operation's fields and commands, the
+empty-body checkbox and correcting a resolution.
 
 It opens the page, gives a wrong token and then the right one when asked, finds both operations in the list, approves the
 prepared one and resolves the unknown one as succeeded by clicking (confirmations included,
@@ -13,6 +15,7 @@ downloaded browser.
 
 import json
 import pathlib
+import re
 import sys
 
 from playwright.sync_api import expect, sync_playwright
@@ -88,7 +91,8 @@ def run(page, cfg, out):
     page.locator("#resolve-submit").click()
     confirm(page, unknown)
     expect(page.locator("#op-state")).to_contain_text("succeeded")
-    expect(page.locator("#resolve")).to_be_hidden()
+    expect(page.locator("#resolve-form")).to_be_hidden()
+    expect(page.locator("#correct-open")).to_be_visible()
     expect(page.locator("#op-response pre")).to_contain_text('"resolved": true')
     expect(page.locator("#op-events")).to_contain_text("operator.resolved")
     page.screenshot(path=str(out / "console-resolved.png"), full_page=True)
@@ -99,6 +103,91 @@ def run(page, cfg, out):
     assert [r.get("origin") for r in posts] == [admin, admin], posts
     assert all(r["authorization"] == "Bearer " + cfg["token"] for r in posts), posts
     assert all(cfg["token"] not in r["url"] for r in posts), posts
+
+
+def run_correct(page, cfg, out):
+    """Loading..., UTC times, the unknown operation's fields, held retries and commands, the
+    empty-body refusal shown in the form, the checkbox, then correcting the resolution."""
+    admin, unknown = cfg["admin"], cfg["unknown"]
+    page.add_init_script(
+        "sessionStorage.setItem('idemproxy.admin-token', %s)" % json.dumps(cfg["token"])
+    )
+    held = []
+
+    def listing(url):
+        return "/ops?" in url
+
+    def hold(route):
+        held.append(route)
+
+    page.route(listing, hold)
+    page.goto(admin + "/ui")
+    # "Loading..." until the first fetch answers, and nothing else meanwhile.
+    loading = page.locator("#loading")
+    expect(loading).to_be_visible()
+    expect(loading).to_have_text("Loading…")
+    for _ in range(WAIT_MS // 50):
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert held, "the console never asked for the list"
+    expect(loading).to_be_visible()
+    expect(page.locator("#list-view")).to_be_hidden()
+    for route in held:
+        route.continue_()
+    page.unroute(listing)
+    expect(loading).to_be_hidden()
+
+    # Every time in UTC, ISO 8601, though the browser's zone is New York.
+    ops = page.locator("#ops")
+    expect(ops.get_by_role("link", name=unknown, exact=True)).to_be_visible()
+    created = ops.locator("tbody tr td:nth-child(5)").first.text_content()
+    assert ISO.fullmatch(created), created
+    expect(page.locator("#status")).to_have_text(STATUS)
+
+    ops.get_by_role("link", name=unknown, exact=True).click()
+    expect(page.locator("#op-title")).to_have_text(unknown)
+    fields = page.locator("#operator-fields")
+    expect(row(fields, "amount")).to_have_text("5")
+    expect(row(fields, "card[cvc]")).to_have_text("[masked]")
+    expect(page.locator("#held")).to_contain_text("Held retries: 1")
+    expect(page.locator("#resolve-commands")).to_contain_text(
+        "idemproxy ops resolve " + unknown + " --failed --reason TEXT"
+    )
+    for time in page.locator("#op-events time").all_text_contents():
+        assert ISO.fullmatch(time), time
+
+    # An empty 200 without the checkbox: the 400's words in the form, nothing resolved.
+    page.fill("#resolve-status", "200")
+    page.fill("#resolve-body", "")
+    page.locator("#resolve-submit").click()
+    confirm(page, unknown)
+    expect(page.locator("#resolve-error")).to_contain_text("empty")
+    expect(page.locator("#resolve-error")).to_contain_text("Nothing was recorded")
+    expect(page.locator("#op-state")).to_contain_text("unknown")
+    page.check("#resolve-empty")
+    page.locator("#resolve-submit").click()
+    confirm(page, unknown)
+    expect(page.locator("#op-state")).to_contain_text("succeeded")
+    expect(page.locator("#resolve-error")).to_be_hidden()
+    expect(page.locator("#op-response")).to_contain_text("0 bytes")
+
+    # Correct it, with confirmation: the provider's object replaces the empty answer.
+    expect(page.locator("#resolve-form")).to_be_hidden()
+    page.locator("#correct-open").click()
+    page.uncheck("#resolve-empty")
+    page.fill("#resolve-body", cfg["corrected_body"])
+    page.fill("#resolve-reason", "the object was in the dashboard")
+    page.locator("#resolve-submit").click()
+    expect(page.locator("#confirm-text")).to_contain_text("Correct the resolution")
+    confirm(page, unknown)
+    expect(page.locator("#op-events")).to_contain_text("operator.re_resolved")
+    expect(page.locator("#op-response pre")).to_contain_text('"corrected": true')
+    page.screenshot(path=str(out / "console-corrected.png"), full_page=True)
+
+
+ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+STATUS = re.compile(r"Updated \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ;")
 
 
 def row(table, name):
@@ -121,7 +210,10 @@ def main():
     problems = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        # A zone other than UTC, so a time shown in the browser's own zone would show.
+        page = browser.new_page(
+            viewport={"width": 1280, "height": 900}, timezone_id="America/New_York"
+        )
         page.set_default_timeout(WAIT_MS)
         expect.set_options(timeout=WAIT_MS)
         page.on("pageerror", lambda e: problems.append("page error: %s" % e))
@@ -129,10 +221,12 @@ def main():
             "console",
             lambda m: m.type == "error"
             and "401" not in m.text
+            # The refused empty-body resolution is one on purpose.
+            and "400 (Bad Request)" not in m.text
             and problems.append("console error: %s" % m.text),
         )
         try:
-            run(page, cfg, out)
+            (run_correct if cfg.get("scenario") == "correct" else run)(page, cfg, out)
         except Exception:
             page.screenshot(path=str(out / "console-failure.png"), full_page=True)
             raise

@@ -173,3 +173,63 @@ async fn an_operator_approves_and_resolves_by_clicking_with_the_token_prompt() {
         "a resolved operation is never sent again"
     );
 }
+
+/// The console's second session: "Loading…" until its first fetch answers; every time in UTC
+/// (ISO 8601) in a browser whose zone is New York; an unknown operation's `operator_show`
+/// fields, held retries and `ops resolve` commands; an empty `200` refused in the resolve
+/// form with the API's words until the "empty body" box is ticked; then "Correct this
+/// resolution", confirmed, replaces the empty answer. Before 2026-12-04 the form stored the
+/// empty answer for good, times were half local, and the page was blank until it loaded.
+#[tokio::test]
+async fn an_operator_corrects_a_resolution_by_clicking() {
+    let python = browser_tools();
+    let provider = FakeProvider::start(Behavior::fixed(200, "made")).await;
+    let create = route("create", "POST /v1/things", &["{header:x-operation-id}"]);
+    let fields = "operator_show = [\"amount\", \"card[cvc]\"]\n";
+    let proxy = Proxy::builder()
+        .policy(
+            "shop",
+            &provider.policy("shop", &format!("{create}{fields}")),
+        )
+        .env("IDEMPROXY_ADMIN_TOKEN", TOKEN)
+        .start()
+        .await;
+    provider.set_behavior(Behavior::fixed(200, "made").drop_first_response(1));
+    let lost = agent(&proxy, "/shop/v1/things", "op-9", "amount=5&card[cvc]=123").await;
+    assert_eq!(
+        lost.header("idem-state"),
+        Some("unknown"),
+        "{}",
+        lost.text()
+    );
+    let held = agent(&proxy, "/shop/v1/things", "op-9", "amount=5&card[cvc]=123").await;
+    problem(&held, StatusCode::ACCEPTED, "outcome-unknown");
+    let unknown = "shop/create/op-9".to_string();
+
+    let corrected_body = r#"{"id":"th_9","corrected":true}"#;
+    let args = json!({
+        "scenario": "correct",
+        "admin": proxy.admin_url(""),
+        "token": TOKEN,
+        "unknown": unknown,
+        "corrected_body": corrected_body,
+        "artifacts": repo().join("target/test-artifacts"),
+    });
+    drive_browser(&python, args).await;
+
+    let op = show(&proxy, &unknown).await;
+    let kinds: Vec<&str> = op["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["kind"].as_str())
+        .filter(|k| k.starts_with("operator."))
+        .collect();
+    assert_eq!(kinds, ["operator.resolved", "operator.re_resolved"], "{op}");
+    let replay = agent(&proxy, "/shop/v1/things", "op-9", "amount=5&card[cvc]=123").await;
+    assert_eq!(
+        (replay.status, replay.text()),
+        (StatusCode::OK, corrected_body.to_owned())
+    );
+    assert_eq!(provider.request_count(), 1, "nothing was sent again");
+}

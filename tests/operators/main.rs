@@ -18,4 +18,6 @@ mod events;
 mod healthz;
 mod logs;
 mod notify;
+mod operator_show;
 mod ops_cli;
+mod re_resolve;

@@ -68,13 +68,46 @@ async fn list_prints_a_table_or_the_json_and_pages() {
         format!("shop/create/{ODD}")
     );
 
-    let first = ok(&proxy, &["list", "--limit", "1"]).await;
-    let cursor = first
+    // The next page's command repeats the filters and the limit given: run as printed, it
+    // continues the same listing. Before 2026-12-04 it was `--after CURSOR` alone, which
+    // listed the next 50 of every state.
+    let admin = proxy.admin_url("");
+    let first = ok(&proxy, &["list", "--state", "succeeded", "--limit", "1"]).await;
+    let more = first
         .lines()
-        .find_map(|l| l.strip_prefix("more: idemproxy ops list --after "))
+        .find_map(|l| l.strip_prefix("more: idemproxy "))
         .expect("a next-page line")
         .to_string();
-    let second = ok(&proxy, &["list", "--limit", "1", "--after", &cursor]).await;
+    let words: Vec<&str> = more.split(' ').collect();
+    let (cursor, given) = words.split_last().expect("words");
+    assert_eq!(
+        given,
+        [
+            "ops",
+            "list",
+            "--state",
+            "succeeded",
+            "--limit",
+            "1",
+            "--admin",
+            &admin,
+            "--after"
+        ],
+        "{more}"
+    );
+    let second = ok(
+        &proxy,
+        &[
+            "list",
+            "--state",
+            "succeeded",
+            "--limit",
+            "1",
+            "--after",
+            cursor,
+        ],
+    )
+    .await;
     assert!(
         second.contains("shop/create/op-a") && !second.contains("more:"),
         "{second}"

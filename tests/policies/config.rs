@@ -344,14 +344,26 @@ fn replicas_beside_a_file_ledger_load_with_a_warning() {
 // The two tests below exercise template checks that need the real template parser (the stub
 // parses every template as one literal).
 
-/// The external contract's example policy shows fields on a route with `approval = "none"`:
-/// it loads, and `check` warns that nobody will see them (before 2026-12-03 it was refused).
+/// `approval_show` on a route with `approval = "none"` and its own `operator_show`: it loads,
+/// and `check` warns that nobody will see it (before 2026-12-03 it was refused). Without
+/// `operator_show` (the external contract's example policy), the operator is shown it.
 #[test]
 fn approval_show_without_approval_loads_with_a_warning() {
     let config = load_ok(&fixture("approval_show_unused"));
     let route = &config.providers[0].routes[0];
     assert_eq!(route.approval, ApprovalMode::None);
     assert_eq!(route.approval_show.len(), 2);
+    assert_eq!(route.operator_show.len(), 1);
+    let full = load_ok(&fixture("full"));
+    let shown = full.providers.iter().flat_map(|p| &p.routes);
+    let listed: Vec<_> = shown.filter(|r| !r.approval_show.is_empty()).collect();
+    assert!(!listed.is_empty());
+    for route in listed {
+        assert_eq!(
+            route.operator_show, route.approval_show,
+            "operator_show defaults to it"
+        );
+    }
     let warnings: Vec<String> = config.warnings.iter().map(|w| w.to_string()).collect();
     assert!(
         warnings
@@ -363,8 +375,9 @@ fn approval_show_without_approval_loads_with_a_warning() {
     );
 }
 
-/// The contract's example policy, verbatim, loads (`protocol = "http"` and `approval_show`
-/// beside `approval = "none"` among its keys); `protocol = "mcp"` is refused by name (a row
+/// The contract's example policy, verbatim, loads (`protocol = "http"`, and `approval_show`
+/// and `operator_show` beside `approval = "none"`, among its keys); `protocol = "mcp"` is
+/// refused by name (a row
 /// of `BROKEN`). Before 2026-12-03 the example was refused twice over.
 #[test]
 fn the_contracts_example_policy_loads_as_written() {
@@ -372,9 +385,11 @@ fn the_contracts_example_policy_loads_as_written() {
     let stripe = &config.providers[0];
     assert_eq!(stripe.name, "stripe");
     assert_eq!(stripe.routes[0].name, "create_refund");
+    // Its operator is shown the fields the approver would be: `approval_show` is not unused.
+    assert_eq!(stripe.routes[0].operator_show.len(), 2);
     let warnings: Vec<String> = config.warnings.iter().map(|w| w.to_string()).collect();
     assert!(
-        warnings.iter().any(|w| w.contains("approval_show")),
+        !warnings.iter().any(|w| w.contains("approval_show")),
         "{warnings:?}"
     );
 }

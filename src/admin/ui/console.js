@@ -12,7 +12,7 @@ const BODY_SHOWN = 256 * 1024;
 const STATES = ["prepared", "unknown", "in_flight", "failed", "succeeded"];
 const $ = (id) => document.getElementById(id);
 
-const view = { name: "", id: "", pages: [""], filters: {}, responseSha: null, timer: null };
+const view = { name: "", id: "", pages: [""], filters: {}, responseSha: null, timer: null, correcting: false, resolveVerb: "resolve" };
 
 class NeedToken extends Error {}
 
@@ -67,6 +67,7 @@ async function json(path, method, body) {
 }
 
 function askToken(message) {
+  show("loading", false);
   sessionStorage.removeItem(TOKEN_KEY);
   for (const id of ["list-view", "op-view"]) show(id, false);
   show("login", true);
@@ -89,9 +90,15 @@ function encodeId(id) {
   return encodeURIComponent(id);
 }
 
+// Every time on the page is UTC in ISO 8601 (2026-12-04T18:28:47Z), whatever the browser's
+// own time zone: the same instant reads the same in the console, the CLI and the logs.
 function when(ts) {
   if (!ts) return "—";
-  return ts.replace("T", " ").replace(/\.\d+Z$/, " UTC").replace(/Z$/, " UTC");
+  return ts.replace(/\.\d+Z$/, "Z");
+}
+
+function now() {
+  return when(new Date().toISOString());
 }
 
 function age(seconds) {
@@ -183,12 +190,17 @@ function renderDecisions(op) {
   const prepared = op.state === "prepared";
   show("approval", prepared);
   show("approve-form", prepared && op.approval === "pending");
-  show("resolve", op.state === "unknown");
+  renderOperator(op);
+  renderResolve(op);
   if (!prepared) return;
   $("approval-note").textContent = op.approval === "approved"
     ? "Approved: the agent's next request for it sends it. It can still be rejected until then."
     : "Nothing has been sent. Approving lets the agent's next request send it; rejecting ends it for good.";
-  const request = op.approval_request;
+  $("approval-fields").tBodies[0].replaceChildren(...fieldRows(op.approval_request, "approval_show"));
+}
+
+// The rows of a shown request's fields (masked and missing ones marked), or why there are none.
+function fieldRows(request, list) {
   const rows = [];
   if (request) {
     for (const [name, value] of Object.entries(request.fields)) {
@@ -197,9 +209,38 @@ function renderDecisions(op) {
     }
     for (const name of request.missing) rows.push(el("tr", {}, el("th", {}, name), el("td", { class: "missing" }, "(not in the request)")));
   } else {
-    rows.push(el("tr", {}, el("td", {}, "This route lists no parameters to show (approval_show).")));
+    rows.push(el("tr", {}, el("td", {}, "This route lists no parameters to show (" + list + ").")));
   }
-  $("approval-fields").tBodies[0].replaceChildren(...rows);
+  return rows;
+}
+
+// An unknown or in-flight operation: its request's operator_show fields, the agents' requests
+// held meanwhile, and the commands that settle it.
+function renderOperator(op) {
+  const deciding = op.state === "unknown" || op.state === "in_flight";
+  show("operator", deciding);
+  if (!deciding) return;
+  $("operator-fields").tBodies[0].replaceChildren(...fieldRows(op.operator_request, "operator_show"));
+  const held = op.held_retries;
+  $("held").textContent = held
+    ? "Held retries: " + held.count + " (first " + when(held.first_at) + ", last " + when(held.last_at) + "), nothing sent."
+    : "Held retries: none since the proxy started.";
+  show("commands", Boolean(op.resolve_commands));
+  $("resolve-commands").textContent = (op.resolve_commands || []).join("\n");
+}
+
+// Resolve an unknown operation, or correct a resolution an operator made (re-resolve).
+function renderResolve(op) {
+  const unknown = op.state === "unknown";
+  show("resolve", unknown || op.re_resolvable);
+  view.resolveVerb = unknown ? "resolve" : "re-resolve";
+  $("resolve-title").textContent = unknown ? "Outcome unknown: resolve it" : "Resolved by an operator";
+  $("resolve-note").textContent = unknown
+    ? "Check with the provider whether the effect happened, then record what you found. The operation is held until you do."
+    : "An operator recorded this outcome. If it was wrong, correct it: what you record now replaces it for every later request.";
+  show("correct-open", !unknown && !view.correcting);
+  show("resolve-form", unknown || view.correcting);
+  $("resolve-submit").textContent = unknown ? "Resolve" : "Correct";
 }
 
 async function renderResponse(op) {
@@ -258,15 +299,22 @@ function confirmWith(text, action) {
   });
 }
 
+// One decision, confirmed first. A refusal of a resolution is shown in its form.
 async function decide(verb, body, question) {
   if (!(await confirmWith(question, "Yes, " + verb))) return;
+  const inForm = verb === "resolve" || verb === "re-resolve";
   try {
     const op = await json("/ops/" + encodeId(view.id) + "/" + verb, "POST", body);
     setStatus(verb + ": done; the operation is now " + op.state + ".");
     setError("");
+    show("resolve-error", false);
+    view.correcting = false;
     await refresh();
   } catch (e) {
-    if (!(e instanceof NeedToken)) setError(e.message);
+    if (e instanceof NeedToken) return;
+    if (!inForm) return setError(e.message);
+    $("resolve-error").textContent = e.message + " Nothing was recorded.";
+    show("resolve-error", true);
   }
 }
 
@@ -277,6 +325,7 @@ function resolveBody() {
   const type = $("resolve-type").value.trim();
   if (type) body.headers = { "content-type": type };
   if (reason) body.reason = reason;
+  if ($("resolve-empty").checked) body.empty_body = true;
   return body;
 }
 
@@ -306,7 +355,16 @@ function wire() {
     const what = body.outcome === "failed"
       ? "as failed? The agent's next request will send it again."
       : "as succeeded with status " + body.status + "? Every later request gets this answer.";
-    decide("resolve", body, "Resolve " + view.id + " " + what);
+    const verb = view.resolveVerb;
+    const ask = verb === "resolve"
+      ? "Resolve " + view.id + " " + what
+      : "Correct the resolution of " + view.id + ": record it " + what + " This replaces the earlier resolution.";
+    decide(verb, body, ask);
+  });
+  $("correct-open").addEventListener("click", () => {
+    view.correcting = true;
+    show("correct-open", false);
+    show("resolve-form", true);
   });
   const outcome = () => {
     show("resolve-success", $("outcome-succeeded").checked);
@@ -325,7 +383,11 @@ function route() {
   const hash = location.hash;
   if (hash.startsWith("#/op/")) {
     const id = decodeURIComponent(hash.slice(5));
-    if (view.name !== "op" || view.id !== id) view.responseSha = null;
+    if (view.name !== "op" || view.id !== id) {
+      view.responseSha = null;
+      view.correcting = false;
+      show("resolve-error", false);
+    }
     Object.assign(view, { name: "op", id });
   } else {
     view.filters = readFilters();
@@ -347,12 +409,14 @@ async function refresh() {
   try {
     if (view.name === "op") await renderOperation();
     else await renderList();
+    show("loading", false);
     show("list-view", view.name === "list");
     show("op-view", view.name === "op");
-    setStatus("Updated " + new Date().toLocaleTimeString() + "; refreshes every " + POLL_MS / 1000 + " s.");
+    setStatus("Updated " + now() + "; refreshes every " + POLL_MS / 1000 + " s.");
     if ($("error").dataset.poll) setError("");
   } catch (e) {
     if (e instanceof NeedToken) return;
+    show("loading", false);
     setError(e.message, true);
   }
   view.timer = setTimeout(refresh, POLL_MS);
