@@ -15,6 +15,8 @@
 //! - `notify`: notifications to the `[notify]` webhook when an operation needs a person (the
 //!   notifier itself: `notify::notifier`).
 //! - `retention`: the background task that prunes finished operations past `[retention]`.
+//! - `reload`: SIGHUP and `POST /admin/reload`: proxy.toml and the policies read again and put
+//!   in place for new requests (`app::Live`), or refused with the running ones kept.
 //!
 //! The request path:
 //! - `proxy`: routing and unguarded streaming; `shape`: the proxy's own problem answers shaped
@@ -98,6 +100,7 @@ pub mod policy;
 pub mod problem;
 pub mod proxy;
 pub mod reconcile;
+pub mod reload;
 pub mod replays;
 pub mod retention;
 pub mod secret;

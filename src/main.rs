@@ -80,6 +80,8 @@ enum Command {
     },
     /// Inspect and settle operations through a running proxy's admin API.
     Ops(idemproxy::ops::OpsArgs),
+    /// Make a running proxy read proxy.toml and its policies again (as SIGHUP does).
+    Reload(idemproxy::ops::ReloadArgs),
     /// Work on a ledger itself; no proxy may run on it meanwhile.
     #[command(subcommand)]
     Ledger(LedgerVerb),
@@ -116,6 +118,7 @@ fn main() -> ExitCode {
         Command::Serve { config } => serve(config),
         Command::Check { config } => check(config),
         Command::Ops(args) => idemproxy::ops::run(args),
+        Command::Reload(args) => idemproxy::ops::reload(&args),
         Command::Ledger(LedgerVerb::Copy { from, to }) => ledger_copy(&from, &to),
         Command::Demo => demo(),
     }

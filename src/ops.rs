@@ -456,10 +456,12 @@ pub fn problem_detail(status: StatusCode, body: &[u8]) -> String {
     }
 }
 
+mod reload;
 mod table;
 mod tail;
 #[cfg(test)]
 mod tests;
 
+pub use reload::{ReloadArgs, run as reload};
 pub use table::{render_list, render_op};
 pub use tail::{Sse, SseEvent, render_event};

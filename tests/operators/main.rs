@@ -19,3 +19,4 @@ mod healthz;
 mod logs;
 mod notify;
 mod ops_cli;
+mod reload;
