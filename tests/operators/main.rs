@@ -14,6 +14,7 @@ mod admin_browser;
 mod approval_show;
 mod console;
 mod console_page;
+mod deploy;
 mod events;
 mod healthz;
 mod logs;
