@@ -65,6 +65,7 @@
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
 //! - `durable`: a new file's name made durable (its folder synced), for the ledger and the secret.
 //! - `clock`: timestamps, read in one place so pure code takes time as an argument.
+//! - `env`: the list of the environment variables the binary reads, for the help texts.
 //! - `wire`: the shared body type, the one bounded body reader, the hop-by-hop header names.
 //! - `budget`: the buffered request bytes, and reading a guarded body under them.
 //! - `shard`: one single-threaded runtime per core serving the agents' connections; `handoff`:
@@ -84,6 +85,7 @@ pub mod demo;
 pub mod dispatch;
 pub mod drain;
 pub mod durable;
+pub mod env;
 pub mod fingerprint;
 pub mod guard;
 pub mod handoff;

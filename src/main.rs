@@ -68,14 +68,21 @@ enum LogFormat {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the proxy and its admin API.
+    /// Run the proxy and its admin API. SIGHUP reloads the configuration; SIGTERM, SIGINT
+    /// and SIGQUIT stop gracefully.
+    #[command(after_help = idemproxy::env::help())]
     Serve {
-        #[arg(short, long, default_value = "proxy.toml")]
+        /// proxy.toml: the listeners, the ledger, the policies folder and the limits. Relative
+        /// paths in it (ledger, policies) are taken from its own folder.
+        #[arg(short, long, value_name = "FILE", default_value = "proxy.toml")]
         config: PathBuf,
     },
     /// Validate proxy.toml and every policy; print the routes table.
+    #[command(after_help = idemproxy::env::help())]
     Check {
-        #[arg(short, long, default_value = "proxy.toml")]
+        /// proxy.toml to validate, with every *.toml of the policies folder it names. Relative
+        /// paths in it (ledger, policies) are taken from its own folder.
+        #[arg(short, long, value_name = "FILE", default_value = "proxy.toml")]
         config: PathBuf,
     },
     /// Inspect and settle operations through a running proxy's admin API.

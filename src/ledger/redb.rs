@@ -351,7 +351,12 @@ fn open_blocking(
     if let Some(parent) = path.parent() {
         crate::durable::create_dir_all(parent).map_err(|e| open_error(path, e))?;
     }
-    let db = create_database(path).map_err(|e| open_error(path, e))?;
+    let db = create_database(path).map_err(|e| match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => LedgerError::InUse {
+            path: path.display().to_string(),
+        },
+        e => open_error(path, e),
+    })?;
     let mut wal = Wal::open(path, &db).map_err(|e| open_error(path, e))?;
     let (epoch, orphaned) = match recover(&db, &mut wal, now, secret_check.as_deref()) {
         Ok(Some(recovered)) => recovered,

@@ -14,6 +14,7 @@ mod crash;
 mod disk_full;
 mod group_commit;
 mod huge_pages;
+mod in_use;
 mod installation_secret;
 mod ledger_copy;
 mod ledger_down;
