@@ -184,6 +184,21 @@ async fn a_listener_or_ledger_change_is_refused_with_restart_to_apply() {
         StatusCode::OK,
         "the proxy still serves where it was"
     );
+
+    let elsewhere: Vec<String> = text
+        .lines()
+        .map(|l| match l.starts_with("ledger") {
+            true => "ledger = \"elsewhere.redb\"".to_string(),
+            false => l.to_string(),
+        })
+        .collect();
+    std::fs::write(&toml, elsewhere.join("\n")).expect("edit proxy.toml");
+    let resp = reload(&proxy, None).await;
+    let body = problem(&resp, StatusCode::UNPROCESSABLE_ENTITY, "reload-refused");
+    let errors = body["errors"].to_string();
+    assert!(errors.contains("ledger: restart to apply"), "{body}");
+    let replay = refund(&proxy, "wf-4", "amount=5").await;
+    assert_op_headers(&replay, &op_id("wf-4"), "succeeded", true);
 }
 
 /// As for a restart (tests/guarded/resend.rs): an operation sent before the policy changed its
@@ -335,4 +350,47 @@ async fn sigint_stops_gracefully_with_a_log_line() {
     assert!(log.contains("stopping"), "{log}");
     let status = proxy.exited().await;
     assert!(status.success(), "exit status {status:?}");
+}
+
+/// With a PostgreSQL ledger, a provider timeout longer than the longest one the proxy started
+/// with is "restart to apply" (the orphan sweep counts on it); a shorter one is taken.
+#[tokio::test]
+async fn with_a_postgresql_ledger_a_longer_timeout_needs_a_restart() {
+    let database = crate::common::Database::create();
+    let provider = FakeProvider::start(Behavior::echo()).await;
+    let proxy = Proxy::builder()
+        .ledger_url(&database.url())
+        .env(
+            "IDEMPROXY_SECRET",
+            &crate::common::database::random_secret(),
+        )
+        .policy(
+            PROVIDER,
+            &pay(&provider, "timeout = \"5s\"", &refund_route("")),
+        )
+        .start()
+        .await;
+
+    edit_policy(
+        &proxy,
+        &pay(&provider, "timeout = \"50s\"", &refund_route("")),
+    );
+    let resp = reload(&proxy, None).await;
+    let body = problem(&resp, StatusCode::UNPROCESSABLE_ENTITY, "reload-refused");
+    let errors = body["errors"].to_string();
+    assert!(
+        errors.contains("provider.timeout") && errors.contains("restart to apply"),
+        "{body}"
+    );
+
+    edit_policy(
+        &proxy,
+        &pay(&provider, "timeout = \"2s\"", &refund_route("")),
+    );
+    let resp = reload(&proxy, None).await;
+    assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
+    assert_eq!(
+        resp.json()["providers"]["changed"],
+        serde_json::json!([PROVIDER])
+    );
 }
