@@ -17,7 +17,8 @@ COPY --from=build /src/target/release/idemproxy /usr/local/bin/idemproxy
 COPY deploy/container.toml /etc/idemproxy/proxy.toml
 COPY policies /etc/idemproxy/policies
 USER idemproxy
-# The ledger, its write-ahead log and the installation secret: back this volume up.
+# The ledger (with the files it keeps beside itself) and the installation secret: back this
+# volume up.
 VOLUME /var/lib/idemproxy
 # Agents connect to 8080. The admin API (9901) listens on the container's loopback only;
 # to publish it, set admin_listen = "0.0.0.0:9901" and IDEMPROXY_ADMIN_TOKEN (docs/deploy.md).
