@@ -238,3 +238,75 @@ fn changes(old: &Config, new: &Config) -> Changes {
         warnings: Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{changes, needs_restart, summary};
+    use crate::config::Config;
+
+    /// A configuration loaded from files, with one provider `pay`.
+    fn loaded() -> (tempfile::TempDir, Config) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let toml = "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+                    ledger = \"ledger.redb\"\npolicies = \"policies\"\n";
+        std::fs::write(dir.path().join("proxy.toml"), toml).expect("proxy.toml");
+        std::fs::create_dir(dir.path().join("policies")).expect("policies");
+        let policy = "[provider]\nname = \"pay\"\nupstream = \"https://api.example.com\"\n\
+                      mount = \"/pay\"\n";
+        std::fs::write(dir.path().join("policies/pay.toml"), policy).expect("policy");
+        let config = crate::config::load(&dir.path().join("proxy.toml")).expect("loads");
+        (dir, config)
+    }
+
+    #[test]
+    fn the_same_files_change_nothing() {
+        let (_dir, config) = loaded();
+        let reach = crate::app::attempt_reach(&config.providers);
+        assert!(needs_restart(&config, &config.clone(), reach).is_empty());
+        let same = changes(&config, &config.clone());
+        assert_eq!(same.outcome, "unchanged");
+        assert_eq!(summary(&same), "configuration reloaded: nothing changed");
+    }
+
+    #[test]
+    fn listeners_and_the_ledger_need_a_restart_each_named() {
+        let (_dir, old) = loaded();
+        let mut new = old.clone();
+        new.listen = "127.0.0.1:1".parse().unwrap();
+        new.ledger = std::path::PathBuf::from("/elsewhere/ledger.redb").into();
+        new.limits.inbound.max_connections += 1;
+        let errors = needs_restart(&old, &new, Duration::from_secs(31)).join("\n");
+        for key in ["listen:", "ledger:", "limits.max_connections:"] {
+            assert!(
+                errors.contains(&format!("{key} restart to apply")),
+                "{errors}"
+            );
+        }
+        assert!(!errors.contains("admin_listen"), "{errors}");
+    }
+
+    #[test]
+    fn providers_added_removed_and_changed_are_named() {
+        let (_dir, old) = loaded();
+        let mut new = old.clone();
+        let mut added = new.providers[0].clone();
+        added.name = "mail".into();
+        new.providers[0].timeout += Duration::from_secs(1);
+        new.providers.push(added);
+        new.limits.in_flight_wait += Duration::from_secs(1);
+        let changed = changes(&old, &new);
+        assert_eq!(changed.outcome, "applied");
+        assert_eq!(changed.providers.added, ["mail"]);
+        assert_eq!(changed.providers.changed, ["pay"]);
+        assert_eq!(changed.settings, ["limits"]);
+        let gone = changes(&new, &old);
+        assert_eq!(gone.providers.removed, ["mail"]);
+        assert_eq!(
+            summary(&changed),
+            "configuration reloaded: providers added: mail; providers changed: pay; \
+             settings changed: limits"
+        );
+    }
+}
