@@ -12,7 +12,8 @@
 //! - `browser`: `Origin`, `Host` and `Content-Type` checks, so a web page cannot drive it.
 //! - `view`: operations and events as JSON.
 //! - `query`: the read-only calls (`/ops`, `/ops/{id}`, `/ops/{id}/response`, `/metrics`).
-//! - `action`: the operator's writes (`resolve`, `re-resolve`, `approve`, `reject`, `rebind`).
+//! - `action`: the operator's writes (`resolve`, `re-resolve`, `approve`, `reject`, `rebind`),
+//!   and `POST /admin/reload` (the reload itself is `reload`'s).
 //! - `ui`: the operator's console (`GET /ui`), static files compiled in, over the calls above.
 //! - `stream`: `GET /events`, the committed events as server-sent events.
 
@@ -40,6 +41,7 @@ pub use stream::{EventFilter, KEEP_ALIVE, OPENING, parse_filter};
 pub use token::{TOKEN_VAR, Token, check_exposure};
 
 use crate::app::App;
+use crate::reload::{Refused, Reloader, Trigger};
 use crate::wire::{ProxyBody, Unbuffered, collect_limited, full};
 
 /// Admin request bodies beyond `max_stored_response` (a resolve carries a whole response body,
@@ -49,7 +51,12 @@ const BODY_SLACK: u64 = 64 * 1024;
 /// Serves one admin request. Every call but `/healthz` must pass the browser checks (own
 /// `Origin`; without a token, a loopback `Host`) and needs the token when one is set, except
 /// the console's own files under `/ui`, which hold no data (the page asks for the token).
-pub async fn handle<B>(app: Arc<App>, token: Option<Token>, req: Request<B>) -> Response<ProxyBody>
+pub async fn handle<B>(
+    app: Arc<App>,
+    token: Option<Token>,
+    reloader: Arc<Reloader>,
+    req: Request<B>,
+) -> Response<ProxyBody>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<crate::wire::BoxError>,
@@ -67,6 +74,12 @@ where
         && !token.admits(req.headers())
     {
         return AdminError::Unauthorized.into_response();
+    }
+    if req.uri().path() == "/admin/reload" {
+        return match reload(&app, &reloader, req).await {
+            Ok(resp) => resp,
+            Err(e) => e.into_response(),
+        };
     }
     match route(&app, req).await {
         Ok(resp) => resp,
@@ -188,6 +201,28 @@ where
             let body = read_body(app, req).await?;
             action::rebind_op(app, &id, &body).await
         }
+    }
+}
+
+/// `POST /admin/reload`: 200 with what changed, or 422 with every reason the running
+/// configuration is kept. The call takes no arguments: its JSON body is read (as every
+/// POST's, `application/json`) and not looked at.
+async fn reload<B>(
+    app: &App,
+    reloader: &Reloader,
+    req: Request<B>,
+) -> Result<Response<ProxyBody>, AdminError>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<crate::wire::BoxError>,
+{
+    if req.method() != Method::POST {
+        return Err(AdminError::Method("POST"));
+    }
+    read_body(app, req).await?;
+    match reloader.reload(Trigger::Admin).await {
+        Ok(changes) => Ok(view::json_response(&serde_json::json!(changes))),
+        Err(Refused(errors)) => Err(AdminError::Reload(errors)),
     }
 }
 

@@ -1,12 +1,16 @@
 //! The shared, immutable state of a running proxy, built once at start.
 //!
-//! One `Arc<App>` is handed to every connection of both listeners. It holds the validated
-//! configuration, the upstream clients, the ledger handle and the metrics; nothing in it is
-//! reconfigured while serving.
+//! One `Arc<App>` is handed to every request of both listeners. It holds the validated
+//! configuration, the upstream clients, the ledger handle and the metrics; nothing in it
+//! changes while serving. A reload (`reload`) builds a new `App` from a new configuration
+//! around the same ledger, metrics and in-memory state (`App::reloaded`) and puts it in the
+//! `Live` slot: a request holds the `App` it started with to its end, the next one takes the
+//! new one.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
 
@@ -34,15 +38,15 @@ pub struct App {
     /// it re-reads the ledger when (and only when) its own operation may have finished.
     pub completions: broadcast::Sender<Arc<str>>,
     /// The installation secret (keyed hashes, the kept request's encryption); never logged.
-    pub secret: Secret,
+    pub secret: Arc<Secret>,
     /// The headers of each unknown operation's last request, for the settler; memory only.
-    pub credentials: crate::kept::Credentials,
+    pub credentials: Arc<crate::kept::Credentials>,
     /// This proxy's `Via` entry, derived from the secret.
     pub via: Via,
     /// Each provider's principal of a request that carries none of its `principal_headers`.
     pub anonymous: crate::fingerprint::Anonymous,
     /// The usual methods' fingerprint field hashes, taken once under `secret`.
-    pub methods: crate::fingerprint::Methods,
+    pub methods: Arc<crate::fingerprint::Methods>,
     /// The request-body bytes all guarded requests together may buffer (`max_buffered`).
     pub budget: Arc<crate::budget::Budget>,
     /// Replays counted in memory until the next coalesced write (`tally`).
@@ -54,6 +58,31 @@ pub struct App {
     /// Cancelled when the server starts to shut down: ends the live event streams, which
     /// would otherwise hold their connections open through the grace period.
     pub closing: tokio_util::sync::CancellationToken,
+    /// The providers the ledger's hook escalates lapsed-lease orphans with (it runs outside
+    /// any request); a reload replaces them.
+    escalator: Arc<ArcSwap<Vec<Provider>>>,
+    /// `LedgerOptions::attempt_reach` the ledger was opened with.
+    pub attempt_reach: Duration,
+}
+
+/// The `App` new requests take: replaced whole by a reload, read without a lock.
+pub struct Live(ArcSwap<App>);
+
+impl Live {
+    pub fn new(app: Arc<App>) -> Live {
+        Live(ArcSwap::new(app))
+    }
+
+    /// The current `App`; the caller keeps it for as long as it holds the `Arc`.
+    pub fn current(&self) -> Arc<App> {
+        self.0.load_full()
+    }
+
+    /// Makes `app` the current one; requests that hold the old one finish with it.
+    pub fn replace(&self, app: App) {
+        app.escalator.store(Arc::new(app.config.providers.clone()));
+        self.0.store(Arc::new(app));
+    }
 }
 
 impl App {
@@ -65,7 +94,9 @@ impl App {
         let upstreams = Upstreams::new(&config.providers)?;
         let metrics = Arc::new(Metrics::new());
         let observer = metrics.clone();
-        let escalator = (Arc::new(config.providers.clone()), metrics.clone());
+        let escalator = Arc::new(ArcSwap::from_pointee(config.providers.clone()));
+        let hook = (escalator.clone(), metrics.clone());
+        let reach = attempt_reach(&config.providers);
         // The ledger itself honours IDEMPROXY_FAIL=ledger.commit (a test hook).
         let options = LedgerOptions {
             on_commit: Some(Arc::new(move |done: Commit| {
@@ -78,9 +109,9 @@ impl App {
             replica: replica_name(),
             // A replica whose lease lapsed left these: escalated like those orphaned at start.
             on_orphaned: Some(Arc::new(move |op: &Operation| {
-                escalate(&escalator.0, &escalator.1, op)
+                escalate(&hook.0.load(), &hook.1, op)
             })),
-            attempt_reach: attempt_reach(&config.providers),
+            attempt_reach: reach,
         };
         let (ledger, orphaned) = Ledger::open(&config.ledger, Timestamp::now(), options)
             .await
@@ -98,7 +129,7 @@ impl App {
         }
         let budget = crate::budget::Budget::new(config.limits.inbound.max_buffered);
         let anonymous = crate::fingerprint::Anonymous::of(&config.providers, &secret);
-        let methods = crate::fingerprint::Methods::of(&secret);
+        let methods = Arc::new(crate::fingerprint::Methods::of(&secret));
         let app = App {
             anonymous,
             methods,
@@ -110,16 +141,46 @@ impl App {
             background: TaskTracker::new(),
             completions: broadcast::Sender::new(COMPLETIONS_BACKLOG),
             via: Via::of(&secret),
-            secret,
+            secret: Arc::new(secret),
             credentials: Default::default(),
             tally: Default::default(),
             held: Default::default(),
             closing: Default::default(),
+            escalator,
+            attempt_reach: reach,
         };
         for op in &orphaned {
             app.escalate(op);
         }
         Ok((app, orphaned))
+    }
+
+    /// This app with `config` in place of its own: new upstream clients and per-provider
+    /// values for the new policies, everything else (the ledger, the metrics, the in-memory
+    /// state, the secret) shared. `config` must keep the listeners and the ledger (`reload`
+    /// refuses a change to either before calling this).
+    pub fn reloaded(&self, config: Config) -> Result<App, String> {
+        let upstreams = Upstreams::new(&config.providers)?;
+        let anonymous = crate::fingerprint::Anonymous::of(&config.providers, &self.secret);
+        Ok(App {
+            config,
+            upstreams,
+            anonymous,
+            ledger: self.ledger.clone(),
+            metrics: self.metrics.clone(),
+            background: self.background.clone(),
+            completions: self.completions.clone(),
+            secret: self.secret.clone(),
+            credentials: self.credentials.clone(),
+            via: self.via.clone(),
+            methods: self.methods.clone(),
+            budget: self.budget.clone(),
+            tally: self.tally.clone(),
+            held: self.held.clone(),
+            closing: self.closing.clone(),
+            escalator: self.escalator.clone(),
+            attempt_reach: self.attempt_reach,
+        })
     }
 
     /// The rules `decide` applies to operations of `provider`'s `route`, if both still exist.
@@ -206,7 +267,7 @@ fn escalate(providers: &[Provider], metrics: &Metrics, op: &Operation) {
 /// How long after its claim an attempt of any provider may still reach it: the longest
 /// `timeout` (it bounds connecting too, and `Ledger::may_send` is checked against it right
 /// before the first byte), plus a second for the moments between that check and the write.
-fn attempt_reach(providers: &[Provider]) -> Duration {
+pub fn attempt_reach(providers: &[Provider]) -> Duration {
     let longest = providers
         .iter()
         .map(|p| p.timeout)

@@ -105,6 +105,9 @@ pub struct Stats {
 pub enum LedgerError {
     #[error("the ledger at {path} cannot be opened: {reason}")]
     Open { path: String, reason: String },
+    /// Another process (or handle) holds the ledger file open.
+    #[error("another idemproxy is using this ledger ({path})")]
+    InUse { path: String },
     #[error("the ledger cannot record: {0}")]
     Unavailable(String),
     #[error("invalid cursor")]

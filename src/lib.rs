@@ -15,6 +15,8 @@
 //! - `notify`: notifications to the `[notify]` webhook when an operation needs a person (the
 //!   notifier itself: `notify::notifier`).
 //! - `retention`: the background task that prunes finished operations past `[retention]`.
+//! - `reload`: SIGHUP and `POST /admin/reload`: proxy.toml and the policies read again and put
+//!   in place for new requests (`app::Live`), or refused with the running ones kept.
 //!
 //! The request path:
 //! - `proxy`: routing and unguarded streaming; `shape`: the proxy's own problem answers shaped
@@ -64,6 +66,7 @@
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
 //! - `durable`: a new file's name made durable (its folder synced), for the ledger and the secret.
 //! - `clock`: timestamps, read in one place so pure code takes time as an argument.
+//! - `env`: the list of the environment variables the binary reads, for the help texts.
 //! - `wire`: the shared body type, the one bounded body reader, the hop-by-hop header names.
 //! - `budget`: the buffered request bytes, and reading a guarded body under them.
 //! - `shard`: one single-threaded runtime per core serving the agents' connections; `handoff`:
@@ -83,6 +86,7 @@ pub mod demo;
 pub mod dispatch;
 pub mod drain;
 pub mod durable;
+pub mod env;
 pub mod fingerprint;
 pub mod guard;
 pub mod handoff;
@@ -99,6 +103,7 @@ pub mod policy;
 pub mod problem;
 pub mod proxy;
 pub mod reconcile;
+pub mod reload;
 pub mod retention;
 pub mod secret;
 pub mod server;

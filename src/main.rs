@@ -68,18 +68,27 @@ enum LogFormat {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the proxy and its admin API.
+    /// Run the proxy and its admin API. SIGHUP reloads the configuration; SIGTERM, SIGINT
+    /// and SIGQUIT stop gracefully.
+    #[command(after_help = idemproxy::env::help())]
     Serve {
-        #[arg(short, long, default_value = "proxy.toml")]
+        /// proxy.toml: the listeners, the ledger, the policies folder and the limits. Relative
+        /// paths in it (ledger, policies) are taken from its own folder.
+        #[arg(short, long, value_name = "FILE", default_value = "proxy.toml")]
         config: PathBuf,
     },
     /// Validate proxy.toml and every policy; print the routes table.
+    #[command(after_help = idemproxy::env::help())]
     Check {
-        #[arg(short, long, default_value = "proxy.toml")]
+        /// proxy.toml to validate, with every *.toml of the policies folder it names. Relative
+        /// paths in it (ledger, policies) are taken from its own folder.
+        #[arg(short, long, value_name = "FILE", default_value = "proxy.toml")]
         config: PathBuf,
     },
     /// Inspect and settle operations through a running proxy's admin API.
     Ops(idemproxy::ops::OpsArgs),
+    /// Make a running proxy read proxy.toml and its policies again (as SIGHUP does).
+    Reload(idemproxy::ops::ReloadArgs),
     /// Work on a ledger itself; no proxy may run on it meanwhile.
     #[command(subcommand)]
     Ledger(LedgerVerb),
@@ -116,6 +125,7 @@ fn main() -> ExitCode {
         Command::Serve { config } => serve(config),
         Command::Check { config } => check(config),
         Command::Ops(args) => idemproxy::ops::run(args),
+        Command::Reload(args) => idemproxy::ops::reload(&args),
         Command::Ledger(LedgerVerb::Copy { from, to }) => ledger_copy(&from, &to),
         Command::Demo => demo(),
     }

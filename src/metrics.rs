@@ -76,6 +76,7 @@ pub struct Metrics {
     escalations: Family<RouteLabels, Counter>,
     settler: Family<ActionLabels, Counter>,
     notifications: Family<OutcomeLabels, Counter>,
+    reloads: Family<OutcomeLabels, Counter>,
     operations: Family<StateLabels, Gauge>,
     oldest_unknown: Seconds,
     oldest_in_flight: Seconds,
@@ -104,6 +105,13 @@ impl Metrics {
         let escalations = Family::<RouteLabels, Counter>::default();
         let settler = Family::<ActionLabels, Counter>::default();
         let notifications = Family::<OutcomeLabels, Counter>::default();
+        let reloads = Family::<OutcomeLabels, Counter>::default();
+        for outcome in ["applied", "unchanged", "refused"] {
+            let labels = OutcomeLabels {
+                outcome: outcome.into(),
+            };
+            reloads.get_or_create(&labels).inc_by(0);
+        }
         let operations = Family::<StateLabels, Gauge>::default();
         let oldest_unknown = Seconds::default();
         let oldest_in_flight = Seconds::default();
@@ -148,6 +156,11 @@ impl Metrics {
             notifications.clone(),
         );
         registry.register(
+            "idemproxy_reloads",
+            "Configuration reloads (SIGHUP, POST /admin/reload): applied, unchanged, refused",
+            reloads.clone(),
+        );
+        registry.register(
             "idemproxy_operations",
             "Operations in the ledger by state",
             operations.clone(),
@@ -173,6 +186,7 @@ impl Metrics {
             escalations,
             settler,
             notifications,
+            reloads,
             operations,
             oldest_unknown,
             oldest_in_flight,
@@ -245,6 +259,14 @@ impl Metrics {
             outcome: outcome.into(),
         };
         self.notifications.get_or_create(&labels).inc_by(n);
+    }
+
+    /// Counts one reload by `outcome` (`applied`, `unchanged`, `refused`).
+    pub fn reload(&self, outcome: &str) {
+        let labels = OutcomeLabels {
+            outcome: outcome.into(),
+        };
+        self.reloads.get_or_create(&labels).inc();
     }
 
     /// Counts one settler action (`resent` or `reconciled`) on an unknown operation.

@@ -26,7 +26,7 @@ use tokio::sync::broadcast::Receiver;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::{Instant, interval_at};
 
-use crate::app::App;
+use crate::app::Live;
 use crate::clock::Timestamp;
 use crate::ledger::Published;
 
@@ -38,7 +38,7 @@ pub use summary::Waiting;
 /// Follows `feed` into notifications, delivers them and sends the summaries, until `stop`.
 /// `feed` is subscribed before the listeners serve, so no event is missed.
 pub async fn run(
-    app: std::sync::Arc<App>,
+    live: std::sync::Arc<crate::app::Live>,
     notifier: Option<Notifier>,
     feed: Receiver<Published>,
     stop: impl Future,
@@ -48,9 +48,9 @@ pub async fn run(
     };
     let all = async {
         tokio::join!(
-            watch(&app, notifier, feed),
-            deliver_all(&app, notifier),
-            summarize(&app, notifier),
+            watch(&live, notifier, feed),
+            deliver_all(&live, notifier),
+            summarize(&live, notifier),
         )
     };
     tokio::select! {
@@ -59,9 +59,11 @@ pub async fn run(
     }
 }
 
-async fn watch(app: &App, notifier: &Notifier, mut feed: Receiver<Published>) {
+async fn watch(live: &Live, notifier: &Notifier, mut feed: Receiver<Published>) {
     loop {
-        match feed.recv().await {
+        let received = feed.recv().await;
+        let app = live.current();
+        match received {
             Ok(p) => {
                 let rules = app.rules(&p.op.provider, &p.op.route);
                 if let Some(n) = notice(&p, rules, p.event.at) {
@@ -80,9 +82,10 @@ async fn watch(app: &App, notifier: &Notifier, mut feed: Receiver<Published>) {
     }
 }
 
-async fn deliver_all(app: &App, notifier: &Notifier) {
+async fn deliver_all(live: &Live, notifier: &Notifier) {
     loop {
         let n = notifier.queue.pop().await;
+        let app = live.current();
         match notifier.webhook.deliver(&n).await {
             Ok(()) => app.metrics.notifications("sent", 1),
             Err(why) => {
@@ -99,13 +102,14 @@ async fn deliver_all(app: &App, notifier: &Notifier) {
     }
 }
 
-async fn summarize(app: &App, notifier: &Notifier) {
+async fn summarize(live: &Live, notifier: &Notifier) {
     let every = notifier.summary;
     let mut ticker = interval_at(Instant::now() + every, every);
     loop {
         ticker.tick().await;
+        let app = live.current();
         let now = Timestamp::now();
-        match summary::waiting(app, now).await {
+        match summary::waiting(&app, now).await {
             Ok(waiting) => {
                 if let Some(n) = waiting.notice(now) {
                     notifier.push(&app.metrics, n);

@@ -2,7 +2,8 @@
 //!
 //! It owns the verbs (`list`, `show`, `resolve`, `re-resolve`, `approve`, `reject`, `rebind`), turning each into one
 //! admin call, and the human-readable tables; `--json` prints the API's JSON as it came;
-//! `tail` follows the live event stream instead (see `tail`). It
+//! `tail` follows the live event stream instead (see `tail`); `reload` is `idemproxy reload`
+//! (`POST /admin/reload`). It
 //! never opens the ledger: everything goes through the running proxy's admin API, so its
 //! checks (states, token) apply. It prints no token.
 
@@ -502,10 +503,12 @@ pub fn problem_detail(status: StatusCode, body: &[u8]) -> String {
     }
 }
 
+mod reload;
 mod table;
 mod tail;
 #[cfg(test)]
 mod tests;
 
+pub use reload::{ReloadArgs, run as reload};
 pub use table::{render_list, render_op};
 pub use tail::{Sse, SseEvent, render_event};

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::time::MissedTickBehavior;
 
-use crate::app::App;
+use crate::app::Live;
 use crate::clock::Timestamp;
 use crate::config::Retention;
 use crate::ledger::Ledger;
@@ -25,12 +25,18 @@ const BATCH: usize = 1000;
 const SHORTEST: Duration = Duration::from_millis(10);
 const LONGEST: Duration = Duration::from_secs(60);
 
-/// Prunes `app`'s ledger on the retention schedule until `stop` resolves. The first sweep
-/// runs at once; a sweep in progress is abandoned at `stop` (each batch is its own commit,
-/// so nothing is left half-deleted). Ledger failures are logged and retried next time.
-pub async fn run(app: Arc<App>, stop: impl Future) {
-    let retention = app.config.retention.clone();
-    sweep_until(app.ledger.clone(), retention, stop).await;
+/// Prunes the ledger on the retention schedule until `stop` resolves, each sweep with the
+/// `[retention]` of the current app (a reload may change it). The first sweep runs at once;
+/// a sweep in progress is abandoned at `stop` (each batch is its own commit, so nothing is
+/// left half-deleted). Ledger failures are logged and retried next time.
+pub async fn run(live: Arc<Live>, stop: impl Future) {
+    let ledger = live.current().ledger.clone();
+    sweep_until(
+        ledger,
+        move || live.current().config.retention.clone(),
+        stop,
+    )
+    .await;
 }
 
 /// How often to sweep for a retention of `completed`: a tenth of it, within [10ms, 60s].
@@ -39,20 +45,30 @@ pub fn interval(completed: Duration) -> Duration {
 }
 
 /// The loop behind `run`, on any ledger.
-async fn sweep_until(ledger: Ledger, retention: Retention, stop: impl Future) {
-    let shortest = retention.completed.min(retention.tombstones);
-    let mut ticker = tokio::time::interval(interval(shortest));
+async fn sweep_until(ledger: Ledger, current: impl Fn() -> Retention, stop: impl Future) {
+    let every = |r: &Retention| interval(r.completed.min(r.tombstones));
+    let mut period = every(&current());
+    let mut ticker = tokio::time::interval(period);
     // A slow sweep is not followed by a burst of catch-up sweeps.
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     tokio::pin!(stop);
     loop {
         let sweep = async {
             ticker.tick().await;
+            let retention = current();
             sweep(&ledger, &retention, Timestamp::now()).await;
+            retention
         };
         tokio::select! {
             _ = &mut stop => break,
-            () = sweep => {}
+            retention = sweep => {
+                // A reload changed the schedule: the next sweep is one new period away.
+                if every(&retention) != period {
+                    period = every(&retention);
+                    ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+                    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                }
+            }
         }
     }
 }
@@ -232,7 +248,11 @@ mod tests {
             completed: Duration::from_millis(100),
             ..Retention::default()
         };
-        let task = tokio::spawn(sweep_until(ledger.clone(), retention, stopped));
+        let task = tokio::spawn(sweep_until(
+            ledger.clone(),
+            move || retention.clone(),
+            stopped,
+        ));
         // Written after the first sweep may have run: only a later sweep can delete it.
         let done = Timestamp::now().minus(Duration::from_millis(50));
         put(&ledger, op("pay/refund/a", State::Succeeded, done)).await;

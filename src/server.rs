@@ -1,7 +1,9 @@
 //! The two listeners (agents and admin), their connections, and graceful shutdown.
 //!
 //! Agents speak HTTP/1.1 or h2c (prior knowledge) to one listener; the admin API listens on
-//! another, sharing the same `Arc<App>`. On SIGTERM or Ctrl-C both stop accepting, open
+//! another, sharing the same `Live` app: each request takes the current `App` when it starts
+//! and keeps it to its end, so a reload (SIGHUP, `reload`) reaches every later request, on
+//! open connections too. On SIGTERM, SIGINT or SIGQUIT (each logged) both stop accepting, open
 //! connections finish their requests, guarded exchanges already sent are recorded and the
 //! replays counted are written (`replays`), all within `shutdown_grace`; then the shards stop.
 //! The inbound limits (`header_timeout`, `max_connections`, the pause after a failed accept)
@@ -29,12 +31,13 @@ use tokio::runtime::Handle;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::admin::token::Token;
-use crate::app::App;
+use crate::app::{App, Live};
 use crate::config::Config;
 use crate::drain::Drain;
 use crate::inbound::{Acceptor, AnswerBody, HeadTimeout, Phase};
 use crate::notify::notifier::Notifier;
 use crate::operation::Operation;
+use crate::reload::{Reloader, Trigger};
 use crate::shard::Shards;
 use crate::wire::ProxyBody;
 
@@ -54,7 +57,8 @@ pub struct Bound {
 
 /// Both listeners, bound and not yet serving.
 pub struct Server {
-    app: Arc<App>,
+    live: Arc<Live>,
+    reloader: Arc<Reloader>,
     proxy: TcpListener,
     admin: TcpListener,
     bound: Bound,
@@ -73,8 +77,11 @@ impl Server {
         };
         let shards = Shards::per_core()
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot start the shards: {e}")))?;
+        let live = Arc::new(Live::new(app));
+        let reloader = Arc::new(Reloader::new(live.clone()));
         Ok(Server {
-            app,
+            live,
+            reloader,
             proxy,
             admin,
             bound,
@@ -86,6 +93,11 @@ impl Server {
         self.bound
     }
 
+    /// Reloads this server's configuration (SIGHUP, `POST /admin/reload`).
+    pub fn reloader(&self) -> Arc<Reloader> {
+        self.reloader.clone()
+    }
+
     /// Serves both listeners until `shutdown` resolves, then drains within `shutdown_grace`;
     /// `services` go to the admin API and the notifier.
     pub async fn run(self, services: Services, shutdown: impl Future<Output = ()>) {
@@ -94,12 +106,14 @@ impl Server {
             notifier,
         } = services;
         let Server {
-            app,
+            live,
+            reloader,
             proxy,
             admin,
             shards,
             ..
         } = self;
+        let app = live.current();
         let drain = Drain::new();
         let inbound = &app.config.limits.inbound;
         let builder = builder();
@@ -108,20 +122,21 @@ impl Server {
         tokio::pin!(shutdown);
         // Pruning runs beside the listeners; dropping `stop_retention` ends it.
         let (stop_retention, retention_stopped) = tokio::sync::oneshot::channel::<()>();
-        let retention = tokio::spawn(crate::retention::run(app.clone(), retention_stopped));
+        let retention = tokio::spawn(crate::retention::run(live.clone(), retention_stopped));
         let (stop_settler, settler_stopped) = tokio::sync::oneshot::channel::<()>();
-        let settler = tokio::spawn(crate::settle::run(app.clone(), settler_stopped));
+        let settler = tokio::spawn(crate::settle::run(live.clone(), settler_stopped));
         // Subscribed here, before the first connection is accepted, so no event is missed.
         let (stop_notifier, notifier_stopped) = tokio::sync::oneshot::channel::<()>();
         let feed = app.ledger.subscribe();
         let notifier = tokio::spawn(crate::notify::run(
-            app.clone(),
+            live.clone(),
             notifier,
             feed,
             notifier_stopped,
         ));
-        let operate =
-            move |app, req| crate::admin::handle::<Incoming>(app, admin_token.clone(), req);
+        let operate = move |app, req| {
+            crate::admin::handle::<Incoming>(app, admin_token.clone(), reloader.clone(), req)
+        };
         // The replay counts are written until the connections have drained, then once more.
         let (stop_replays, replays_stopped) = tokio::sync::oneshot::channel::<()>();
         let replays = tokio::spawn(crate::tally::run(
@@ -134,15 +149,17 @@ impl Server {
             tokio::select! {
                 conn = agents.accept(&proxy) => {
                     let on = Some(shards.next());
-                    serve_conn(&builder, &drain, conn, on, &app, crate::proxy::handle);
+                    serve_conn(&builder, &drain, conn, on, &live, crate::proxy::handle);
                 },
                 conn = operators.accept(&admin) => {
-                    serve_conn(&builder, &drain, conn, None, &app, operate.clone());
+                    serve_conn(&builder, &drain, conn, None, &live, operate.clone());
                 },
                 () = &mut shutdown => break,
             }
         }
         drop((proxy, admin));
+        // A reload during the loop left its app here: the stop follows its settings.
+        let app = live.current();
         app.closing.cancel();
         drop((stop_retention, stop_settler, stop_notifier));
         // Their clones of the app (and the ledger) are gone before `run` returns.
@@ -204,13 +221,51 @@ impl Services {
     }
 }
 
-/// `idemproxy serve`: binds, prints the ready line, serves until SIGTERM or Ctrl-C.
+/// `idemproxy serve`: binds, prints the ready line, serves until SIGTERM, SIGINT or SIGQUIT,
+/// reloading on SIGHUP.
 pub async fn serve(app: Arc<App>, services: Services) -> std::io::Result<()> {
     let server = Server::bind(app).await?;
     let shutdown = shutdown_signal();
+    let reloads = tokio::spawn(reload_on_hangup(server.reloader()));
     announce(server.bound());
     server.run(services, shutdown).await;
+    reloads.abort();
+    let _ = reloads.await;
     Ok(())
+}
+
+/// Reloads on every SIGHUP, and logs (then ignores) SIGUSR1 and SIGUSR2, whose default would
+/// end the process without a word. The handlers are installed when this is called, like
+/// `shutdown_signal`'s.
+#[cfg(unix)]
+fn reload_on_hangup(reloader: Arc<Reloader>) -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let hangup = signal(SignalKind::hangup());
+    let user1 = signal(SignalKind::user_defined1());
+    let user2 = signal(SignalKind::user_defined2());
+    async move {
+        let (mut hangup, mut user1, mut user2) = match (hangup, user1, user2) {
+            (Ok(h), Ok(u1), Ok(u2)) => (h, u1, u2),
+            _ => {
+                tracing::warn!("cannot install the SIGHUP handler; SIGHUP will stop the proxy");
+                return std::future::pending().await;
+            }
+        };
+        loop {
+            tokio::select! {
+                _ = hangup.recv() => {
+                    let _ = reloader.reload(Trigger::Signal).await;
+                }
+                _ = user1.recv() => tracing::info!("SIGUSR1 received: ignored"),
+                _ = user2.recv() => tracing::info!("SIGUSR2 received: ignored"),
+            }
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn reload_on_hangup(_: Arc<Reloader>) -> impl Future<Output = ()> + Send + 'static {
+    std::future::pending()
 }
 
 async fn bind(addr: SocketAddr, key: &str) -> std::io::Result<TcpListener> {
@@ -258,7 +313,7 @@ fn serve_conn<H, F>(
     drain: &Drain,
     (stream, permit): (tokio::net::TcpStream, Option<OwnedSemaphorePermit>),
     on: Option<&Handle>,
-    app: &Arc<App>,
+    live: &Arc<Live>,
     handler: H,
 ) where
     H: Fn(Arc<App>, Request<Incoming>) -> F + Clone + Send + 'static,
@@ -279,12 +334,12 @@ fn serve_conn<H, F>(
             }
         }
     };
-    let timeout = app.config.limits.inbound.header_timeout;
+    let timeout = live.current().config.limits.inbound.header_timeout;
     let (io, phase) = HeadTimeout::new(TokioIo::new(stream), timeout);
-    let app = app.clone();
+    let live = live.clone();
     let svc = service_fn(move |req: Request<Incoming>| {
         phase.begin(req.version());
-        let response = handler(app.clone(), req);
+        let response = handler(live.current(), req);
         let phase = phase.clone();
         Answering { response, phase }
     });
@@ -326,27 +381,30 @@ impl<F: Future<Output = Response<ProxyBody>>> Future for Answering<F> {
     }
 }
 
-/// Resolves on SIGTERM or Ctrl-C (SIGINT). The handlers are installed when this is called,
-/// not when the future is first polled: `serve` calls it before printing the ready line, so
-/// a SIGTERM sent the moment a script sees that line is already a graceful stop (until the
-/// handler exists, SIGTERM kills the process outright).
+/// Resolves on SIGTERM, Ctrl-C (SIGINT) or SIGQUIT, logging which. The handlers are
+/// installed when this is called, not when the future is first polled: `serve` calls it before
+/// printing the ready line, so a SIGTERM sent the moment a script sees that line is already a
+/// graceful stop (until the handler exists, SIGTERM kills the process outright).
 #[cfg(unix)]
 pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
     let term = signal(SignalKind::terminate());
     let interrupt = signal(SignalKind::interrupt());
+    let quit = signal(SignalKind::quit());
     async move {
-        // A handler that could not be installed never fires; the other still can.
+        // A handler that could not be installed never fires; the others still can.
         let wait = |s: std::io::Result<tokio::signal::unix::Signal>| async move {
             match s {
                 Ok(mut s) => s.recv().await,
                 Err(_) => std::future::pending().await,
             }
         };
-        tokio::select! {
-            _ = wait(term) => {},
-            _ = wait(interrupt) => {},
-        }
+        let name = tokio::select! {
+            _ = wait(term) => "SIGTERM",
+            _ = wait(interrupt) => "SIGINT",
+            _ = wait(quit) => "SIGQUIT",
+        };
+        tracing::info!(signal = name, "{name} received: stopping gracefully");
     }
 }
 
@@ -355,5 +413,6 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
 pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     async {
         let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("Ctrl-C received: stopping gracefully");
     }
 }

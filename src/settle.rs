@@ -23,7 +23,7 @@ use std::time::Duration;
 use http::HeaderMap;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::app::App;
+use crate::app::{App, Live};
 use crate::claim::{Actor, Ask, Claimed, Step, claim};
 use crate::clock::Timestamp;
 use crate::decide::{Decision, Intent, Rules, decide};
@@ -53,8 +53,9 @@ enum Action {
     Left,
 }
 
-/// Settles `app`'s unknown operations until `stop` resolves.
-pub async fn run(app: Arc<App>, stop: impl Future) {
+/// Settles the unknown operations until `stop` resolves, each pass with the current app
+/// (the policies of the last reload).
+pub async fn run(live: Arc<Live>, stop: impl Future) {
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut backoff: HashMap<String, (Duration, Instant)> = HashMap::new();
@@ -62,7 +63,7 @@ pub async fn run(app: Arc<App>, stop: impl Future) {
     loop {
         tokio::select! {
             _ = &mut stop => break,
-            _ = ticker.tick() => pass(&app, &mut backoff).await,
+            _ = ticker.tick() => pass(&live.current(), &mut backoff).await,
         }
     }
 }

@@ -46,6 +46,10 @@ pub enum AdminError {
         detail: String,
     },
 
+    /// A reload refused: every reason, one line each.
+    #[error("the configuration was not reloaded")]
+    Reload(Vec<String>),
+
     // Ours.
     #[error("the ledger cannot answer: {0}")]
     Ledger(String),
@@ -66,6 +70,7 @@ impl AdminError {
             AdminError::ForeignHost => StatusCode::MISDIRECTED_REQUEST,
             AdminError::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             AdminError::Conflict { .. } => StatusCode::CONFLICT,
+            AdminError::Reload(_) => StatusCode::UNPROCESSABLE_ENTITY,
             AdminError::Ledger(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -85,6 +90,7 @@ impl AdminError {
             AdminError::ForeignHost => ("misdirected", "Misdirected request"),
             AdminError::NotJson => ("unsupported-media-type", "Unsupported media type"),
             AdminError::Conflict { .. } => ("conflict", "Conflict"),
+            AdminError::Reload(_) => ("reload-refused", "Reload refused"),
             AdminError::Ledger(_) => ("ledger-unavailable", "Ledger unavailable"),
         }
     }
@@ -123,6 +129,11 @@ impl AdminError {
             AdminError::NotFound(id) => format!("There is no operation {id}."),
             AdminError::NoResponse(id) => format!("Operation {id} has no stored response."),
             AdminError::Conflict { detail, .. } => detail.clone(),
+            AdminError::Reload(errors) => format!(
+                "The configuration was not reloaded; the proxy keeps running on the one it had. \
+                 Fix what `errors` names (`idemproxy check` shows the same), then reload again: {}",
+                errors.join("; ")
+            ),
             AdminError::Ledger(why) => format!("The ledger cannot answer right now ({why})."),
         }
     }
@@ -143,6 +154,9 @@ impl AdminError {
             AdminError::Conflict { id, state, .. } => {
                 body.insert("operation_id".into(), json!(id));
                 body.insert("state".into(), json!(state.as_str()));
+            }
+            AdminError::Reload(errors) => {
+                body.insert("errors".into(), json!(errors));
             }
             _ => {}
         }

@@ -353,7 +353,12 @@ fn open_blocking(
         crate::durable::create_dir_all(parent).map_err(|e| open_error(path, e))?;
     }
     refuse_old_log(path)?;
-    let db = create_database(path).map_err(|e| open_error(path, e))?;
+    let db = create_database(path).map_err(|e| match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => LedgerError::InUse {
+            path: path.display().to_string(),
+        },
+        e => open_error(path, e),
+    })?;
     let (epoch, orphaned) = match recover(&db, now, secret_check.as_deref()) {
         Ok(Some(recovered)) => recovered,
         Ok(None) => {

@@ -621,7 +621,7 @@ async fn a_ledger_in_use_cannot_be_opened_twice() {
     let ledger = open(&dir).await;
     let path = dir.path().join("data/ledger.redb");
     let second = Ledger::open(&path, Timestamp(T0), LedgerOptions::default()).await;
-    assert!(matches!(second, Err(LedgerError::Open { .. })));
+    assert!(matches!(second, Err(LedgerError::InUse { .. })));
     drop(ledger);
     // Dropping the last handle releases the file.
     let third = Ledger::open(&path, Timestamp(T0), LedgerOptions::default()).await;

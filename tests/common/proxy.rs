@@ -419,6 +419,23 @@ impl Proxy {
         signal(self.pid().expect("proxy is running"), "STOP");
     }
 
+    /// Sends the signal `name` (`HUP`, `USR1`, ...) to the running process and returns at once.
+    pub fn signal(&self, name: &str) {
+        signal(self.pid().expect("proxy is running"), name);
+    }
+
+    /// Whether the process is still running (it has not exited, whatever made it stop).
+    pub fn running(&mut self) -> bool {
+        let child = self.child.as_mut().expect("proxy was started");
+        matches!(child.try_wait(), Ok(None))
+    }
+
+    /// Waits for the process to exit by itself (after a signal the test sent); fails after 20 s.
+    pub async fn exited(&mut self) -> ExitStatus {
+        let child = self.child.take().expect("proxy is running");
+        wait_exit(child).await
+    }
+
     /// SIGCONT after `pause`.
     pub fn resume(&self) {
         signal(self.pid().expect("proxy is running"), "CONT");

@@ -15,6 +15,7 @@ mod disk_full;
 mod failed_sync;
 mod group_commit;
 mod huge_pages;
+mod in_use;
 mod installation_secret;
 mod ledger_copy;
 mod ledger_down;

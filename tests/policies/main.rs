@@ -11,5 +11,6 @@ mod common;
 
 mod check_cli;
 mod config;
+mod help;
 mod policies;
 mod shipped_answers;
