@@ -184,10 +184,7 @@ async fn reconcile_at_once(
     let route = provider.routes.iter().find(|r| r.name == ex.route)?;
     route.reconcile.as_ref()?;
     let outgoing = ex.outgoing.as_ref().ok()?;
-    let captures = outgoing
-        .uri
-        .path()
-        .strip_prefix(provider.upstream.base_path.as_str())
+    let captures = crate::path::below(outgoing.uri.path(), &provider.upstream.base_path)
         .and_then(|rel| route.matcher.matches(&outgoing.method, rel))
         .unwrap_or_default();
     let answer = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);

@@ -235,7 +235,7 @@ fn captures(
     kept: &KeptRequest,
 ) -> Option<crate::policy::Captures> {
     let path = kept.path_and_query.split('?').next()?;
-    let rel = path.strip_prefix(provider.upstream.base_path.as_str())?;
+    let rel = crate::path::below(path, &provider.upstream.base_path)?;
     route.matcher.matches(&kept.method, rel)
 }
 

@@ -509,10 +509,14 @@ pub fn target_uri(
     Uri::try_from(s)
 }
 
-/// Appends the upstream's base path, the route-relative path and the query to a target.
+/// Appends the upstream's base path, the route-relative path and the query to a target. The
+/// mount itself (`/`) is the base path itself: `/mcp/billing` under `upstream = "http://h/mcp"`
+/// goes to `/mcp`, never `/mcp/` (a server may take that for another resource, or redirect).
 fn push_path(s: &mut String, base_path: &str, rel_path: &str, query: Option<&str>) {
     s.push_str(base_path);
-    s.push_str(rel_path);
+    if !(rel_path == "/" && !base_path.is_empty()) {
+        s.push_str(rel_path);
+    }
     if let Some(q) = query {
         s.push('?');
         s.push_str(q);

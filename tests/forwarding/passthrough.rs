@@ -77,7 +77,7 @@ async fn the_mount_itself_maps_to_the_base_path() {
         .await
         .expect("answer");
     assert_eq!(resp.status, StatusCode::CREATED);
-    assert_eq!(provider.requests()[0].path_and_query, "/base/");
+    assert_eq!(provider.requests()[0].path_and_query, "/base");
 }
 
 #[tokio::test]

@@ -123,3 +123,45 @@ async fn other_spellings_of_a_guarded_path_are_guarded_and_sent_normalized() {
         .collect();
     assert_eq!(paths, vec!["/v1/refunds"; spellings.len()]);
 }
+
+/// A request for exactly the mount goes to exactly the upstream's base path (no slash added),
+/// with its query, unguarded or guarded; an upstream without a base path gets `/`.
+#[tokio::test]
+async fn a_request_for_exactly_the_mount_goes_to_exactly_the_base_path() {
+    let mut providers = Vec::new();
+    for _ in 0..3 {
+        providers.push(FakeProvider::start(Behavior::fixed(200, "from provider")).await);
+    }
+    let based = |name: &str, provider: &FakeProvider, extra: &str| {
+        format!(
+            "[provider]\nname = \"{name}\"\nupstream = \"{}/mcp\"\nmount = \"/mcp/{name}\"\n{extra}",
+            provider.url()
+        )
+    };
+    let guarded = route("root", "POST /", &["{header:x-operation-id}"]);
+    let proxy = Proxy::builder()
+        .policy("billing", &based("billing", &providers[0], ""))
+        .policy("guarded", &based("guarded", &providers[1], &guarded))
+        .policy("bare", &providers[2].policy("bare", ""))
+        .start()
+        .await;
+    let op = [("x-operation-id", "op-1")];
+    for (i, method, path, headers, sent) in [
+        (0, Method::POST, "/mcp/billing", &[][..], "/mcp"),
+        (0, Method::POST, "/mcp/billing?x=1", &[][..], "/mcp?x=1"),
+        (0, Method::GET, "/mcp/billing", &[][..], "/mcp"),
+        (0, Method::POST, "/mcp/billing/tools", &[][..], "/mcp/tools"),
+        (1, Method::POST, "/mcp/guarded?x=1", &op[..], "/mcp?x=1"),
+        (2, Method::GET, "/bare", &[][..], "/"),
+        (2, Method::GET, "/bare?x=1", &[][..], "/?x=1"),
+    ] {
+        let provider = &providers[i];
+        let before = provider.request_count();
+        let resp = send(method, &proxy.url(path), headers, "{}")
+            .await
+            .expect("answer");
+        assert_eq!(resp.status, StatusCode::OK, "{path}: {}", resp.text());
+        assert_eq!(provider.request_count(), before + 1, "{path}");
+        assert_eq!(provider.requests()[before].path_and_query, sent, "{path}");
+    }
+}
