@@ -92,6 +92,7 @@ pub mod guard;
 pub mod handoff;
 pub mod identity;
 pub mod inbound;
+pub mod jsonrpc;
 pub mod kept;
 pub mod ledger;
 pub mod metrics;

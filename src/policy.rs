@@ -82,6 +82,14 @@ pub enum PathCase {
     Insensitive,
 }
 
+/// How the provider is spoken to (`protocol`): plain HTTP requests matched by method and path,
+/// or an MCP server whose routes name tools (`tools/call NAME`), matched by the JSON-RPC body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http,
+    Mcp,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnMissingId {
     Reject,
@@ -375,6 +383,10 @@ pub struct Route {
     /// The `match` string as written, for tables and logs.
     pub pattern: String,
     pub matcher: Matcher,
+    /// The MCP tool this route guards (`match = "tools/call NAME"`); its `matcher` is then the
+    /// endpoint itself (`POST /`), and the route is found by the body (`Provider::tool_route`),
+    /// never by `route_for`.
+    pub tool: Option<String>,
     pub effect: Effect,
     pub operation_id: Vec<Template>,
     pub on_missing_id: OnMissingId,
@@ -504,6 +516,7 @@ pub struct Provider {
     pub settle_headers: Vec<(HeaderName, EnvTemplate)>,
     pub unmatched: Unmatched,
     pub path_case: PathCase,
+    pub protocol: Protocol,
     pub outcomes: Outcomes,
     /// The status of the `outcome-unknown`, `in-flight` and `awaiting-approval` answers.
     pub pending_status: u16,
@@ -547,6 +560,7 @@ impl Provider {
             settle_headers: vec![],
             unmatched: Unmatched::Pass,
             path_case: PathCase::Sensitive,
+            protocol: Protocol::Http,
             outcomes: Outcomes::default(),
             pending_status: 202,
             rules: vec![],
@@ -560,13 +574,24 @@ impl Provider {
     /// The first route whose `match` accepts this request (letter case ignored under
     /// `path_case = "insensitive"`), with its captures.
     pub fn route_for(&self, method: &Method, path: &str) -> Option<(&Route, Captures)> {
-        self.routes.iter().find_map(|r| {
+        self.routes.iter().filter(|r| r.tool.is_none()).find_map(|r| {
             match self.path_case {
                 PathCase::Sensitive => r.matcher.matches(method, path),
                 PathCase::Insensitive => r.matcher.matches_ignoring_case(method, path),
             }
             .map(|c| (r, c))
         })
+    }
+
+    /// Whether this request is for an MCP provider's endpoint itself (`POST` to exactly the
+    /// mount): its route, if any, is named by its JSON-RPC body (`tool_route`).
+    pub fn takes_tool_calls(&self, method: &Method, path: &str) -> bool {
+        self.protocol == Protocol::Mcp && method == Method::POST && path == "/"
+    }
+
+    /// The route of the MCP tool `name` (`match = "tools/call NAME"`).
+    pub fn tool_route(&self, name: &str) -> Option<&Route> {
+        self.routes.iter().find(|r| r.tool.as_deref() == Some(name))
     }
 
     /// Whether any route goes through the ledger; such a provider refuses ambiguous

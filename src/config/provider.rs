@@ -14,8 +14,8 @@ use super::values::status_rule;
 use super::values::{ca_file, header, json_pointer, mount, name, upstream};
 use super::{Claim, ConfigError, MIN_WAIT, Scope, headers, read_toml, required};
 use crate::policy::{
-    Dedupe, EnvTemplate, KeyFormat, KeyPlacement, Outcomes, PathCase, Provider, Route, StatusRule,
-    Unmatched,
+    Dedupe, EnvTemplate, KeyFormat, KeyPlacement, Outcomes, PathCase, Protocol, Provider, Route,
+    StatusRule, Unmatched,
 };
 
 pub(super) fn load_policy(file: &Path, errors: &mut Vec<ConfigError>) -> (Claim, Option<Provider>) {
@@ -36,7 +36,7 @@ pub(super) fn load_policy(file: &Path, errors: &mut Vec<ConfigError>) -> (Claim,
     let folder = file.parent().unwrap_or(Path::new(""));
     let head = self::provider(&mut scope.nested("provider."), provider, folder);
     let path_case = (head.rest.as_ref()).map_or(PathCase::Sensitive, |p| p.path_case);
-    let routes = routes(&mut scope, raw.route, &head.redact, path_case);
+    let routes = routes(&mut scope, raw.route, &head.redact, path_case, head.protocol);
     claim.name = head.name.clone();
     claim.mount = head.mount.clone();
     let provider = routes.and_then(|routes| head.build(file, routes));
@@ -49,6 +49,8 @@ pub(super) struct ProviderHead {
     mount: Option<String>,
     /// `redact_headers` as far as they parsed, for the routes' checks.
     redact: Vec<HeaderName>,
+    /// `protocol` (`http` when it did not parse), for how routes are matched.
+    protocol: Protocol,
     rest: Option<Provider>,
 }
 
@@ -87,7 +89,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
     let settle = settle_headers(s, raw.settle_headers.unwrap_or_default());
     let unmatched = s.choice("unmatched", raw.unmatched, Unmatched::Pass, UNMATCHED);
     let path_case = s.choice("path_case", raw.path_case, PathCase::Sensitive, PATH_CASES);
-    protocol(s, raw.protocol.as_deref());
+    let protocol = s.choice("protocol", raw.protocol, Protocol::Http, PROTOCOLS);
     let outcomes = outcomes(s, raw.outcomes.unwrap_or_default());
     let pending_status = s.check(
         "pending_status",
@@ -115,6 +117,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
             settle_headers: settle?,
             unmatched: unmatched?,
             path_case: path_case?,
+            protocol: protocol?,
             outcomes: outcomes?,
             pending_status: pending_status?,
             rules: rules?,
@@ -128,6 +131,7 @@ pub(super) fn provider(s: &mut Scope, raw: RawProvider, folder: &Path) -> Provid
         name,
         mount,
         redact: redact.unwrap_or_default(),
+        protocol: protocol.unwrap_or(Protocol::Http),
         rest,
     }
 }
@@ -142,22 +146,9 @@ pub(super) const KEY_FORMATS: &[(&str, KeyFormat)] =
 pub(super) const UNMATCHED: &[(&str, Unmatched)] =
     &[("pass", Unmatched::Pass), ("reject", Unmatched::Reject)];
 
-/// `protocol`: `"http"`, the default. MCP servers as providers (`"mcp"`) are not built, and
-/// are refused by name rather than served as plain HTTP.
-fn protocol(s: &mut Scope, raw: Option<&str>) {
-    match raw {
-        None | Some("http") => {}
-        Some("mcp") => s.push(
-            "protocol",
-            "\"mcp\" (MCP servers as providers) is not available in this version; only \"http\" \
-             is (remove the key, or set it to \"http\")",
-        ),
-        Some(other) => s.push(
-            "protocol",
-            format!("{other:?} is not a protocol (use \"http\", the default)"),
-        ),
-    }
-}
+/// `protocol`: `"http"` (the default), or `"mcp"`: an MCP server whose routes name tools.
+pub(super) const PROTOCOLS: &[(&str, Protocol)] =
+    &[("http", Protocol::Http), ("mcp", Protocol::Mcp)];
 
 pub(super) const PATH_CASES: &[(&str, PathCase)] = &[
     ("sensitive", PathCase::Sensitive),

@@ -15,7 +15,8 @@ use super::{headers, required};
 use crate::fingerprint::QUERY_ONLY;
 use crate::policy::field::Field;
 use crate::policy::{
-    ApprovalMode, Effect, Lookup, Matcher, OnMissingId, PathCase, Reconcile, Route, Segment,
+    ApprovalMode, Effect, Lookup, Matcher, OnMissingId, PathCase, Protocol, Reconcile, Route,
+    Segment,
 };
 use crate::template::{Part, Template};
 
@@ -26,6 +27,7 @@ pub(super) fn routes(
     raw: Vec<RawRoute>,
     redact: &[HeaderName],
     path_case: PathCase,
+    protocol: Protocol,
 ) -> Option<Vec<Route>> {
     let ignoring_case = path_case == PathCase::Insensitive;
     let mut routes = Vec::new();
@@ -35,7 +37,7 @@ pub(super) fn routes(
             Some(n) if !n.is_empty() => format!("route \"{n}\": "),
             _ => format!("route[{i}]: "),
         };
-        match route(&mut s.nested(&label), raw, redact) {
+        match route(&mut s.nested(&label), raw, redact, protocol) {
             Some(route) => routes.push(route),
             None => ok = false,
         }
@@ -49,14 +51,17 @@ pub(super) fn routes(
                     "another route already has this name (route names are unique per provider)",
                 );
                 ok = false;
-            } else if earlier.matcher.same_requests(&later.matcher, ignoring_case) {
+            } else if earlier.tool == later.tool
+                && earlier.matcher.same_requests(&later.matcher, ignoring_case)
+            {
                 let msg = format!(
                     "same match as route \"{}\", so this route would never be used (remove one)",
                     earlier.name
                 );
                 scope.push("match", msg);
                 ok = false;
-            } else if later.is_guarded()
+            } else if later.tool.is_none()
+                && later.is_guarded()
                 && !earlier.is_guarded()
                 && earlier.matcher.covers(&later.matcher, ignoring_case)
             {
@@ -75,13 +80,29 @@ pub(super) fn routes(
     ok.then_some(routes)
 }
 
-pub(super) fn route(s: &mut Scope, raw: RawRoute, redact: &[HeaderName]) -> Option<Route> {
+pub(super) fn route(
+    s: &mut Scope,
+    raw: RawRoute,
+    redact: &[HeaderName],
+    protocol: Protocol,
+) -> Option<Route> {
     let name = required(s, "name", raw.name, |v| self::name(v, "route", false));
     let pattern = raw.pattern.clone();
     // Every mistake of the match on one line, in one run.
-    let matcher = required(s, "match", raw.pattern, |v| {
-        matcher(&v).map_err(|e| e.join("; "))
+    let matched = required(s, "match", raw.pattern, |v| match protocol {
+        Protocol::Mcp => tool_matcher(&v).map(|(m, tool)| (m, Some(tool))),
+        Protocol::Http => match v.split_whitespace().next() {
+            Some("tools/call") => Err(format!(
+                "\"{v}\" names an MCP tool, and this provider speaks plain HTTP (set protocol = \
+                 \"mcp\" in [provider], or write \"METHOD /path\", e.g. \"POST /v1/refunds\")"
+            )),
+            _ => matcher(&v).map(|m| (m, None)).map_err(|e| e.join("; ")),
+        },
     });
+    let (matcher, tool) = match matched {
+        Some((m, tool)) => (Some(m), tool),
+        None => (None, None),
+    };
     let effect = s.choice("effect", raw.effect, Effect::Irreversible, EFFECTS);
     let captures = match &matcher {
         Some(m) => m.capture_names().map(String::from).collect(),
@@ -98,7 +119,13 @@ pub(super) fn route(s: &mut Scope, raw: RawRoute, redact: &[HeaderName]) -> Opti
     );
     let approval = s.choice("approval", raw.approval, ApprovalMode::None, APPROVALS);
     hazards::approval_skipped(s, approval, on_missing_id);
-    let ignore = raw.fingerprint_ignore.unwrap_or_default();
+    let mut ignore = raw.fingerprint_ignore.unwrap_or_default();
+    if protocol == Protocol::Mcp {
+        // Pointers relative to the tool's arguments, in the fingerprint's own spelling.
+        for entry in &mut ignore {
+            *entry = argument_field(entry);
+        }
+    }
     let ignore_ok = fingerprint_ignore(s, &ignore);
     let fp_headers = headers(s, "fingerprint_headers", raw.fingerprint_headers, &[]);
     let approval_show = fields_shown(s, "approval_show", raw.approval_show);
@@ -117,6 +144,7 @@ pub(super) fn route(s: &mut Scope, raw: RawRoute, redact: &[HeaderName]) -> Opti
         name: name?,
         pattern: pattern?,
         matcher: matcher?,
+        tool,
         effect: effect?,
         operation_id: operation_id?,
         on_missing_id: on_missing_id?,
@@ -366,6 +394,42 @@ pub(super) fn matcher(text: &str) -> Result<Matcher, Vec<String>> {
         Some(method) if errors.is_empty() => Ok(Matcher { method, segments }),
         _ => Err(errors),
     }
+}
+
+/// An MCP route's `match`: `tools/call NAME`, the tool's name as the server lists it. Its
+/// matcher is the endpoint itself (`POST /`), the tool is told apart by the body.
+fn tool_matcher(text: &str) -> Result<(Matcher, String), String> {
+    let fix = "on an MCP provider (protocol = \"mcp\") a route names a tool: write \
+               \"tools/call NAME\", e.g. \"tools/call refund\"";
+    match text.split_whitespace().collect::<Vec<_>>()[..] {
+        ["tools/call", name] if name.len() <= 128 => {
+            let endpoint = Matcher {
+                method: Method::POST,
+                segments: Vec::new(),
+            };
+            Ok((endpoint, name.to_string()))
+        }
+        _ => Err(format!("\"{text}\" is not a tool ({fix})")),
+    }
+}
+
+/// A `fingerprint_ignore` entry of an MCP route in the fingerprint's bracket spelling: a JSON
+/// pointer relative to the arguments (`/metadata/trace_id`) becomes `metadata[trace_id]`;
+/// anything else is taken as already so spelled.
+fn argument_field(entry: &str) -> String {
+    let Some(pointer) = entry.strip_prefix('/') else {
+        return entry.to_string();
+    };
+    let mut parts = pointer
+        .split('/')
+        .map(|p| p.replace("~1", "/").replace("~0", "~"));
+    let mut field = parts.next().unwrap_or_default();
+    for part in parts {
+        field.push('[');
+        field.push_str(&part);
+        field.push(']');
+    }
+    field
 }
 
 /// The segments of a match's path (its query or fragment, refused by the caller, left out);

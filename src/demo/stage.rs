@@ -150,6 +150,7 @@ fn provider(up: &Upstreamed) -> Result<Provider, DemoError> {
         settle_headers: vec![],
         unmatched: Unmatched::Pass,
         path_case: crate::policy::PathCase::Sensitive,
+        protocol: crate::policy::Protocol::Http,
         outcomes: Outcomes::default(),
         pending_status: 202,
         rules: vec![],
@@ -167,6 +168,7 @@ fn refund_route() -> Result<Route, DemoError> {
     Ok(Route {
         name: ROUTE.to_string(),
         pattern: "POST /v1/refunds".to_string(),
+        tool: None,
         matcher: Matcher {
             method: Method::POST,
             segments: vec![

@@ -130,6 +130,38 @@ pub fn classify(rules: &[AnswerRule], outcomes: &Outcomes, status: u16, body: &[
     }
 }
 
+/// Classifies an MCP tool's answer (`protocol = "mcp"`), `message` being the JSON-RPC
+/// response (taken out of an event stream when the server streamed): the rules first, as for
+/// any answer, with pointers into that response; then the response itself: a JSON-RPC
+/// `error`, or a `result` with `isError: true`, is `failed` (the tool said it did not do it),
+/// any other `result` `succeeded`; with no response, the status lists, where a success status
+/// proves nothing (there is no result to replay): `unknown`. Pure.
+pub fn classify_tool(
+    rules: &[AnswerRule],
+    outcomes: &Outcomes,
+    status: u16,
+    message: &[u8],
+) -> Classified {
+    let by_rules = classify(rules, outcomes, status, message);
+    if by_rules.rule.is_some() {
+        return by_rules;
+    }
+    let response: Option<Value> = serde_json::from_slice(message).ok();
+    let means = match response.as_ref().filter(|r| r.get("jsonrpc").is_some()) {
+        Some(r) if r.get("error").is_some() => Means::Failed,
+        Some(r) => match r.get("result") {
+            Some(result) if result.get("isError") == Some(&Value::Bool(true)) => Means::Failed,
+            Some(_) => Means::Succeeded,
+            None => Means::Unknown,
+        },
+        None => match Means::from(outcomes.classify(status)) {
+            Means::Succeeded => Means::Unknown,
+            means => means,
+        },
+    };
+    Classified { means, rule: None }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,5 +257,31 @@ mod tests {
         assert_eq!(means(&rules, 409, r#"{"id":"x"}"#).0, Means::Pending);
         assert_eq!(means(&rules, 409, r#"{"id":null}"#).0, Means::Unknown);
         assert_eq!(means(&rules, 409, r#"{}"#).0, Means::Unknown);
+    }
+
+    #[test]
+    fn a_tools_answer_is_classified_by_its_json_rpc_response() {
+        let tool = |status, body: &str| {
+            classify_tool(&[], &Outcomes::default(), status, body.as_bytes()).means
+        };
+        let ok = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#;
+        assert_eq!(tool(200, ok), Means::Succeeded);
+        let said_no = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}"#;
+        assert_eq!(tool(200, said_no), Means::Failed);
+        let error = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad"}}"#;
+        assert_eq!(tool(200, error), Means::Failed);
+        assert_eq!(tool(404, error), Means::Failed);
+        assert_eq!(tool(200, ""), Means::Unknown, "no response: nothing to replay");
+        assert_eq!(tool(500, "oops"), Means::Unknown);
+        assert_eq!(tool(415, ""), Means::Failed);
+        let rules = [rule(
+            StatusRule::Class(2),
+            Some("/result/structuredContent/pending"),
+            Some(json!(true)),
+            Means::Pending,
+        )];
+        let pending = r#"{"jsonrpc":"2.0","id":1,"result":{"structuredContent":{"pending":true}}}"#;
+        let c = classify_tool(&rules, &Outcomes::default(), 200, pending.as_bytes());
+        assert_eq!((c.means, c.rule), (Means::Pending, Some(0)));
     }
 }
