@@ -22,7 +22,7 @@ use crate::operation::{
     Event, EventKind, Logged, Operation, RequestChange, State, StoredResponse, Write,
 };
 use crate::policy::rule::{self, Classified, Means};
-use crate::policy::{Effect, Provider};
+use crate::policy::{Effect, Protocol, Provider};
 use crate::problem::{Context, Problem, Unknown};
 use crate::upstream::{self, Gate, Refusal, SendError};
 use crate::wire::{BoxError, ProxyBody, Unbuffered, collect_limited, full};
@@ -72,6 +72,9 @@ struct Fetched {
     body: Bytes,
     /// The body was over `max_stored_response` and was dropped.
     truncated: bool,
+    /// An MCP tool's `text/event-stream` answer as read up to its JSON-RPC response (`body`):
+    /// what its first caller gets, notifications included; never stored.
+    transcript: Option<Bytes>,
 }
 
 /// Sends a claimed attempt, records its result, and returns the agent's answer with the state
@@ -214,9 +217,14 @@ async fn fetch(
             .send_gated(&provider.name, outgoing.request(), gate)
             .await?;
         let (parts, body) = resp.into_parts();
-        let (body, truncated) = match collect_limited(body, max).await {
-            Ok(body) => (body, false),
-            Err(Unbuffered::TooLarge) => (Bytes::new(), true),
+        let streamed = provider.protocol == Protocol::Mcp && is_event_stream(&parts.headers);
+        let read = match streamed {
+            true => read_events(body, max, &outgoing.body).await,
+            false => collect_limited(body, max).await.map(|body| (body, None)),
+        };
+        let (body, transcript, truncated) = match read {
+            Ok((body, transcript)) => (body, transcript, false),
+            Err(Unbuffered::TooLarge) => (Bytes::new(), None, true),
             Err(Unbuffered::Broken(why)) => return Err(SendError::Lost(why)),
         };
         let mut headers = parts.headers;
@@ -227,12 +235,49 @@ async fn fetch(
             headers,
             body,
             truncated,
+            transcript,
         })
     };
     match tokio::time::timeout(provider.timeout, exchange).await {
         Ok(result) => result,
         Err(_) => Err(SendError::Timeout(provider.timeout)),
     }
+}
+
+fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
+}
+
+/// An MCP tool's event stream, read until the JSON-RPC response to the request (`sent`, the
+/// body as sent, names its `id`), within `max` bytes in all: that response, and the stream as
+/// read up to it. A stream that ends first is lost (the tool may have run).
+async fn read_events(
+    mut body: upstream::ProviderBody,
+    max: u64,
+    sent: &[u8],
+) -> Result<(Bytes, Option<Bytes>), Unbuffered> {
+    let id = crate::jsonrpc::request_id(sent).unwrap_or(serde_json::Value::Null);
+    let mut events = crate::jsonrpc::EventStream::default();
+    let mut read = 0u64;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Unbuffered::Broken(e.to_string()))?;
+        let Ok(chunk) = frame.into_data() else {
+            continue;
+        };
+        read += chunk.len() as u64;
+        if read > max {
+            return Err(Unbuffered::TooLarge);
+        }
+        if let Some(response) = events.feed(&chunk, &id) {
+            return Ok((response, Some(events.transcript())));
+        }
+    }
+    Err(Unbuffered::Broken(
+        "the event stream ended before the tool's response".into(),
+    ))
 }
 
 /// What an attempt writes to the ledger.
@@ -263,8 +308,11 @@ impl Record {
         match fetched {
             Ok(answer) => {
                 let status = answer.status.as_u16();
-                let classified =
-                    rule::classify(&provider.rules, &provider.outcomes, status, &answer.body);
+                let classify = match provider.protocol {
+                    Protocol::Mcp => rule::classify_tool,
+                    Protocol::Http => rule::classify,
+                };
+                let classified = classify(&provider.rules, &provider.outcomes, status, &answer.body);
                 let state = match classified.means {
                     Means::Succeeded => State::Succeeded,
                     Means::Failed => State::Failed,
@@ -388,6 +436,15 @@ fn stored(provider: &Provider, answer: &Fetched) -> StoredResponse {
     }
     for name in ["idem-operation-id", "idem-state", "idempotent-replayed"] {
         headers.remove(name);
+    }
+    if provider.protocol == Protocol::Mcp {
+        // A replay answers another exchange, in its own session if any, with the response as
+        // JSON (taken out of the stream when the server streamed).
+        headers.remove("mcp-session-id");
+        if answer.transcript.is_some() {
+            let json = HeaderValue::from_static("application/json");
+            headers.insert(header::CONTENT_TYPE, json);
+        }
     }
     StoredResponse {
         status: answer.status.as_u16(),
@@ -547,7 +604,7 @@ fn settle(
 
 /// The provider's own answer, with the operation's headers.
 fn first_answer(answer: Fetched, ctx: &Context) -> Response<ProxyBody> {
-    let mut resp = Response::new(full(answer.body));
+    let mut resp = Response::new(full(answer.transcript.unwrap_or(answer.body)));
     *resp.status_mut() = answer.status;
     *resp.headers_mut() = answer.headers;
     crate::answer::op_headers(&mut resp, ctx, false);

@@ -29,7 +29,7 @@ use crate::identity;
 use crate::kept::Outgoing;
 use crate::kept::{KeptRequest, Unbuildable, place_key};
 use crate::operation::{Operation, State, StoredResponse};
-use crate::policy::{Captures, KeyPlacement, OnMissingId, Provider, Route};
+use crate::policy::{Captures, KeyPlacement, OnMissingId, Protocol, Provider, Route};
 use crate::problem::{Context, Problem, Unknown};
 use crate::template::{self, render_first};
 use crate::upstream;
@@ -70,6 +70,14 @@ struct Requests {
     first: Outgoing,
 }
 
+/// A request whose body has been buffered (step 1), its bytes reserved in the
+/// buffered-bytes budget until the request is done.
+pub struct Read {
+    pub parts: Parts,
+    pub bytes: Bytes,
+    pub reserved: Reservation,
+}
+
 /// Serves one request on `route`, a guarded route matched by `target`.
 pub async fn handle(
     app: &Arc<App>,
@@ -78,17 +86,33 @@ pub async fn handle(
     captures: &Captures,
     req: Request<Incoming>,
 ) -> Answer {
+    match read_body(app, req).await {
+        Ok(read) => handle_read(app, target, route, captures, read).await,
+        Err(problem) => refused(target, route, problem, Context::default()),
+    }
+}
+
+/// `handle` for a request whose body was read to find its route (an MCP tool call).
+pub async fn handle_read(
+    app: &Arc<App>,
+    target: &Target<'_>,
+    route: &Route,
+    captures: &Captures,
+    read: Read,
+) -> Answer {
     // The provider and the route are named in refusals only: `run` fills in the rest.
     let mut ctx = Context::default();
-    match run(app, target, route, captures, req, &mut ctx).await {
+    match run(app, target, route, captures, read, &mut ctx).await {
         Ok(answer) => answer,
-        Err(problem) => {
-            ctx.provider = Some(target.provider.name.clone());
-            ctx.route = Some(route.name.clone());
-            let outcome = outcome_of(&problem);
-            (refusal(problem, &ctx), outcome)
-        }
+        Err(problem) => refused(target, route, problem, ctx),
     }
+}
+
+fn refused(target: &Target<'_>, route: &Route, problem: Problem, mut ctx: Context) -> Answer {
+    ctx.provider = Some(target.provider.name.clone());
+    ctx.route = Some(route.name.clone());
+    let outcome = outcome_of(&problem);
+    (refusal(problem, &ctx), outcome)
 }
 
 async fn run(
@@ -96,12 +120,16 @@ async fn run(
     target: &Target<'_>,
     route: &Route,
     captures: &Captures,
-    req: Request<Incoming>,
+    read: Read,
     ctx: &mut Context,
 ) -> Result<Answer, Problem> {
     let provider = target.provider;
     // The body's bytes stay reserved in the buffered-bytes budget until the request is done.
-    let (parts, bytes, _reserved) = read_body(app, req).await?;
+    let Read {
+        parts,
+        bytes,
+        reserved: _reserved,
+    } = read;
     let named = match identify(app, provider, route, target, captures, parts, bytes)? {
         Identity::Op(named) => *named,
         Identity::Pass(outgoing) => {
@@ -340,10 +368,7 @@ pub async fn resend_request(
 
 /// Step 1: the body, buffered up to `max_request_body` within `body_timeout`, its bytes
 /// reserved in `max_buffered`.
-async fn read_body(
-    app: &App,
-    req: Request<Incoming>,
-) -> Result<(Parts, Bytes, Reservation), Problem> {
+pub async fn read_body(app: &App, req: Request<Incoming>) -> Result<Read, Problem> {
     let limits = &app.config.limits;
     let (limit, after) = (limits.max_request_body, limits.inbound.body_timeout);
     let declared = req
@@ -374,7 +399,11 @@ async fn read_body(
         // before anything of it is claimed; a stream that ended properly goes on.
         tokio::task::yield_now().await;
     }
-    Ok((parts, bytes, reserved))
+    Ok(Read {
+        parts,
+        bytes,
+        reserved,
+    })
 }
 
 /// Why a request whose form body carries `_method` is refused.
@@ -398,9 +427,15 @@ fn identify(
     if body.overrides_method() {
         return Err(Problem::InvalidMethod(OVERRIDDEN_BY_FORM.into()));
     }
+    let tool = ToolParams::of(provider, route, &body)?;
     // The fingerprint's hex alone: a replay needs nothing more (`Named::complete` adds the rest).
     let hex = fingerprint::hex_only(&fingerprint_inputs(
-        app, provider, route, target, &parts, &body,
+        app,
+        provider,
+        route,
+        target,
+        (&parts, &body),
+        tool.as_ref(),
     ));
     let inputs = template::Sources {
         headers: &parts.headers,
@@ -433,7 +468,42 @@ fn identify(
         parts,
         body,
         bytes,
+        tool,
     })))
+}
+
+/// What an MCP tool call's fingerprint covers instead of the request's path, query and body:
+/// the tool's name and its arguments (never the JSON-RPC `id`, `params._meta` or a session).
+struct ToolParams {
+    /// `tools/call/NAME`, in the place of the path.
+    path: String,
+    /// `params.arguments`, in the place of the body.
+    arguments: body::Body,
+}
+
+impl ToolParams {
+    /// `None` for a provider that is not an MCP server.
+    fn of(provider: &Provider, route: &Route, body: &body::Body) -> Result<Option<Self>, Problem> {
+        if provider.protocol != Protocol::Mcp {
+            return Ok(None);
+        }
+        let call = match body {
+            body::Body::Json(value) => match crate::jsonrpc::message(value) {
+                crate::jsonrpc::Message::ToolCall(call) => Some(call),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(call) = call else {
+            return Err(Problem::InvalidBody(
+                "the body is not a JSON-RPC tools/call request".into(),
+            ));
+        };
+        Ok(Some(ToolParams {
+            path: format!("tools/call/{}", route.tool.as_deref().unwrap_or_default()),
+            arguments: body::Body::Json(call.arguments),
+        }))
+    }
 }
 
 fn fingerprint_inputs<'a>(
@@ -441,21 +511,34 @@ fn fingerprint_inputs<'a>(
     provider: &'a Provider,
     route: &'a Route,
     target: &'a Target<'_>,
-    parts: &'a Parts,
-    body: &'a body::Body,
+    (parts, body): (&'a Parts, &'a body::Body),
+    tool: Option<&'a ToolParams>,
 ) -> fingerprint::Inputs<'a> {
+    let key_field = match &provider.key {
+        KeyPlacement::JsonField(pointer) => Some(pointer.as_str()),
+        KeyPlacement::Header(_) => None,
+    };
+    let (path, query, body, key_field) = match tool {
+        None => (target.rel_path.as_str(), parts.uri.query(), body, key_field),
+        // The key field, when it is among the arguments, relative to them.
+        Some(tool) => (
+            tool.path.as_str(),
+            None,
+            &tool.arguments,
+            key_field
+                .and_then(|p| p.strip_prefix("/params/arguments"))
+                .filter(|p| p.starts_with('/')),
+        ),
+    };
     fingerprint::Inputs {
         method: &parts.method,
-        path: &target.rel_path,
-        query: parts.uri.query(),
+        path,
+        query,
         body,
         headers: &parts.headers,
         fingerprint_headers: &route.fingerprint_headers,
         ignore: &route.fingerprint_ignore,
-        key_field: match &provider.key {
-            KeyPlacement::JsonField(pointer) => Some(pointer.as_str()),
-            KeyPlacement::Header(_) => None,
-        },
+        key_field,
         secret: &app.secret,
         methods: Some(&app.methods),
     }
@@ -470,6 +553,7 @@ struct Named {
     parts: Parts,
     body: body::Body,
     bytes: Bytes,
+    tool: Option<ToolParams>,
 }
 
 impl Named {
@@ -481,7 +565,14 @@ impl Named {
         route: &Route,
         target: &Target<'_>,
     ) -> Result<Identified, Problem> {
-        let inputs = fingerprint_inputs(app, provider, route, target, &self.parts, &self.body);
+        let inputs = fingerprint_inputs(
+            app,
+            provider,
+            route,
+            target,
+            (&self.parts, &self.body),
+            self.tool.as_ref(),
+        );
         let fingerprint = fingerprint::completed(&inputs, self.hex);
         let key = identity::key(&self.id, provider.key_format, provider.key_length);
         let plain = outgoing(provider, target, self.parts, self.bytes)?;

@@ -114,6 +114,28 @@ pub fn headers_agree(headers: &HeaderMap, message: &Message) -> Result<(), Strin
     Ok(())
 }
 
+/// The first protocol revision of the single-exchange form (no session; routing headers).
+pub const SINGLE_EXCHANGE: &str = "2026-07-28";
+
+/// Whether a request speaks the single-exchange form (revision 2026-07-28 or later), whose
+/// results carry `resultType`: it says so in `MCP-Protocol-Version`, or sends `Mcp-Method`.
+pub fn single_exchange(headers: &HeaderMap) -> bool {
+    let version = headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok());
+    version.is_some_and(|v| v >= SINGLE_EXCHANGE) || headers.contains_key("mcp-method")
+}
+
+/// A result as a client of the single-exchange form reads it: tagged `resultType: complete`
+/// when untagged (a response stored from a session-based exchange, or an operator's).
+fn tagged(result: &mut Value, single_exchange: bool) {
+    if let (true, Value::Object(result)) = (single_exchange, result) {
+        result
+            .entry("resultType")
+            .or_insert_with(|| Value::from("complete"));
+    }
+}
+
 /// The `id` of a JSON-RPC request body, if it has one.
 pub fn request_id(body: &[u8]) -> Option<Value> {
     let message: Value = serde_json::from_slice(body).ok()?;
@@ -197,13 +219,16 @@ impl EventStream {
 }
 
 /// A stored answer of a tool as the answer to the request `id`: a JSON-RPC response with its
-/// `id` replaced (the same bytes when it already is `id`); any other JSON object, as an
-/// operator may resolve with, is the `result`; anything else is the text of the result.
-pub fn answer_for(body: &[u8], id: &Value) -> Bytes {
+/// `id` replaced (the same bytes when nothing changes); any other JSON object, as an operator
+/// may resolve with, is the `result`; anything else is the text of the result. For a request
+/// of the `single_exchange` form, a result is tagged as that form requires.
+pub fn answer_for(body: &[u8], id: &Value, single_exchange: bool) -> Bytes {
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
-    let message = match parsed {
+    let mut message = match parsed {
         Some(Value::Object(mut message)) if message.contains_key("jsonrpc") => {
-            if message.get("id") == Some(id) {
+            let untagged = (message.get("result"))
+                .is_some_and(|r| r.is_object() && r.get("resultType").is_none());
+            if message.get("id") == Some(id) && !(single_exchange && untagged) {
                 return Bytes::copy_from_slice(body);
             }
             message.insert("id".into(), id.clone());
@@ -216,6 +241,9 @@ pub fn answer_for(body: &[u8], id: &Value) -> Bytes {
             json!({"jsonrpc": "2.0", "id": id, "result": result})
         }
     };
+    if let Some(result) = message.get_mut("result") {
+        tagged(result, single_exchange);
+    }
     Bytes::from(message.to_string())
 }
 
@@ -250,13 +278,14 @@ pub fn events_for(transcript: &[u8], id: &Value) -> Bytes {
 
 /// A problem as the MCP tool error the model reads: the JSON-RPC response to `id` whose
 /// `result` says `detail` and carries the problem object under `_meta.idemproxy`.
-pub fn tool_error(id: &Value, problem: &Map<String, Value>) -> Bytes {
+pub fn tool_error(id: &Value, problem: &Map<String, Value>, single_exchange: bool) -> Bytes {
     let detail = problem.get("detail").and_then(Value::as_str).unwrap_or("");
-    let result = json!({
+    let mut result = json!({
         "content": [{"type": "text", "text": detail}],
         "isError": true,
         "_meta": {"idemproxy": problem},
     });
+    tagged(&mut result, single_exchange);
     Bytes::from(json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string())
 }
 
@@ -334,14 +363,14 @@ mod tests {
     #[test]
     fn a_stored_answer_answers_the_replaying_request() {
         let stored = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#;
-        assert_eq!(&answer_for(stored, &json!(7))[..], &stored[..]);
-        let replayed: Value = serde_json::from_slice(&answer_for(stored, &json!("b"))).unwrap();
+        assert_eq!(&answer_for(stored, &json!(7), false)[..], &stored[..]);
+        let replayed: Value = serde_json::from_slice(&answer_for(stored, &json!("b"), false)).unwrap();
         assert_eq!(replayed["id"], "b");
         assert_eq!(replayed["result"]["content"], json!([]));
         let resolved: Value =
-            serde_json::from_slice(&answer_for(br#"{"content":[]}"#, &json!(3))).unwrap();
-        assert_eq!(resolved["result"], json!({"content": []}));
-        let text: Value = serde_json::from_slice(&answer_for(b"done", &json!(3))).unwrap();
+            serde_json::from_slice(&answer_for(br#"{"content":[]}"#, &json!(3), true)).unwrap();
+        assert_eq!(resolved["result"], json!({"content": [], "resultType": "complete"}));
+        let text: Value = serde_json::from_slice(&answer_for(b"done", &json!(3), false)).unwrap();
         assert_eq!(text["result"]["content"][0]["text"], "done");
     }
 
@@ -359,7 +388,7 @@ mod tests {
         let mut problem = Map::new();
         problem.insert("detail".into(), json!("Held."));
         problem.insert("type".into(), json!("urn:idemproxy:outcome-unknown"));
-        let v: Value = serde_json::from_slice(&tool_error(&json!(4), &problem)).unwrap();
+        let v: Value = serde_json::from_slice(&tool_error(&json!(4), &problem, false)).unwrap();
         assert_eq!(v["id"], 4);
         assert_eq!(v["result"]["isError"], true);
         assert_eq!(v["result"]["content"][0]["text"], "Held.");

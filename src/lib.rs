@@ -95,6 +95,7 @@ pub mod inbound;
 pub mod jsonrpc;
 pub mod kept;
 pub mod ledger;
+pub mod mcp;
 pub mod metrics;
 pub mod notify;
 pub mod operation;

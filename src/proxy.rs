@@ -32,8 +32,14 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<ProxyBody
         Err((problem, provider)) => return refusal(&app, problem, provider),
     };
     let provider = target.provider.name.as_str();
-    let route_name = target.route.as_ref().map(|(r, _)| r.name.as_str());
+    let mut route_name = target.route.as_ref().map(|(r, _)| r.name.as_str());
     let (mut resp, outcome) = match &target.route {
+        // An MCP endpoint's route is named by the body: `mcp` reads it.
+        None if target.provider.takes_tool_calls(&method, &target.rel_path) => {
+            let (answer, tool) = Box::pin(crate::mcp::handle(&app, &target, req)).await;
+            route_name = tool.map(|r| r.name.as_str());
+            answer
+        }
         None if target.provider.unmatched == Unmatched::Reject => {
             let ctx = Context {
                 provider: Some(provider.to_string()),
@@ -149,7 +155,8 @@ fn resolve<'a>(app: &'a App, req: &Request<Incoming>) -> Result<Target<'a>, Refu
         (Some((r, captures)), PathCase::Insensitive) => r.matcher.spell(captures),
         _ => rel_path,
     };
-    if provider.guards_routes() {
+    // The MCP endpoint itself is told apart by its body, not its spelling (`mcp`).
+    if provider.guards_routes() && !provider.takes_tool_calls(req.method(), &rel_path) {
         near_guarded(provider, req.method(), &rel_path, route.as_ref()).map_err(refused)?;
     }
     Ok(Target {
