@@ -6,8 +6,9 @@ that calls tools through the proxy and prints each result as one JSON line.
 MODE is `legacy` (the initialize handshake and a session) or `auto` (the SDK's default: the
 2026-07-28 single exchange where the server offers it). WORKFLOW goes in `x-workflow-id`. Each
 CALL is `list`, or `TOOL` followed by `key=value` arguments up to the next `--` (values that
-read as integers are sent as integers). A printed result: {"isError", "text", "meta"}, or for
-`list` the tool names.
+read as integers are sent as integers). A printed result: {"isError", "text", "meta", "progress"} (`meta`:
+the result's `_meta.idemproxy`; `progress`: how many progress notifications came before it), or
+for `list` the tool names.
 """
 
 import asyncio
@@ -46,10 +47,16 @@ async def main(url, mode, workflow, words):
                     listed = await client.list_tools()
                     print(json.dumps(sorted(t.name for t in listed.tools)), flush=True)
                     continue
-                result = await client.call_tool(tool, arguments)
+                progress = []
+
+                async def heard(done, total, message):
+                    progress.append(done)
+
+                result = await client.call_tool(tool, arguments, progress_callback=heard)
                 text = " ".join(c.text for c in result.content if c.type == "text")
                 meta = (result.meta or {}).get("idemproxy")
-                print(json.dumps({"isError": result.is_error, "text": text, "meta": meta}), flush=True)
+                line = {"isError": result.is_error, "text": text, "meta": meta, "progress": len(progress)}
+                print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+//! Raw JSON-RPC requests the SDK would never send.
