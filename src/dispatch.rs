@@ -312,7 +312,8 @@ impl Record {
                     Protocol::Mcp => rule::classify_tool,
                     Protocol::Http => rule::classify,
                 };
-                let classified = classify(&provider.rules, &provider.outcomes, status, &answer.body);
+                let classified =
+                    classify(&provider.rules, &provider.outcomes, status, &answer.body);
                 let state = match classified.means {
                     Means::Succeeded => State::Succeeded,
                     Means::Failed => State::Failed,

@@ -89,9 +89,11 @@ pub fn headers_agree(headers: &HeaderMap, message: &Message) -> Result<(), Strin
         Message::ToolCall(call) => (Some(TOOLS_CALL), call.name.as_deref()),
         Message::Other { method } => (method.as_deref(), None),
         Message::Batch { .. } if method.is_some() || name.is_some() => {
-            return Err("routing headers (Mcp-Method, Mcp-Name) name one message, and the body \
+            return Err(
+                "routing headers (Mcp-Method, Mcp-Name) name one message, and the body \
                         is a batch"
-                .into());
+                    .into(),
+            );
         }
         Message::Batch { .. } => return Ok(()),
     };
@@ -330,11 +332,19 @@ mod tests {
         assert!(headers_agree(&h, &refund).unwrap_err().contains("`lookup`"));
         h.insert("mcp-method", HeaderValue::from_static("tools/list"));
         h.remove("mcp-name");
-        assert!(headers_agree(&h, &refund).unwrap_err().contains("Mcp-Method"));
+        assert!(
+            headers_agree(&h, &refund)
+                .unwrap_err()
+                .contains("Mcp-Method")
+        );
         let list = message(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
         assert_eq!(headers_agree(&h, &list), Ok(()));
         h.append("mcp-method", HeaderValue::from_static("tools/list"));
-        assert!(headers_agree(&h, &list).unwrap_err().contains("more than once"));
+        assert!(
+            headers_agree(&h, &list)
+                .unwrap_err()
+                .contains("more than once")
+        );
     }
 
     #[test]
@@ -355,7 +365,10 @@ mod tests {
             let value: Value = serde_json::from_slice(&found).unwrap();
             assert_eq!(value["result"]["ok"], true, "chunks of {size}");
             let transcript = String::from_utf8(events.transcript().to_vec()).unwrap();
-            assert!(transcript.contains("\"result\":{\"ok\":true}}\r\n\r"), "chunks of {size}");
+            assert!(
+                transcript.contains("\"result\":{\"ok\":true}}\r\n\r"),
+                "chunks of {size}"
+            );
             assert!(!transcript.contains("after"), "chunks of {size}");
         }
     }
@@ -364,12 +377,16 @@ mod tests {
     fn a_stored_answer_answers_the_replaying_request() {
         let stored = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#;
         assert_eq!(&answer_for(stored, &json!(7), false)[..], &stored[..]);
-        let replayed: Value = serde_json::from_slice(&answer_for(stored, &json!("b"), false)).unwrap();
+        let replayed: Value =
+            serde_json::from_slice(&answer_for(stored, &json!("b"), false)).unwrap();
         assert_eq!(replayed["id"], "b");
         assert_eq!(replayed["result"]["content"], json!([]));
         let resolved: Value =
             serde_json::from_slice(&answer_for(br#"{"content":[]}"#, &json!(3), true)).unwrap();
-        assert_eq!(resolved["result"], json!({"content": [], "resultType": "complete"}));
+        assert_eq!(
+            resolved["result"],
+            json!({"content": [], "resultType": "complete"})
+        );
         let text: Value = serde_json::from_slice(&answer_for(b"done", &json!(3), false)).unwrap();
         assert_eq!(text["result"]["content"][0]["text"], "done");
     }
@@ -379,8 +396,14 @@ mod tests {
         let stream = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n\
                       event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n";
         let out = String::from_utf8(events_for(stream.as_bytes(), &json!(9)).to_vec()).unwrap();
-        assert!(out.starts_with("data: {\"jsonrpc\":\"2.0\",\"method\""), "{out}");
-        assert!(out.contains("event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":9,"), "{out}");
+        assert!(
+            out.starts_with("data: {\"jsonrpc\":\"2.0\",\"method\""),
+            "{out}"
+        );
+        assert!(
+            out.contains("event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":9,"),
+            "{out}"
+        );
     }
 
     #[test]

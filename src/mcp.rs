@@ -67,7 +67,8 @@ pub async fn handle<'a>(
         Some(route) if route.is_guarded() => match call.id {
             Some(_) => Box::pin(guard::handle_read(app, target, route, &Vec::new(), read)).await,
             None => {
-                let why = "a tools/call of a guarded tool needs an id (it was sent as a notification)";
+                let why =
+                    "a tools/call of a guarded tool needs an id (it was sent as a notification)";
                 let problem = Problem::InvalidBody(why.into());
                 return ((problem.into_response(&ctx), "rejected"), Some(route));
             }

@@ -574,13 +574,16 @@ impl Provider {
     /// The first route whose `match` accepts this request (letter case ignored under
     /// `path_case = "insensitive"`), with its captures.
     pub fn route_for(&self, method: &Method, path: &str) -> Option<(&Route, Captures)> {
-        self.routes.iter().filter(|r| r.tool.is_none()).find_map(|r| {
-            match self.path_case {
-                PathCase::Sensitive => r.matcher.matches(method, path),
-                PathCase::Insensitive => r.matcher.matches_ignoring_case(method, path),
-            }
-            .map(|c| (r, c))
-        })
+        self.routes
+            .iter()
+            .filter(|r| r.tool.is_none())
+            .find_map(|r| {
+                match self.path_case {
+                    PathCase::Sensitive => r.matcher.matches(method, path),
+                    PathCase::Insensitive => r.matcher.matches_ignoring_case(method, path),
+                }
+                .map(|c| (r, c))
+            })
     }
 
     /// Whether this request is for an MCP provider's endpoint itself (`POST` to exactly the

@@ -36,7 +36,13 @@ pub(super) fn load_policy(file: &Path, errors: &mut Vec<ConfigError>) -> (Claim,
     let folder = file.parent().unwrap_or(Path::new(""));
     let head = self::provider(&mut scope.nested("provider."), provider, folder);
     let path_case = (head.rest.as_ref()).map_or(PathCase::Sensitive, |p| p.path_case);
-    let routes = routes(&mut scope, raw.route, &head.redact, path_case, head.protocol);
+    let routes = routes(
+        &mut scope,
+        raw.route,
+        &head.redact,
+        path_case,
+        head.protocol,
+    );
     claim.name = head.name.clone();
     claim.mount = head.mount.clone();
     let provider = routes.and_then(|routes| head.build(file, routes));
@@ -215,8 +221,10 @@ pub(super) fn pending_status(raw: Option<&Value>) -> Result<u16, String> {
 /// The warning a provider with guarded routes earns when its "not yet" answers stay at `202`:
 /// SDKs that take any 2xx for success read the problem document as the object they asked for
 /// (proven in tests/sdk; docs/policies.md, "What each SDK does with the proxy's answers").
+/// An MCP provider's tool calls hear every problem as a tool error, whatever the status.
 pub(super) fn pending_warning(file: &Path, provider: &Provider) -> Option<ConfigError> {
-    let guarded = provider.routes.iter().any(Route::is_guarded);
+    let guarded =
+        provider.protocol == Protocol::Http && provider.routes.iter().any(Route::is_guarded);
     (guarded && provider.pending_status == 202).then(|| ConfigError {
         file: file.to_path_buf(),
         key: "provider.pending_status".into(),

@@ -128,8 +128,20 @@ pub(super) fn route(
     }
     let ignore_ok = fingerprint_ignore(s, &ignore);
     let fp_headers = headers(s, "fingerprint_headers", raw.fingerprint_headers, &[]);
-    let approval_show = fields_shown(s, "approval_show", raw.approval_show);
-    let operator_show = match raw.operator_show {
+    let (mut approval_shown, mut operator_shown) = (raw.approval_show, raw.operator_show);
+    if protocol == Protocol::Mcp {
+        // Fields of the tool's arguments, inside the kept JSON-RPC request.
+        for list in [&mut approval_shown, &mut operator_shown]
+            .into_iter()
+            .flatten()
+        {
+            for entry in list.iter_mut() {
+                *entry = argument_in_request(entry);
+            }
+        }
+    }
+    let approval_show = fields_shown(s, "approval_show", approval_shown);
+    let operator_show = match operator_shown {
         Some(listed) => fields_shown(s, "operator_show", Some(listed)),
         None => approval_show.clone(),
     };
@@ -430,6 +442,14 @@ fn argument_field(entry: &str) -> String {
         field.push(']');
     }
     field
+}
+
+/// An `approval_show` or `operator_show` entry of an MCP route (an argument, by bracket path
+/// or pointer) as a field of the JSON-RPC request: `amount` is `params[arguments][amount]`.
+fn argument_in_request(entry: &str) -> String {
+    let field = argument_field(entry);
+    let (head, rest) = field.split_at(field.find('[').unwrap_or(field.len()));
+    format!("params[arguments][{head}]{rest}")
 }
 
 /// The segments of a match's path (its query or fragment, refused by the caller, left out);

@@ -271,7 +271,11 @@ mod tests {
         let error = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad"}}"#;
         assert_eq!(tool(200, error), Means::Failed);
         assert_eq!(tool(404, error), Means::Failed);
-        assert_eq!(tool(200, ""), Means::Unknown, "no response: nothing to replay");
+        assert_eq!(
+            tool(200, ""),
+            Means::Unknown,
+            "no response: nothing to replay"
+        );
         assert_eq!(tool(500, "oops"), Means::Unknown);
         assert_eq!(tool(415, ""), Means::Failed);
         let rules = [rule(

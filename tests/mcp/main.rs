@@ -10,5 +10,5 @@
 mod common;
 
 mod mcp_raw;
-mod sdk;
 mod mcp_tools;
+mod sdk;

@@ -31,19 +31,36 @@ async fn a_repeated_call_runs_the_tool_once_in_both_wire_forms_and_answer_modes(
             let again = session(&proxy, mode, &workflow, &call).await;
             let text = &first[0]["text"];
             assert!(!is_error(&first[0]), "{answers:?} {mode}: {first:?}");
-            assert!(text.as_str().unwrap().starts_with("refunded 500 of in_1"), "{text}");
-            assert_eq!(first[1], first[0], "{answers:?} {mode}: the replay in the session");
-            assert_eq!(again[0], first[0], "{answers:?} {mode}: the replay in a new session");
-            assert_eq!(server.effects(), i + 1, "{answers:?} {mode}: one run per workflow");
+            assert!(
+                text.as_str().unwrap().starts_with("refunded 500 of in_1"),
+                "{text}"
+            );
+            assert_eq!(
+                first[1], first[0],
+                "{answers:?} {mode}: the replay in the session"
+            );
+            assert_eq!(
+                again[0], first[0],
+                "{answers:?} {mode}: the replay in a new session"
+            );
+            assert_eq!(
+                server.effects(),
+                i + 1,
+                "{answers:?} {mode}: one run per workflow"
+            );
             let id = format!("billing/refund/{workflow}:in_1");
             let op = proxy.op_json(&id).await;
-            assert_eq!((op["state"].as_str(), op["attempts"].as_u64()), (Some("succeeded"), Some(1)));
+            assert_eq!(
+                (op["state"].as_str(), op["attempts"].as_u64()),
+                (Some("succeeded"), Some(1))
+            );
         }
         let metrics = crate::common::send(http::Method::GET, &proxy.admin_url("/metrics"), &[], "")
             .await
             .expect("metrics")
             .text();
-        let replayed = r#"idemproxy_requests_total{provider="billing",route="refund",outcome="replayed"} 4"#;
+        let replayed =
+            r#"idemproxy_requests_total{provider="billing",route="refund",outcome="replayed"} 4"#;
         assert!(metrics.contains(replayed), "{metrics}");
     }
 }
@@ -58,7 +75,10 @@ async fn a_tool_slower_than_the_timeout_is_held_until_an_operator_resolves_it() 
         let first = session(&proxy, mode, "wf-slow", &call).await;
         let meta = &first[0]["meta"];
         assert!(is_error(&first[0]), "{mode}: {first:?}");
-        assert_eq!(meta["type"], "urn:idemproxy:outcome-unknown", "{mode}: {first:?}");
+        assert_eq!(
+            meta["type"], "urn:idemproxy:outcome-unknown",
+            "{mode}: {first:?}"
+        );
         assert_eq!(meta["state"], "unknown");
         let text = first[0]["text"].as_str().unwrap();
         assert!(text.contains("cannot yet confirm"), "{text}");
@@ -79,11 +99,18 @@ async fn a_tool_slower_than_the_timeout_is_held_until_an_operator_resolves_it() 
         let file = proxy.dir().path().join("result.json");
         std::fs::write(&file, result.to_string()).expect("result file");
         let file = file.to_string_lossy().into_owned();
-        ops(&proxy, &["resolve", id, "--succeeded", "--body-file", &file]).await;
+        ops(
+            &proxy,
+            &["resolve", id, "--succeeded", "--body-file", &file],
+        )
+        .await;
 
         let replayed = session(&proxy, mode, "wf-slow", &call).await;
         assert!(!is_error(&replayed[0]), "{mode}: {replayed:?}");
-        assert_eq!(replayed[0]["text"], "refunded 900 of in_9 (seen at the bank)");
+        assert_eq!(
+            replayed[0]["text"],
+            "refunded 900 of in_9 (seen at the bank)"
+        );
         assert_eq!(server.effects(), 1, "{mode}: the tool ran once");
     }
 }
@@ -95,7 +122,13 @@ async fn changed_arguments_are_a_tool_error_naming_the_argument_and_nothing_runs
     for (i, mode) in WIRE_FORMS.iter().enumerate() {
         let workflow = format!("wf-{mode}");
         let calls = [
-            "refund", "invoice=in_2", "amount=200", "--", "refund", "invoice=in_2", "amount=201",
+            "refund",
+            "invoice=in_2",
+            "amount=200",
+            "--",
+            "refund",
+            "invoice=in_2",
+            "amount=201",
         ];
         let results = session(&proxy, mode, &workflow, &calls).await;
         assert!(!is_error(&results[0]), "{mode}: {results:?}");
@@ -104,8 +137,18 @@ async fn changed_arguments_are_a_tool_error_naming_the_argument_and_nothing_runs
         assert_eq!(changed["meta"]["type"], "urn:idemproxy:parameter-mismatch");
         assert_eq!(changed["meta"]["status"], 409);
         assert_eq!(changed["meta"]["differing_fields"], json!(["amount"]));
-        assert!(changed["text"].as_str().unwrap().contains("differing: amount"), "{changed}");
-        assert_eq!(server.effects(), i + 1, "{mode}: the changed call did not run");
+        assert!(
+            changed["text"]
+                .as_str()
+                .unwrap()
+                .contains("differing: amount"),
+            "{changed}"
+        );
+        assert_eq!(
+            server.effects(),
+            i + 1,
+            "{mode}: the changed call did not run"
+        );
     }
 }
 
@@ -115,13 +158,24 @@ async fn everything_but_a_guarded_tool_passes_through() {
         let server = McpServer::start(answers).await;
         let proxy = server.proxy("").await;
         for mode in WIRE_FORMS {
-            let calls = ["list", "--", "lookup", "invoice=in_3", "--", "report", "invoice=in_3"];
+            let calls = [
+                "list",
+                "--",
+                "lookup",
+                "invoice=in_3",
+                "--",
+                "report",
+                "invoice=in_3",
+            ];
             let results = session(&proxy, mode, "wf-reads", &calls).await;
             assert_eq!(results[0], json!(["lookup", "refund", "report"]), "{mode}");
             assert_eq!(results[1]["text"], "0 refunds of in_3", "{mode}");
             assert_eq!(results[2]["text"], "report of in_3", "{mode}");
             if answers == Answers::Sse {
-                assert_eq!(results[2]["progress"], 2, "{mode}: notifications stream through");
+                assert_eq!(
+                    results[2]["progress"], 2,
+                    "{mode}: notifications stream through"
+                );
             }
         }
         let ops = crate::common::send(http::Method::GET, &proxy.admin_url("/ops"), &[], "")
@@ -144,7 +198,11 @@ async fn a_tool_that_answers_is_error_is_failed_and_runs_again() {
         for attempt in 1..=2 {
             let result = session(&proxy, mode, &workflow, &call).await;
             assert!(is_error(&result[0]), "{mode}: {result:?}");
-            assert_eq!(result[0]["meta"], Value::Null, "{mode}: the tool's own error");
+            assert_eq!(
+                result[0]["meta"],
+                Value::Null,
+                "{mode}: the tool's own error"
+            );
             assert_eq!(state(&proxy, &id).await, "failed");
             assert_eq!(server.effects(), 2 * i + attempt, "{mode}: run again");
         }
@@ -165,7 +223,10 @@ async fn notifications_reach_the_first_caller_and_only_the_response_is_stored() 
         let first = session(&proxy, mode, &workflow, &["report", "invoice=in_5"]).await;
         let again = session(&proxy, mode, &workflow, &["report", "invoice=in_5"]).await;
         assert_eq!(first[0]["progress"], 2, "{mode}: {first:?}");
-        assert_eq!(again[0]["progress"], 0, "{mode}: a replay is the response alone");
+        assert_eq!(
+            again[0]["progress"], 0,
+            "{mode}: a replay is the response alone"
+        );
         assert_eq!(again[0]["text"], first[0]["text"]);
         let id = format!("billing%2Freport%2F{workflow}:in_5");
         let stored = crate::common::send(
@@ -176,9 +237,16 @@ async fn notifications_reach_the_first_caller_and_only_the_response_is_stored() 
         )
         .await
         .expect("stored response");
-        assert_eq!(stored.header("content-type"), Some("application/json"), "{mode}");
+        assert_eq!(
+            stored.header("content-type"),
+            Some("application/json"),
+            "{mode}"
+        );
         assert_eq!(stored.header("mcp-session-id"), None, "{mode}");
         let message = stored.json();
-        assert_eq!(message["result"]["content"][0]["text"], "report of in_5", "{message}");
+        assert_eq!(
+            message["result"]["content"][0]["text"], "report of in_5",
+            "{message}"
+        );
     }
 }

@@ -376,9 +376,8 @@ fn approval_show_without_approval_loads_with_a_warning() {
 }
 
 /// The contract's example policy, verbatim, loads (`protocol = "http"`, and `approval_show`
-/// and `operator_show` beside `approval = "none"`, among its keys); `protocol = "mcp"` is
-/// refused by name (a row
-/// of `BROKEN`). Before 2026-12-03 the example was refused twice over.
+/// and `operator_show` beside `approval = "none"`, among its keys). Before 2026-12-03 the
+/// example was refused twice over.
 #[test]
 fn the_contracts_example_policy_loads_as_written() {
     let config = load_ok(&fixture("contract_example"));
@@ -923,16 +922,33 @@ const BROKEN: &[Broken] = &[
         )],
         ..ROW
     },
-    // Keys of the external contract not available yet are refused by name (the contract's
-    // example policy itself loads: `the_contracts_example_policy_loads_as_written`).
+    // An MCP provider's routes name tools, an HTTP provider's name paths: each mistake names
+    // the file, the route's match and the fix.
     Broken {
-        fixture: "protocol_mcp",
-        lines: &[(
-            "policies/tools.toml",
-            &["provider.protocol", "\"mcp\"", "not available"],
-        )],
+        fixture: "mcp_matches",
+        lines: &[
+            (
+                "policies/tools.toml",
+                &[
+                    "route \"refund\": match",
+                    "\"POST /refunds\" is not a tool",
+                    "\"tools/call NAME\"",
+                ],
+            ),
+            (
+                "policies/plain.toml",
+                &[
+                    "route \"refund\": match",
+                    "names an MCP tool",
+                    "protocol = \"mcp\"",
+                ],
+            ),
+        ],
+        count: Some(2),
         ..ROW
     },
+    // Keys of the external contract not available yet are refused by name (the contract's
+    // example policy itself loads: `the_contracts_example_policy_loads_as_written`).
     Broken {
         fixture: "intercept",
         lines: &[(

@@ -397,3 +397,32 @@ async fn check_passes_the_shipped_config_with_every_policy() {
             .any(|l| l.contains("proxy.toml") && l.contains("ok"))
     );
 }
+
+/// The MCP example (`policies/examples/mcp-billing.toml`) passes `check` with no warning once
+/// copied into a policies folder, its tool routes in the routes table; the shipped proxy.toml
+/// does not load it (its folder is not `policies/` itself).
+#[tokio::test]
+async fn check_passes_the_mcp_example_policy_which_the_shipped_config_leaves_out() {
+    let text = std::fs::read_to_string(repo("policies/examples/mcp-billing.toml")).unwrap();
+    let dir = Proxy::builder().policy("mcp-billing", &text).write();
+    let config = dir.config_path().to_string_lossy().into_owned();
+    let (status, stdout, stderr) = dir.run_cli(&["check", "-c", &config]).await;
+    assert!(status.success(), "{status:?}\n{stderr}");
+    assert!(!stderr.contains("WARN"), "{stderr}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("billing   /mcp/billing")),
+        "{stdout}"
+    );
+    for route in ["refund  tools/call refund", "lookup  tools/call lookup"] {
+        assert!(
+            stdout.contains(route),
+            "{route} is not in the routes table:\n{stdout}"
+        );
+    }
+    let shipped = repo("proxy.toml").to_string_lossy().into_owned();
+    let (status, stdout, _) = dir.run_cli(&["check", "-c", &shipped]).await;
+    assert!(status.success());
+    assert!(!stdout.contains("tools/call"), "{stdout}");
+}
