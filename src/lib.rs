@@ -21,6 +21,8 @@
 //! The request path:
 //! - `proxy`: routing and unguarded streaming; `shape`: the proxy's own problem answers shaped
 //!   for a provider's SDK (`pending_status`, `[[provider.answer]]`).
+//! - `mcp`: an MCP provider's endpoint (`protocol = "mcp"`), each `POST` routed by its JSON-RPC
+//!   body: a guarded tool's call to `guard`, the rest passed through; problems as tool errors.
 //! - `guard`: the ledger protocol for guarded routes, step by step; `settle`: the background
 //!   settler of unknown operations (re-send or look up).
 //! - `claim`: the one ledger transaction that decides a guarded request and records it;
@@ -60,6 +62,8 @@
 //!   walk, its field paths, the principal).
 //! - `template`: the `{source:argument}` template language (docs/reference.md section 4).
 //! - `path`: the one normalized spelling of a request path, and the ambiguous ones refused.
+//! - `jsonrpc`: MCP's JSON-RPC messages: what a body is, routing headers, the response out of
+//!   an event stream, answers under another request's `id`, tool errors.
 //!
 //! The ground floor:
 //! - `body`: a buffered request body, parsed once by content type (JSON, form, bytes).
