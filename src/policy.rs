@@ -586,10 +586,13 @@ impl Provider {
             })
     }
 
-    /// Whether this request is for an MCP provider's endpoint itself (`POST` to exactly the
-    /// mount): its route, if any, is named by its JSON-RPC body (`tool_route`).
+    /// Whether this request is for an MCP provider's endpoint itself and may carry a JSON-RPC
+    /// message (exactly the mount; `POST`, or any method that is not a body-less read or a
+    /// session's `DELETE`, so that no other method carries a tool call past the guard): its
+    /// route, if any, is named by its body (`tool_route`).
     pub fn takes_tool_calls(&self, method: &Method, path: &str) -> bool {
-        self.protocol == Protocol::Mcp && method == Method::POST && path == "/"
+        let bodiless = [Method::GET, Method::HEAD, Method::DELETE, Method::OPTIONS];
+        self.protocol == Protocol::Mcp && path == "/" && !bodiless.contains(method)
     }
 
     /// The route of the MCP tool `name` (`match = "tools/call NAME"`).

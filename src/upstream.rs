@@ -514,7 +514,7 @@ pub fn target_uri(
 /// goes to `/mcp`, never `/mcp/` (a server may take that for another resource, or redirect).
 fn push_path(s: &mut String, base_path: &str, rel_path: &str, query: Option<&str>) {
     s.push_str(base_path);
-    if !(rel_path == "/" && !base_path.is_empty()) {
+    if rel_path != "/" || base_path.is_empty() {
         s.push_str(rel_path);
     }
     if let Some(q) = query {

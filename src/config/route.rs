@@ -151,6 +151,11 @@ pub(super) fn route(
         .map(|r| reconcile(&mut s.nested("reconcile."), r, captures));
     if effect == Some(Effect::ReadOnly) {
         read_only_extras(s, approval, reconcile.is_some());
+    } else if protocol == Protocol::Mcp && reconcile.is_some() {
+        let why = "an MCP tool's effect cannot be looked up with an HTTP request (remove it: an \
+                   unknown outcome waits for an operator, or a re-send where dedupe or the \
+                   effect allow one)";
+        s.push("reconcile", why);
     }
     Some(Route {
         name: name?,

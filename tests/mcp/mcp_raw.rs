@@ -171,3 +171,29 @@ async fn an_event_stream_is_read_to_the_tools_response_and_a_lost_one_is_unknown
     assert_eq!(problem["type"], "urn:idemproxy:outcome-unknown");
     assert_eq!(resp.header("idem-state"), Some("unknown"));
 }
+
+#[tokio::test]
+async fn a_tool_call_under_another_method_is_still_guarded() {
+    let behavior = Behavior::fixed(200, RESPONSE).header("content-type", "application/json");
+    let (provider, proxy) = start(behavior, "").await;
+    let headers = [
+        ("content-type", "application/json"),
+        ("x-workflow-id", "wf-1"),
+    ];
+    for (i, id) in [json!(1), json!(2)].into_iter().enumerate() {
+        let body = call(id.clone(), "refund", 5);
+        let resp = send(Method::PUT, &proxy.url("/mcp/billing"), &headers, body)
+            .await
+            .expect("answer");
+        assert_eq!(
+            resp.header("idem-operation-id"),
+            Some("billing/refund/wf-1:in_1")
+        );
+        assert_eq!(
+            resp.header("idempotent-replayed"),
+            Some(["false", "true"][i])
+        );
+        assert_eq!(resp.json()["id"], id);
+    }
+    assert_eq!(provider.request_count(), 1);
+}

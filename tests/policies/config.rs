@@ -943,8 +943,16 @@ const BROKEN: &[Broken] = &[
                     "protocol = \"mcp\"",
                 ],
             ),
+            (
+                "policies/tools.toml",
+                &[
+                    "route \"charge\": reconcile",
+                    "MCP tool",
+                    "cannot be looked up",
+                ],
+            ),
         ],
-        count: Some(2),
+        count: Some(3),
         ..ROW
     },
     // Keys of the external contract not available yet are refused by name (the contract's
