@@ -406,6 +406,25 @@ impl Route {
     pub fn is_guarded(&self) -> bool {
         self.effect != Effect::ReadOnly
     }
+
+    /// `fingerprint_ignore` as fields of the kept request (what `approval_show` masks): on a
+    /// tool route its entries name arguments, which the JSON-RPC request holds under
+    /// `params[arguments]`.
+    pub fn ignored_in_request(&self) -> std::borrow::Cow<'_, [String]> {
+        match self.tool {
+            None => std::borrow::Cow::Borrowed(&self.fingerprint_ignore),
+            Some(_) => (self.fingerprint_ignore.iter())
+                .map(|f| argument_in_request(f))
+                .collect(),
+        }
+    }
+}
+
+/// An argument of an MCP tool call (a bracket path: `metadata[step]`) as a field of the
+/// JSON-RPC request: `params[arguments][metadata][step]`.
+pub fn argument_in_request(field: &str) -> String {
+    let (head, rest) = field.split_at(field.find('[').unwrap_or(field.len()));
+    format!("params[arguments][{head}]{rest}")
 }
 
 /// One provider policy file, validated.

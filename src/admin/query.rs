@@ -201,7 +201,7 @@ async fn shown_request(
     };
     Ok(Some(crate::shown::approval_request(
         fields,
-        &route.fingerprint_ignore,
+        &route.ignored_in_request(),
         &kept,
     )))
 }

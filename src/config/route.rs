@@ -452,9 +452,7 @@ fn argument_field(entry: &str) -> String {
 /// An `approval_show` or `operator_show` entry of an MCP route (an argument, by bracket path
 /// or pointer) as a field of the JSON-RPC request: `amount` is `params[arguments][amount]`.
 fn argument_in_request(entry: &str) -> String {
-    let field = argument_field(entry);
-    let (head, rest) = field.split_at(field.find('[').unwrap_or(field.len()));
-    format!("params[arguments][{head}]{rest}")
+    crate::policy::argument_in_request(&argument_field(entry))
 }
 
 /// The segments of a match's path (its query or fragment, refused by the caller, left out);

@@ -197,3 +197,62 @@ async fn a_tool_call_under_another_method_is_still_guarded() {
     }
     assert_eq!(provider.request_count(), 1);
 }
+
+/// `approval_show` names arguments (a bracket path or a pointer), and an argument
+/// `fingerprint_ignore` leaves out is shown masked and is not a new intent.
+#[tokio::test]
+async fn approval_show_and_fingerprint_ignore_name_arguments() {
+    let provider = FakeProvider::start(Behavior::fixed(200, RESPONSE)).await;
+    let policy = format!(
+        "[provider]\nname = \"billing\"\nupstream = \"{}/mcp\"\nmount = \"/mcp/billing\"\n\
+         protocol = \"mcp\"\n[[route]]\nname = \"refund\"\nmatch = \"tools/call refund\"\n\
+         operation_id = \"{{header:x-workflow-id}}\"\napproval = \"required\"\n\
+         approval_show = [\"amount\", \"/note\"]\nfingerprint_ignore = [\"/note\"]\n",
+        provider.url()
+    );
+    let proxy = Proxy::builder().policy("billing", &policy).start().await;
+    let body = |note: &str| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "refund", "arguments": {"amount": 5, "note": note}}})
+        .to_string()
+    };
+    for note in ["first", "second"] {
+        let resp = post(&proxy, &[], body(note)).await;
+        let problem = tool_error(&resp, json!(1));
+        assert_eq!(problem["type"], "urn:idemproxy:awaiting-approval", "{note}");
+    }
+    let op = proxy.op_json("billing/refund/wf-1").await;
+    let fields = &op["approval_request"]["fields"];
+    assert_eq!(fields["params[arguments][amount]"], "5", "{op}");
+    let masked = &op["approval_request"]["masked"];
+    assert_eq!(masked, &json!(["params[arguments][note]"]), "{op}");
+    assert_eq!(provider.request_count(), 0);
+}
+
+/// A tool that takes an idempotency argument gets the operation's key there, on every attempt,
+/// whatever the caller put in it (left out of the fingerprint).
+#[tokio::test]
+async fn the_key_goes_into_the_tools_arguments_where_key_json_field_says() {
+    let behavior = Behavior::fixed(500, "").header("content-type", "application/json");
+    let extra = "key_json_field = \"/params/arguments/idempotency_key\"\ndedupe = \"key\"";
+    let (provider, proxy) = start(behavior, extra).await;
+    for (i, own_key) in ["mine", "another"].into_iter().enumerate() {
+        let mut body: Value = serde_json::from_str(&call(json!(i), "refund", 5)).unwrap();
+        body["params"]["arguments"]["idempotency_key"] = json!(own_key);
+        // The server's own answer, which proves nothing: unknown, and re-sent next time.
+        let resp = post(&proxy, &[], body.to_string()).await;
+        assert_eq!(resp.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(resp.header("idem-state"), Some("unknown"));
+    }
+    let sent: Vec<Value> = (provider.requests().iter())
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    assert_eq!(
+        sent.len(),
+        2,
+        "re-sent under the same key (dedupe = \"key\")"
+    );
+    let key = &sent[0]["params"]["arguments"]["idempotency_key"];
+    assert_eq!(key.as_str().map(str::len), Some(64), "{key}");
+    assert_eq!(&sent[1]["params"]["arguments"]["idempotency_key"], key);
+}
