@@ -546,6 +546,36 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_match_is_the_endpoint_and_a_name() {
+        let (m, tool) = tool_matcher("tools/call  refund").unwrap();
+        assert_eq!(
+            (m.method, m.segments.len(), tool.as_str()),
+            (Method::POST, 0, "refund")
+        );
+        for wrong in [
+            "POST /refunds",
+            "tools/call",
+            "tools/call a b",
+            "tools/list x",
+        ] {
+            let e = tool_matcher(wrong).unwrap_err();
+            assert!(e.contains("tools/call NAME"), "{wrong}: {e}");
+        }
+    }
+
+    #[test]
+    fn argument_pointers_become_bracket_paths_in_the_request() {
+        assert_eq!(argument_field("/metadata/trace~1id"), "metadata[trace/id]");
+        assert_eq!(argument_field("/items/0/price"), "items[0][price]");
+        assert_eq!(argument_field("note"), "note");
+        assert_eq!(
+            argument_in_request("/metadata/step"),
+            "params[arguments][metadata][step]"
+        );
+        assert_eq!(argument_in_request("amount"), "params[arguments][amount]");
+    }
+
+    #[test]
     fn match_patterns_compile() {
         let m = matcher("POST /v1/refunds/{id}/cancel").unwrap();
         assert_eq!(m.method, Method::POST);
