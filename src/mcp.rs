@@ -25,8 +25,9 @@ use crate::problem::{Context, Own, Problem};
 use crate::upstream;
 use crate::wire::{ProxyBody, full};
 
-/// Serves one `POST` to an MCP provider's endpoint: the answer, its metrics outcome, and the
-/// route of the tool it called, if a route names it.
+/// Serves one request to an MCP provider's endpoint that may carry a message (a `POST`, see
+/// `Provider::takes_tool_calls`): the answer, its metrics outcome, and the route of the tool
+/// it called, if a route names it.
 pub async fn handle<'a>(
     app: &Arc<App>,
     target: &Target<'a>,

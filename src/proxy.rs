@@ -88,7 +88,9 @@ fn routed(
     let target = resolve(app, &req).inspect_err(|(problem, _)| {
         tracing::info!(%method, status = problem.status().as_u16(), outcome = problem.kind(), "refused");
     })?;
-    let guarded = target.route.as_ref().is_some_and(|(r, _)| r.is_guarded());
+    // An MCP endpoint's message may be a guarded tool call: its answer may be stored too.
+    let guarded = target.route.as_ref().is_some_and(|(r, _)| r.is_guarded())
+        || (target.provider).takes_tool_calls(&method, &target.rel_path);
     let version = req.version();
     // Hop-by-hop headers, and whatever `Connection` names, go first: what the guard reads
     // (body type, principal, templates) is what is sent, and nothing named there can strip

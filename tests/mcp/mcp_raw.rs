@@ -113,13 +113,15 @@ async fn a_replay_answers_the_replaying_requests_id_without_the_original_session
         .header("content-type", "application/json")
         .header("mcp-session-id", "s-1");
     let (provider, proxy) = start(behavior, "").await;
-    let first = post(
-        &proxy,
-        &[("mcp-session-id", "s-1")],
-        call(json!(1), "refund", 5),
-    )
-    .await;
+    let first_headers = [("mcp-session-id", "s-1"), ("accept-encoding", "gzip")];
+    let first = post(&proxy, &first_headers, call(json!(1), "refund", 5)).await;
     assert_eq!(first.text(), RESPONSE);
+    let sent = &provider.requests()[0];
+    assert_eq!(
+        sent.header("accept-encoding"),
+        Some("identity"),
+        "stored as sent"
+    );
     assert_eq!(first.header("idempotent-replayed"), Some("false"));
     // A new id, a new session, other `_meta`: the same intent.
     let replay = post(
