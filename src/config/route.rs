@@ -146,6 +146,12 @@ pub(super) fn route(
         None => approval_show.clone(),
     };
     hazards::fingerprint_headers(s, fp_headers.as_deref().unwrap_or_default(), redact);
+    let listed = fp_headers.as_deref().unwrap_or_default();
+    if protocol == Protocol::Mcp && listed.iter().any(|h| h == "mcp-session-id") {
+        let why = "Mcp-Session-Id never counts: a call repeated from a new session is the same \
+                   intent (remove it)";
+        s.push("fingerprint_headers", why);
+    }
     let reconcile = raw
         .reconcile
         .map(|r| reconcile(&mut s.nested("reconcile."), r, captures));

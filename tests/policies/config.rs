@@ -951,8 +951,15 @@ const BROKEN: &[Broken] = &[
                     "cannot be looked up",
                 ],
             ),
+            (
+                "policies/tools.toml",
+                &[
+                    "route \"charge\": fingerprint_headers",
+                    "Mcp-Session-Id never counts",
+                ],
+            ),
         ],
-        count: Some(3),
+        count: Some(4),
         ..ROW
     },
     // Keys of the external contract not available yet are refused by name (the contract's
