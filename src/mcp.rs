@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::app::App;
 use crate::body::{self, Body};
 use crate::guard::{self, Answer, Read, Target};
-use crate::jsonrpc::{self, Message};
+use crate::jsonrpc::{self, Message, ToolCall};
 use crate::policy::{Route, Unmatched};
 use crate::problem::{Context, Own, Problem};
 use crate::upstream;
@@ -52,34 +52,48 @@ pub async fn handle<'a>(
             return ((resp, "rejected"), None);
         }
     };
-    let call = match message {
-        Message::ToolCall(call) => call,
+    match message {
+        Message::ToolCall(call) => Box::pin(tool_call(app, target, call, read, &ctx)).await,
         Message::Batch { tool_calls: true } => {
             let why = "a batch may not hold a tools/call (send each call in a request of its own)";
             let problem = Problem::InvalidBody(why.into());
-            return ((problem.into_response(&ctx), "rejected"), None);
+            ((problem.into_response(&ctx), "rejected"), None)
         }
-        _ => return ((passthrough(app, target, read).await, "passthrough"), None),
-    };
-    let id = call.id.clone().unwrap_or(Value::Null);
+        _ => ((passthrough(app, target, read).await, "passthrough"), None),
+    }
+}
+
+/// A `tools/call`: guarded when a guarded route names its tool, refused when none does and
+/// the provider rejects what it does not name, else passed through.
+async fn tool_call<'a>(
+    app: &Arc<App>,
+    target: &Target<'a>,
+    call: ToolCall,
+    read: Read,
+    ctx: &Context,
+) -> (Answer, Option<&'a Route>) {
     let single = jsonrpc::single_exchange(&read.parts.headers);
-    let route = call.name.as_deref().and_then(|n| provider.tool_route(n));
-    let (resp, outcome) = match route {
-        Some(route) if route.is_guarded() => match call.id {
-            Some(_) => Box::pin(guard::handle_read(app, target, route, &Vec::new(), read)).await,
-            None => {
-                let why =
-                    "a tools/call of a guarded tool needs an id (it was sent as a notification)";
-                let problem = Problem::InvalidBody(why.into());
-                return ((problem.into_response(&ctx), "rejected"), Some(route));
-            }
-        },
-        None if provider.unmatched == Unmatched::Reject => {
-            (Problem::RouteNotAllowed.into_response(&ctx), "rejected")
+    let route = call
+        .name
+        .as_deref()
+        .and_then(|n| target.provider.tool_route(n));
+    let (resp, outcome) = match (route, &call.id) {
+        (Some(route), Some(_)) if route.is_guarded() => {
+            Box::pin(guard::handle_read(app, target, route, &Vec::new(), read)).await
         }
-        _ => (passthrough(app, target, read).await, "passthrough"),
+        (Some(route), None) if route.is_guarded() => {
+            let why = "a tools/call of a guarded tool needs an id (it was sent as a notification)";
+            let problem = Problem::InvalidBody(why.into());
+            return ((problem.into_response(ctx), "rejected"), Some(route));
+        }
+        (None, _) if target.provider.unmatched == Unmatched::Reject => {
+            (Problem::RouteNotAllowed.into_response(ctx), "rejected")
+        }
+        _ => return ((passthrough(app, target, read).await, "passthrough"), route),
     };
+    let id = call.id.unwrap_or(Value::Null);
     let resp = match outcome {
+        // `on_missing_id = "pass"`: sent unguarded, answered as it came.
         "passthrough" => resp,
         _ => Box::pin(for_client(resp, &id, single)).await,
     };
