@@ -15,3 +15,4 @@ mod ca_config;
 mod ca_init;
 mod connect;
 mod limits;
+mod reload;
