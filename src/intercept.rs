@@ -1,5 +1,5 @@
 //! `CONNECT` on the agents' listener, for clients that only honour `HTTPS_PROXY`
-//! (docs/reference.md section 6.4).
+//! (docs/reference.md section 6.3).
 //!
 //! With `[intercept]`, a CONNECT to a host and port a provider's https `upstream` names is
 //! answered 200; the connection then becomes a TLS server (a leaf for that host signed by the

@@ -1,5 +1,5 @@
 //! The guarded protocol through an intercepted CONNECT tunnel (docs/reference.md section
-//! 6.4): a client that only knows HTTPS_PROXY and the proxy's CA sends the provider's own URL
+//! 6.3): a client that only knows HTTPS_PROXY and the proxy's CA sends the provider's own URL
 //! (`https://localhost:PORT/v1/refunds`, its upstream), and gets what the plain path gives:
 //! a lost answer recovered with one effect, a changed retry refused with 409, an unknown
 //! outcome held, ledger replays, over HTTP/1.1 and h2; and the plain path and the tunnel are

@@ -1,4 +1,4 @@
-//! What CONNECT is answered (docs/reference.md section 6.4): 501 without `[intercept]`; 403
+//! What CONNECT is answered (docs/reference.md section 6.3): 501 without `[intercept]`; 403
 //! `no-route` for a host no provider's https upstream names and no `tunnel` entry lists; an
 //! opaque byte tunnel to a `tunnel` entry; and inside an intercepted tunnel, 421
 //! `misdirected` for a request naming another host, nothing sent.

@@ -1,4 +1,4 @@
-//! The inbound limits inside tunnels (docs/reference.md section 6.4): a client that never
+//! The inbound limits inside tunnels (docs/reference.md section 6.3): a client that never
 //! starts TLS after the 200 is dropped after `header_timeout`, and a tunnel holds its
 //! connection's place under `max_connections` for as long as it lives.
 
