@@ -116,12 +116,14 @@ impl Problem {
                 and its policy says `unmatched = \"reject\"`. Nothing was sent; the request is \
                 refused until an operator adds a route for it to the policy."
                 .into(),
-            Problem::ConnectNotSupported => "This proxy does not intercept HTTPS (CONNECT): its \
+            Problem::ConnectNotSupported => {
+                "HTTPS interception (CONNECT) is not configured on this proxy: its \
                 configuration has no [intercept] table. Nothing was sent. Send the request in \
                 plain HTTP to the provider's mount instead, for example \
                 http://127.0.0.1:8080/stripe/v1/refunds (the proxy speaks HTTPS to the \
                 provider), or ask an operator to configure [intercept]."
-                .into(),
+                    .into()
+            }
             Problem::BodyTooLarge { limit } => format!(
                 "The request body is larger than {limit} bytes, the proxy's `max_request_body` \
                  for guarded routes. Nothing was sent. Send a smaller body."
