@@ -417,6 +417,22 @@ mod tests {
         size_of::<Fut>()
     }
 
+    #[test]
+    fn a_tunnels_requests_name_its_host_and_port() {
+        assert!(names_host("api.stripe.com", "api.stripe.com", 443));
+        assert!(names_host("API.Stripe.com:443", "api.stripe.com", 443));
+        assert!(names_host("[::1]:8443", "::1", 8443));
+        assert!(!names_host("api.stripe.com", "api.stripe.com", 8443));
+        assert!(!names_host("api.stripe.com:444", "api.stripe.com", 443));
+        assert!(!names_host("evil.example", "api.stripe.com", 443));
+        assert!(!names_host(
+            "api.stripe.com.evil.example",
+            "api.stripe.com",
+            443
+        ));
+        assert!(!names_host("not a host", "api.stripe.com", 443));
+    }
+
     /// hyper moves a request's future (the handler's) for every request, and builds the
     /// pass-through's inside it: `handle` holds the request it is given (its argument) and a
     /// few words beside the pass-through's future, and no second copy of the request.
