@@ -38,6 +38,13 @@ impl Timestamp {
         Duration::from_millis(self.0.saturating_sub(earlier.0).max(0) as u64)
     }
 
+    /// The same instant as a date and time in UTC (the Unix epoch if out of range).
+    pub fn to_datetime(self) -> time::OffsetDateTime {
+        let nanos = i128::from(self.0) * 1_000_000;
+        time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+    }
+
     /// RFC 3339 in UTC with millisecond precision, e.g. `2026-11-30T09:50:45.123Z`.
     pub fn to_rfc3339(self) -> String {
         let nanos = i128::from(self.0) * 1_000_000;

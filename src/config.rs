@@ -20,12 +20,14 @@
 //! - `forward`: providers a forward-proxy request could not tell apart.
 //! - `retention`: `[retention]` and its check against the providers.
 //! - `notify`: `[notify]`, the webhook that tells a person when an operation needs one.
+//! - `intercept`: `[intercept]`, the local CA and the tunnels of CONNECT (HTTPS_PROXY clients).
 
 mod answer;
 mod at;
 mod forward;
 mod hazards;
 mod inbound;
+mod intercept;
 mod notify;
 mod provider;
 mod raw;
@@ -49,6 +51,7 @@ use values::{duration, size, socket};
 
 pub use hazards::{CREDENTIAL_HEADERS, FRAMING_HEADERS};
 pub use inbound::Inbound;
+pub use intercept::{HostPort, Intercept};
 pub use notify::Notify;
 pub use raw::{MAX_DURATION, parse_duration, parse_size};
 pub use retention::Retention;
@@ -70,6 +73,8 @@ pub struct Config {
     pub retention: Retention,
     /// `[notify]` with a webhook; `None`: no notifications.
     pub notify: Option<Notify>,
+    /// `[intercept]`; `None`: CONNECT is refused (501).
+    pub intercept: Option<Intercept>,
     /// One per policy file, sorted by name.
     pub providers: Vec<Provider>,
     /// Settings that load but do less than they seem to; `check` prints them, `serve` logs
@@ -176,6 +181,9 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     };
     if let Some(config) = &config {
         retention::check(path, &config.retention, &providers, &mut errors);
+        if let Some(intercept) = &config.intercept {
+            intercept::check(path, intercept, &providers, &mut errors);
+        }
     }
     let config = config.map(|mut config| {
         config.policies = policies.unwrap_or_default();
@@ -186,6 +194,19 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     match config {
         Some(config) if errors.is_empty() => Ok(config),
         _ => Err(ConfigErrors(errors)),
+    }
+}
+
+/// The `listen` address proxy.toml at `path` names, read without validating the rest (for
+/// `idemproxy ca init`, which runs before `[intercept]` can load); the default when the file
+/// or the key is absent or unreadable.
+pub fn listen_of(path: &Path) -> String {
+    const DEFAULT: &str = "127.0.0.1:8080";
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let table: toml::Table = toml::from_str(&text).unwrap_or_default();
+    match table.get("listen").and_then(|v| v.as_str()) {
+        Some(listen) if listen.parse::<SocketAddr>().is_ok() => listen.to_string(),
+        _ => DEFAULT.to_string(),
     }
 }
 
@@ -246,13 +267,9 @@ fn settings(
         }
         file => Some(LedgerAt::File(base.join(file))),
     };
-    if raw.intercept.is_some() {
-        s.push(
-            "intercept",
-            "HTTPS interception for HTTPS_PROXY clients is not available in this version (remove \
-             the [intercept] table, and point the agent's SDK at the provider's mount instead)",
-        );
-    }
+    let intercept = raw
+        .intercept
+        .map(|raw| intercept::settings(&mut s.nested("intercept."), base, raw));
     let replicas_given = raw.replicas.is_some();
     let raw_replicas = raw.replicas.unwrap_or_default();
     let lease = s.duration(
@@ -278,6 +295,10 @@ fn settings(
         limits: limits?,
         retention: retention?,
         notify: notify.ok()?,
+        intercept: match intercept {
+            None => None,
+            Some(intercept) => Some(intercept?),
+        },
         providers: Vec::new(),
         warnings,
     })

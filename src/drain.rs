@@ -42,8 +42,23 @@ where
     }
 }
 
-/// The served connections, for the stop.
-#[derive(Default)]
+impl<I, S, E, B> Graceful for auto::UpgradeableConnection<'static, I, S, E>
+where
+    Self: Future,
+    S: HttpService<Incoming, ResBody = B>,
+    S::Error: Into<BoxError>,
+    I: Read + Write + Unpin,
+    B: Body + 'static,
+    B::Error: Into<BoxError>,
+    E: auto::HttpServerConnExec<S::Future, B>,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        auto::UpgradeableConnection::graceful_shutdown(self);
+    }
+}
+
+/// The served connections, for the stop; a clone watches for the same stop.
+#[derive(Default, Clone)]
 pub struct Drain {
     shared: Arc<Shared>,
 }

@@ -9,8 +9,12 @@
 //! hyper's own starts only once it has told HTTP/1 from h2 (which a client that sends nothing
 //! never lets it do), and it makes, registers and drops a new timer for every request, which
 //! cost about 5% of a forwarded request's instructions; this one keeps one timer per
-//! connection and moves its deadline on. This module never reads or answers a request.
+//! connection and moves its deadline on. `builder` is the one HTTP server configuration of
+//! agents' connections (plain and inside an intercepted tunnel), `Answering` the future of
+//! each request served on them. This module never reads or answers a request.
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -19,14 +23,23 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::Version;
+use http::{Response, Version};
 use http_body::{Body, Frame, SizeHint};
 use hyper::rt::{Read, ReadBufCursor, Write};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 use crate::wire::{BoxError, ProxyBody};
+
+/// Inbound protections: oversized headers, too many h2 streams (timeouts are configured).
+/// The number of header lines is hyper's own limit (100; over it, 431): naming a limit of our
+/// own would make hyper allocate and fill a header table for every request it parses.
+/// The request head (HTTP/1.1) or header list (h2) may not exceed this; over it, 431.
+const MAX_HEADER_BYTES: u32 = 64 * 1024;
+const MAX_H2_STREAMS: u32 = 256;
 
 /// The first pause after a failed accept, and the longest one.
 const FIRST_PAUSE: Duration = Duration::from_millis(10);
@@ -127,6 +140,8 @@ const WAITING: u8 = 0;
 const SERVING: u8 = 1;
 /// h2: `header_timeout` bounds only the first request, so no timer from then on.
 const MULTIPLEXED: u8 = 2;
+/// A CONNECT was answered 2xx: the connection is a tunnel now, timed by whoever serves it.
+const TUNNELLED: u8 = 3;
 
 impl Phase {
     /// A request head arrived; its answer's body (wrapped by `answer`) ends the serving.
@@ -139,6 +154,11 @@ impl Phase {
                 self.state
                     .compare_exchange(WAITING, SERVING, Ordering::AcqRel, Ordering::Acquire);
         }
+    }
+
+    /// The connection was handed over to a tunnel: no request head is awaited on it any more.
+    pub fn hand_over(&self) {
+        self.state.store(TUNNELLED, Ordering::Release);
     }
 
     /// The answer's body, which ends the serving (HTTP/1.1) when it is dropped.
@@ -209,10 +229,9 @@ impl Drop for AnswerBody {
 /// makes then tells whether the wait has lasted `timeout`, even when hyper, having dropped
 /// the answer's body, reads nothing until the agent sends more.
 ///
-/// The server takes no upgrades (`CONNECT` is refused, `Upgrade` is not served), so every
-/// read here is hyper's. A connection handed on as a tunnel would still be timed as if it
-/// waited for a head: serving upgrades needs its answer to end the timing for good, as h2's
-/// first request does.
+/// The only upgrade served is a CONNECT answered 2xx (`intercept`), whose answer ends the
+/// timing for good (`Phase::hand_over`), as h2's first request does: the tunnel's reads pass
+/// through here untimed, and the tunnel times its own TLS handshake and request heads.
 pub struct HeadTimeout<I> {
     io: I,
     clock: Pin<Box<Sleep>>,
@@ -312,5 +331,66 @@ impl<I: Write + Unpin> Write for HeadTimeout<I> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+}
+
+/// hyper's HTTP/1.1 header timer is off: `HeadTimeout` times every wait for a head.
+pub fn builder() -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .header_read_timeout(None::<Duration>)
+        // One buffer per write (the head and a small body copied together), not a queue of
+        // buffers for `writev`: fewer instructions per answer, the same bytes.
+        .writev(false)
+        // hyper answers 431 once an unparsed head fills the read buffer; its default
+        // (~400 KiB) would let a head far over the limit through. Bodies still stream.
+        .max_buf_size(MAX_HEADER_BYTES as usize);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_H2_STREAMS)
+        .max_header_list_size(MAX_HEADER_BYTES);
+    builder
+}
+
+pin_project_lite::pin_project! {
+    /// A request's future as hyper holds it: the handler's, with its answer's body handed to
+    /// the connection's `Phase`. Not an `async` block, which would hold the handler's future
+    /// twice (the one it captured and the one it awaits), and hyper moves the whole of it for
+    /// every request.
+    pub struct Answering<F> {
+        #[pin]
+        response: F,
+        phase: Arc<Phase>,
+        // A CONNECT: a 2xx answer hands the connection over to a tunnel.
+        connect: bool,
+    }
+}
+
+impl<F: Future<Output = Response<ProxyBody>>> Future for Answering<F> {
+    type Output = Result<Response<AnswerBody>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let phase = this.phase;
+        this.response.poll(cx).map(|resp| {
+            if *this.connect && resp.status().is_success() {
+                phase.hand_over();
+            }
+            Ok(resp.map(|body| phase.answer(body)))
+        })
+    }
+}
+
+impl<F> Answering<F> {
+    /// The answer `response` will be to a request `Phase::begin` was told of; `connect` for a
+    /// CONNECT, whose 2xx answer ends the connection's header timing for good.
+    pub fn new(response: F, phase: Arc<Phase>, connect: bool) -> Answering<F> {
+        Answering {
+            response,
+            phase,
+            connect,
+        }
     }
 }

@@ -9,7 +9,8 @@
 //! - `ops`: the `idemproxy ops` command line, a client of the admin API.
 //! - `server`: listeners, connections, the stop; `inbound`: connection limits (the wait for
 //!   each request head, the connection cap, accept backoff); `drain`: graceful shutdown of the
-//!   served connections.
+//!   served connections; `intercept`: CONNECT from HTTPS_PROXY clients (TLS terminated with a
+//!   leaf of the local CA and served by the request path, or an opaque tunnel).
 //! - `admin`: the admin API, with the live event stream (`GET /events`); its token is
 //!   `admin::token`.
 //! - `notify`: notifications to the `[notify]` webhook when an operation needs a person (the
@@ -66,6 +67,7 @@
 //!   an event stream, answers under another request's `id`, tool errors.
 //!
 //! The ground floor:
+//! - `authority`: the local CA of `[intercept]` (`ca init`, its checks) and the leaves it signs.
 //! - `body`: a buffered request body, parsed once by content type (JSON, form, bytes).
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
 //! - `durable`: a new file's name made durable (its folder synced), for the ledger and the secret.
@@ -80,6 +82,7 @@
 pub mod admin;
 pub mod answer;
 pub mod app;
+pub mod authority;
 pub mod body;
 pub mod budget;
 pub mod claim;
@@ -96,6 +99,7 @@ pub mod guard;
 pub mod handoff;
 pub mod identity;
 pub mod inbound;
+pub mod intercept;
 pub mod jsonrpc;
 pub mod kept;
 pub mod ledger;

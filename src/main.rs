@@ -94,6 +94,25 @@ enum Command {
     Ledger(LedgerVerb),
     /// A lost-response refund, end to end, offline.
     Demo,
+    /// The local CA of [intercept], for clients that only honour HTTPS_PROXY.
+    #[command(subcommand)]
+    Ca(CaVerb),
+}
+
+#[derive(Subcommand)]
+enum CaVerb {
+    /// Make a new CA: DIR/ca.pem and DIR/ca.key (mode 0600). Never overwrites either; print
+    /// how to configure the proxy and trust the CA.
+    Init {
+        /// proxy.toml: its folder holds the default DIR (`ca`), and its `listen` goes into the
+        /// HTTPS_PROXY line printed. It need not exist yet.
+        #[arg(short, long, value_name = "FILE", default_value = "proxy.toml")]
+        config: PathBuf,
+        /// Where to write ca.pem and ca.key (created if needed); default: `ca` beside
+        /// proxy.toml. To rotate the CA, name a new folder.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -128,7 +147,52 @@ fn main() -> ExitCode {
         Command::Reload(args) => idemproxy::ops::reload(&args),
         Command::Ledger(LedgerVerb::Copy { from, to }) => ledger_copy(&from, &to),
         Command::Demo => demo(),
+        Command::Ca(CaVerb::Init { config, dir }) => ca_init(&config, dir),
     }
+}
+
+/// `idemproxy ca init`: the two files, then the lines that put them to use.
+fn ca_init(config: &std::path::Path, dir: Option<PathBuf>) -> ExitCode {
+    let base = config.parent().unwrap_or(std::path::Path::new(""));
+    let dir = dir.unwrap_or_else(|| base.join("ca"));
+    let now = idemproxy::clock::Timestamp::now().to_datetime();
+    let (cert, key) = match idemproxy::authority::init(&dir, now) {
+        Ok(paths) => paths,
+        Err(e) => {
+            eprintln!("idemproxy ca init: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let absolute = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.into());
+    // Relative to proxy.toml's folder when inside it, as proxy.toml's paths are read.
+    let folder = absolute(match base.as_os_str().is_empty() {
+        true => std::path::Path::new("."),
+        false => base,
+    });
+    let in_config = |p: &std::path::Path| {
+        let p = absolute(p);
+        p.strip_prefix(&folder)
+            .map_or_else(|_| p.display().to_string(), |r| r.display().to_string())
+    };
+    let listen = idemproxy::config::listen_of(config);
+    let pem = absolute(&cert).display().to_string();
+    println!(
+        "wrote {} (the CA certificate) and {} (its key, mode 0600: keep it private)",
+        cert.display(),
+        key.display()
+    );
+    println!();
+    println!("In {}:", config.display());
+    println!("[intercept]");
+    println!("ca_cert = {:?}", in_config(&cert));
+    println!("ca_key  = {:?}", in_config(&key));
+    println!();
+    println!("In the agent's environment (trust this CA, send HTTPS through the proxy):");
+    println!("export HTTPS_PROXY=http://{listen}");
+    println!("export SSL_CERT_FILE={pem}        # Python (ssl, httpx); replaces the default roots");
+    println!("export REQUESTS_CA_BUNDLE={pem}   # Python requests; replaces the default roots");
+    println!("export NODE_EXTRA_CA_CERTS={pem}  # Node.js; added to the default roots");
+    ExitCode::SUCCESS
 }
 
 fn init_logs(format: LogFormat, default_filter: &str) {

@@ -44,9 +44,13 @@ pub async fn handle<'a>(
     };
     let message = match read_message(&read) {
         Ok(message) => message,
-        Err((problem, None)) => return ((problem.into_response(&ctx), "rejected"), None),
+        Err((why, None)) => {
+            let problem = Problem::InvalidBody(why);
+            return ((problem.into_response(&ctx), "rejected"), None);
+        }
         // A tool call hears it as a tool error, like any other problem.
-        Err((problem, Some(id))) => {
+        Err((why, Some(id))) => {
+            let problem = Problem::InvalidBody(why);
             let single = jsonrpc::single_exchange(&read.parts.headers);
             let resp = Box::pin(for_client(problem.into_response(&ctx), &id, single)).await;
             return ((resp, "rejected"), None);
@@ -102,14 +106,14 @@ async fn tool_call<'a>(
 
 /// What the buffered body is; a body that is not one JSON value (objects naming a key once),
 /// or whose routing headers disagree with it, is refused: no server must read it otherwise.
-/// A refused tool call's `id` comes with the problem.
-fn read_message(read: &Read) -> Result<Message, (Problem, Option<Value>)> {
+/// The refusal is an `invalid-body` problem's detail; a refused tool call's `id` comes with it.
+fn read_message(read: &Read) -> Result<Message, (String, Option<Value>)> {
     let json = HeaderValue::from_static("application/json");
     let parsed = body::parse_checked(Some(&json), read.bytes.clone())
-        .map_err(|repeated| (Problem::InvalidBody(repeated.to_string()), None))?;
+        .map_err(|repeated| (repeated.to_string(), None))?;
     let Body::Json(value) = parsed else {
         let why = "the MCP endpoint takes JSON-RPC messages, and this body is not JSON";
-        return Err((Problem::InvalidBody(why.into()), None));
+        return Err((why.into(), None));
     };
     let message = jsonrpc::message(&value);
     if let Err(why) = jsonrpc::headers_agree(&read.parts.headers, &message) {
@@ -117,7 +121,7 @@ fn read_message(read: &Read) -> Result<Message, (Problem, Option<Value>)> {
             Message::ToolCall(call) => call.id,
             _ => None,
         };
-        return Err((Problem::InvalidBody(why), id));
+        return Err((why, id));
     }
     Ok(message)
 }

@@ -75,6 +75,9 @@ pub enum Problem {
     LoopDetected,
     #[error("several providers' upstreams are {0}")]
     AmbiguousHost(String),
+    /// Inside an intercepted CONNECT tunnel to `tunnel`, a request naming another host.
+    #[error("a request for {named} inside the tunnel to {tunnel}")]
+    Misdirected { tunnel: String, named: String },
     // Inbound limits: the client's pace, or everyone's load.
     #[error("the request body was not complete within {after:?}")]
     BodyTimeout { after: Duration },
@@ -152,6 +155,7 @@ pub const KINDS: &[&str] = &[
     "body-timeout",
     "overloaded",
     "principal-mismatch",
+    "misdirected",
 ];
 
 /// The RFC 9457 members and the proxy's own: a policy may never add or change them.
@@ -220,6 +224,7 @@ impl Problem {
             }
             Problem::LoopDetected => StatusCode::LOOP_DETECTED,
             Problem::AmbiguousHost(_) => StatusCode::FORBIDDEN,
+            Problem::Misdirected { .. } => StatusCode::MISDIRECTED_REQUEST,
             Problem::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Problem::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             Problem::OperationExpired { .. } => StatusCode::GONE,
@@ -249,6 +254,7 @@ impl Problem {
             Problem::InvalidMethod(_) => "invalid-method",
             Problem::LoopDetected => "loop-detected",
             Problem::AmbiguousHost(_) => "no-route",
+            Problem::Misdirected { .. } => "misdirected",
             Problem::BodyTimeout { .. } => "body-timeout",
             Problem::Overloaded => "overloaded",
             Problem::OperationExpired { .. } => "operation-expired",
@@ -277,6 +283,7 @@ impl Problem {
             Problem::InvalidMethod(_) => "Invalid method",
             Problem::LoopDetected => "Loop detected",
             Problem::AmbiguousHost(_) => "No route",
+            Problem::Misdirected { .. } => "Misdirected request",
             Problem::BodyTimeout { .. } => "Body timeout",
             Problem::Overloaded => "Overloaded",
             Problem::OperationExpired { .. } => "Operation expired",
@@ -410,6 +417,10 @@ mod tests {
             Problem::InvalidMethod("m".into()),
             Problem::LoopDetected,
             Problem::AmbiguousHost("h".into()),
+            Problem::Misdirected {
+                tunnel: "t:443".into(),
+                named: "n".into(),
+            },
             Problem::BodyTimeout {
                 after: Duration::from_secs(1),
             },

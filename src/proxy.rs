@@ -24,6 +24,15 @@ use crate::problem::{Context, Problem};
 use crate::upstream;
 use crate::wire::{BoxError, ProxyBody};
 
+/// Marks a request that arrived inside an intercepted CONNECT tunnel to `host:port`: it is
+/// routed to the provider whose upstream that is, as a forward-proxy request for
+/// `https://host:port/path` would be, and refused (421) if it names another host.
+#[derive(Debug, Clone)]
+pub struct Intercepted {
+    pub host: String,
+    pub port: u16,
+}
+
 /// Serves one agent request.
 pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<ProxyBody> {
     let started = Instant::now();
@@ -216,6 +225,9 @@ fn locate<'a>(
     req: &Request<Incoming>,
     path: &str,
 ) -> Result<(&'a Provider, String), Problem> {
+    if let Some(tunnel) = req.extensions().get::<Intercepted>() {
+        return intercepted(app, req, tunnel, path);
+    }
     let uri = req.uri();
     // h2 requests always carry an authority; only HTTP/1 absolute-form means forward proxying.
     let forward = req.version() < Version::HTTP_2 && uri.authority().is_some();
@@ -229,6 +241,50 @@ fn locate<'a>(
         Forward::Unknown => Err(Problem::NoHost(authority.to_string())),
         Forward::Ambiguous => Err(Problem::AmbiguousHost(host.to_string())),
     }
+}
+
+/// The provider of a request inside the tunnel to `tunnel`, after checking that the host it
+/// names (its authority, else its `Host`) is the tunnel's: the tunnel's certificate covers
+/// that host alone, and a request for another must not reach this one's provider.
+fn intercepted<'a>(
+    app: &'a App,
+    req: &Request<Incoming>,
+    tunnel: &Intercepted,
+    path: &str,
+) -> Result<(&'a Provider, String), Problem> {
+    let named = match req.uri().authority() {
+        Some(authority) => Some(authority.as_str()),
+        None => req
+            .headers()
+            .get(http::header::HOST)
+            .map(|h| h.to_str().unwrap_or("\u{fffd}")),
+    };
+    if let Some(named) = named
+        && !names_host(named, &tunnel.host, tunnel.port)
+    {
+        return Err(Problem::Misdirected {
+            tunnel: format!("{}:{}", tunnel.host, tunnel.port),
+            named: named.chars().take(256).collect(),
+        });
+    }
+    match app.provider_for_host(&tunnel.host, Some(tunnel.port), path) {
+        Forward::To(provider, rel_path) => Ok((provider, rel_path)),
+        Forward::Unknown => Err(Problem::NoHost(format!("{}:{}", tunnel.host, tunnel.port))),
+        Forward::Ambiguous => Err(Problem::AmbiguousHost(tunnel.host.clone())),
+    }
+}
+
+/// Whether an authority (`host[:port]`) names `host` and `port` (443, https's, when it names
+/// none).
+fn names_host(authority: &str, host: &str, port: u16) -> bool {
+    let Ok(authority) = authority.parse::<http::uri::Authority>() else {
+        return false;
+    };
+    let named = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    named.eq_ignore_ascii_case(host) && authority.port_u16().unwrap_or(443) == port
 }
 
 /// Headers that ask a server to act as another method than the request line's.
@@ -368,6 +424,22 @@ mod tests {
         F: Fn(Arc<App>, Request<Incoming>) -> Fut,
     {
         size_of::<Fut>()
+    }
+
+    #[test]
+    fn a_tunnels_requests_name_its_host_and_port() {
+        assert!(names_host("api.stripe.com", "api.stripe.com", 443));
+        assert!(names_host("API.Stripe.com:443", "api.stripe.com", 443));
+        assert!(names_host("[::1]:8443", "::1", 8443));
+        assert!(!names_host("api.stripe.com", "api.stripe.com", 8443));
+        assert!(!names_host("api.stripe.com:444", "api.stripe.com", 443));
+        assert!(!names_host("evil.example", "api.stripe.com", 443));
+        assert!(!names_host(
+            "api.stripe.com.evil.example",
+            "api.stripe.com",
+            443
+        ));
+        assert!(!names_host("not a host", "api.stripe.com", 443));
     }
 
     /// hyper moves a request's future (the handler's) for every request, and builds the

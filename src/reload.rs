@@ -4,7 +4,8 @@
 //! It owns the whole of one reload: reading the files as `check` does, refusing a
 //! configuration that does not load or that changes what only a restart can apply (the
 //! listeners, the ledger and what was built around them at start), and otherwise putting a new
-//! `App` in the `Live` slot. It never reopens a listener or the ledger and never touches an
+//! `App` in the `Live` slot. `[intercept]` is reloaded whole (its CA files read again, its
+//! tunnels): new CONNECTs follow it, tunnels already open keep what they were opened with. It never reopens a listener or the ledger and never touches an
 //! operation: those already recorded keep the key and kept request stored with them, exactly
 //! as across a restart. One reload runs at a time; each is logged and counted.
 
@@ -15,7 +16,7 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 
 use crate::app::{App, Live, attempt_reach};
-use crate::config::{Config, LedgerAt};
+use crate::config::{Config, Intercept, LedgerAt};
 
 /// What asked for a reload, for its log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,6 +228,9 @@ fn changes(old: &Config, new: &Config) -> Changes {
     if old.policies != new.policies {
         settings.push("policies");
     }
+    if !same_intercept(old.intercept.as_ref(), new.intercept.as_ref()) {
+        settings.push("intercept");
+    }
     let same = settings.is_empty()
         && providers.added.is_empty()
         && providers.removed.is_empty()
@@ -236,6 +240,21 @@ fn changes(old: &Config, new: &Config) -> Changes {
         providers,
         settings,
         warnings: Vec::new(),
+    }
+}
+
+/// Whether `[intercept]` is the same: both off, or the same files, CA certificate (and so key,
+/// which must match it) and tunnels.
+fn same_intercept(old: Option<&Intercept>, new: Option<&Intercept>) -> bool {
+    match (old, new) {
+        (None, None) => true,
+        (Some(o), Some(n)) => {
+            o.ca_cert == n.ca_cert
+                && o.ca_key == n.ca_key
+                && o.tunnel == n.tunnel
+                && o.authority.same_certificate(&n.authority)
+        }
+        _ => false,
     }
 }
 

@@ -10,21 +10,19 @@
 //! are applied here through `inbound`. Both listeners accept on the runtime that runs the
 //! server; an agent's connection is then handed to the next shard (`shard`, one
 //! single-threaded runtime per core) and served there, an operator's stays where it was
-//! accepted.
+//! accepted. A CONNECT on the agents' listener goes to `intercept`, which keeps the
+//! connection's permit for as long as the tunnel it makes lives.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::Duration;
 
-use http::{Request, Response};
+use futures_util::future::Either;
+use http::{Method, Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::runtime::Handle;
@@ -34,19 +32,13 @@ use crate::admin::token::Token;
 use crate::app::{App, Live};
 use crate::config::Config;
 use crate::drain::Drain;
-use crate::inbound::{Acceptor, AnswerBody, HeadTimeout, Phase};
+use crate::inbound::{Acceptor, Answering, HeadTimeout, builder};
+use crate::intercept::Held;
 use crate::notify::notifier::Notifier;
 use crate::operation::Operation;
 use crate::reload::{Reloader, Trigger};
 use crate::shard::Shards;
 use crate::wire::ProxyBody;
-
-/// Inbound protections: oversized headers, too many h2 streams (timeouts are configured).
-/// The number of header lines is hyper's own limit (100; over it, 431): naming a limit of our
-/// own would make hyper allocate and fill a header table for every request it parses.
-/// The request head (HTTP/1.1) or header list (h2) may not exceed this; over it, 431.
-const MAX_HEADER_BYTES: u32 = 64 * 1024;
-const MAX_H2_STREAMS: u32 = 256;
 
 /// The bound addresses, known once both listeners are up.
 #[derive(Debug, Clone, Copy)]
@@ -149,10 +141,10 @@ impl Server {
             tokio::select! {
                 conn = agents.accept(&proxy) => {
                     let on = Some(shards.next());
-                    serve_conn(&builder, &drain, conn, on, &live, crate::proxy::handle);
+                    serve_conn(&builder, &drain, conn, on, &live, true, crate::proxy::handle);
                 },
                 conn = operators.accept(&admin) => {
-                    serve_conn(&builder, &drain, conn, None, &live, operate.clone());
+                    serve_conn(&builder, &drain, conn, None, &live, false, operate.clone());
                 },
                 () = &mut shutdown => break,
             }
@@ -286,34 +278,17 @@ fn announce(bound: Bound) {
     tracing::info!(proxy = %bound.proxy, admin = %bound.admin, "listening");
 }
 
-/// hyper's HTTP/1.1 header timer is off: `HeadTimeout` times every wait for a head.
-fn builder() -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .header_read_timeout(None::<Duration>)
-        // One buffer per write (the head and a small body copied together), not a queue of
-        // buffers for `writev`: fewer instructions per answer, the same bytes.
-        .writev(false)
-        // hyper answers 431 once an unparsed head fills the read buffer; its default
-        // (~400 KiB) would let a head far over the limit through. Bodies still stream.
-        .max_buf_size(MAX_HEADER_BYTES as usize);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(MAX_H2_STREAMS)
-        .max_header_list_size(MAX_HEADER_BYTES);
-    builder
-}
-
 /// Serves one accepted connection with `handler` on the runtime `on` (`None`: this one),
-/// watched by the graceful shutdown; its permit (if any) is given back when it ends.
+/// watched by the graceful shutdown; its permit (if any) is given back when it ends, or when
+/// the tunnel a CONNECT made of it ends. `tunnels`: a CONNECT goes to `intercept` (the agents'
+/// listener), else to `handler` like any request.
 fn serve_conn<H, F>(
     builder: &auto::Builder<TokioExecutor>,
     drain: &Drain,
     (stream, permit): (tokio::net::TcpStream, Option<OwnedSemaphorePermit>),
     on: Option<&Handle>,
     live: &Arc<Live>,
+    tunnels: bool,
     handler: H,
 ) where
     H: Fn(Arc<App>, Request<Incoming>) -> F + Clone + Send + 'static,
@@ -336,14 +311,21 @@ fn serve_conn<H, F>(
     };
     let timeout = live.current().config.limits.inbound.header_timeout;
     let (io, phase) = HeadTimeout::new(TokioIo::new(stream), timeout);
-    let live = live.clone();
+    let permit: Held = permit.map(Arc::new);
+    let (live, held, tunnel_drain) = (live.clone(), permit.clone(), drain.clone());
     let svc = service_fn(move |req: Request<Incoming>| {
         phase.begin(req.version());
-        let response = handler(live.current(), req);
-        let phase = phase.clone();
-        Answering { response, phase }
+        let connect = tunnels && req.method() == Method::CONNECT;
+        let response = if connect {
+            let tunnel =
+                crate::intercept::connect(live.clone(), tunnel_drain.clone(), held.clone(), req);
+            Either::Right(Box::pin(tunnel))
+        } else {
+            Either::Left(handler(live.current(), req))
+        };
+        Answering::new(response, phase.clone(), connect)
     });
-    let conn = builder.serve_connection(io, svc);
+    let conn = builder.serve_connection_with_upgrades(io, svc);
     let conn = drain.watch(conn.into_owned());
     let serving = async move {
         if let Err(e) = conn.await {
@@ -354,30 +336,6 @@ fn serve_conn<H, F>(
     match on {
         Some(shard) => drop(shard.spawn(serving)),
         None => drop(tokio::spawn(serving)),
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// A request's future as hyper holds it: the handler's, with its answer's body handed to
-    /// the connection's `Phase`. Not an `async` block, which would hold the handler's future
-    /// twice (the one it captured and the one it awaits), and hyper moves the whole of it for
-    /// every request.
-    struct Answering<F> {
-        #[pin]
-        response: F,
-        phase: Arc<Phase>,
-    }
-}
-
-impl<F: Future<Output = Response<ProxyBody>>> Future for Answering<F> {
-    type Output = Result<Response<AnswerBody>, Infallible>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let phase = this.phase;
-        this.response
-            .poll(cx)
-            .map(|resp| Ok(resp.map(|body| phase.answer(body))))
     }
 }
 

@@ -49,6 +49,7 @@ fn config(admin_listen: &str) -> Config {
             tombstones: Duration::from_secs(86_400),
         },
         notify: None,
+        intercept: None,
         providers: Vec::new(),
         warnings: Vec::new(),
     }

@@ -23,8 +23,16 @@ pub(super) struct RawProxy {
     pub retention: Option<RawRetention>,
     pub notify: Option<RawNotify>,
     pub replicas: Option<RawReplicas>,
-    /// HTTPS interception, not built: present only to be refused by name.
-    pub intercept: Option<Value>,
+    pub intercept: Option<RawIntercept>,
+}
+
+/// `[intercept]`: HTTPS interception for clients that use `HTTPS_PROXY`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIntercept {
+    pub ca_cert: Option<String>,
+    pub ca_key: Option<String>,
+    pub tunnel: Option<Vec<String>>,
 }
 
 /// `[replicas]`: only meaningful with a PostgreSQL ledger.

@@ -118,6 +118,7 @@ fn config(dir: &Path, providers: Vec<Provider>) -> Config {
         },
         retention: Retention::default(),
         notify: None,
+        intercept: None,
         providers,
         warnings: Vec::new(),
     }

@@ -32,7 +32,8 @@ impl Problem {
             | Problem::InvalidOperationId { .. }
             | Problem::InvalidPath(_)
             | Problem::InvalidMethod(_)
-            | Problem::AmbiguousHost(_) => Advice::FixRequest,
+            | Problem::AmbiguousHost(_)
+            | Problem::Misdirected { .. } => Advice::FixRequest,
             Problem::NoHost(_)
             | Problem::RouteNotAllowed
             | Problem::ShadowedRoute { .. }
@@ -115,10 +116,14 @@ impl Problem {
                 and its policy says `unmatched = \"reject\"`. Nothing was sent; the request is \
                 refused until an operator adds a route for it to the policy."
                 .into(),
-            Problem::ConnectNotSupported => "HTTPS interception (CONNECT) is not supported. \
-                Send the request in plain HTTP to the provider's mount instead, for example \
-                http://127.0.0.1:8080/stripe/v1/refunds; the proxy speaks HTTPS to the provider."
-                .into(),
+            Problem::ConnectNotSupported => {
+                "HTTPS interception (CONNECT) is not configured on this proxy: its \
+                configuration has no [intercept] table. Nothing was sent. Send the request in \
+                plain HTTP to the provider's mount instead, for example \
+                http://127.0.0.1:8080/stripe/v1/refunds (the proxy speaks HTTPS to the \
+                provider), or ask an operator to configure [intercept]."
+                    .into()
+            }
             Problem::BodyTooLarge { limit } => format!(
                 "The request body is larger than {limit} bytes, the proxy's `max_request_body` \
                  for guarded routes. Nothing was sent. Send a smaller body."
@@ -169,6 +174,11 @@ impl Problem {
             Problem::AmbiguousHost(host) => format!(
                 "More than one provider's upstream is {host} on different ports, and the \
                  request names no port. Nothing was sent. Name the port in the request's URL."
+            ),
+            Problem::Misdirected { tunnel, named } => format!(
+                "This connection is a tunnel to {tunnel}, and this request is for {named}. \
+                 Nothing was sent. Send it through a tunnel to its own host (a CONNECT to it), \
+                 which an HTTPS_PROXY client opens for each host by itself."
             ),
             Problem::BodyTimeout { after } => format!(
                 "The request body did not arrive in full within {}, the proxy's `body_timeout` \

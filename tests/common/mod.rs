@@ -26,6 +26,7 @@ pub mod relay;
 pub mod replicas;
 pub mod shop;
 pub mod tls;
+pub mod tunnel;
 pub mod webhook;
 
 #[allow(unused_imports)]

@@ -13,6 +13,7 @@ mod common;
 mod concurrency;
 mod conflict;
 mod identity_errors;
+mod intercepted;
 mod json_exact;
 mod key_injection;
 mod key_length;

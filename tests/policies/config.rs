@@ -966,10 +966,20 @@ const BROKEN: &[Broken] = &[
     // example policy itself loads: `the_contracts_example_policy_loads_as_written`).
     Broken {
         fixture: "intercept",
-        lines: &[(
-            "proxy.toml",
-            &["intercept", "HTTPS interception", "not available"],
-        )],
+        lines: &[
+            (
+                "proxy.toml",
+                &[
+                    "intercept.ca_cert",
+                    "cannot read the CA certificate",
+                    "ca init",
+                ],
+            ),
+            (
+                "proxy.toml",
+                &["intercept.ca_key", "cannot read the CA key", "ca init"],
+            ),
+        ],
         ..ROW
     },
     // A pass-through provider whose upstream holds a guarded provider's (same host and port,

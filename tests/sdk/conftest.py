@@ -1,7 +1,8 @@
 """Fixtures of the SDK tests: a fake provider and the real proxy in front of it.
 
 `guard(name, fake, **provider_keys)` starts idemproxy with the shipped policies/{name}.toml,
-its `upstream` pointed at the fake (plus any [provider] keys a test replaces, such as a short
+its `upstream` pointed at the fake (or, with `intercept=True`, a proxy with `[intercept]` and a
+CA of `idemproxy ca init`) (plus any [provider] keys a test replaces, such as a short
 `timeout`); both are stopped when the test ends, and a failing test prints the proxy's log.
 """
 
@@ -16,9 +17,9 @@ from harness import Proxy, shipped_policy
 def guard(request):
     started = []
 
-    def start(name, upstream, extra_env=None, **provider_keys):
+    def start(name, upstream, extra_env=None, intercept=False, **provider_keys):
         url = upstream if isinstance(upstream, str) else upstream.url
-        proxy = Proxy(name, shipped_policy(name, url, **provider_keys), extra_env)
+        proxy = Proxy(name, shipped_policy(name, url, **provider_keys), extra_env, intercept)
         started.append(proxy)
         return proxy
 

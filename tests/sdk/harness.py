@@ -64,7 +64,7 @@ def toml_value(value):
 class Proxy:
     """A running `idemproxy serve`; `stop()` (or the fixture) kills it and removes its dir."""
 
-    def __init__(self, policy_name, policy_text, extra_env=None):
+    def __init__(self, policy_name, policy_text, extra_env=None, intercept=False):
         self.dir = tempfile.TemporaryDirectory(prefix="idemproxy-sdk-")
         root = Path(self.dir.name)
         (root / "policies").mkdir()
@@ -73,6 +73,16 @@ class Proxy:
             'listen = "127.0.0.1:0"\nadmin_listen = "127.0.0.1:0"\n'
             'ledger = "ledger.redb"\npolicies = "policies"\n'
         )
+        if intercept:
+            # HTTPS for HTTPS_PROXY clients: a new CA by `idemproxy ca init`, as a user makes it.
+            subprocess.run(
+                [binary(), "ca", "init", "-c", str(root / "proxy.toml")],
+                check=True,
+                capture_output=True,
+            )
+            with open(root / "proxy.toml", "a") as config:
+                config.write('\n[intercept]\nca_cert = "ca/ca.pem"\nca_key = "ca/ca.key"\n')
+            self.ca_pem = str(root / "ca" / "ca.pem")
         self.log_path = root / "proxy.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("IDEMPROXY_")}
         env["IDEMPROXY_LOG"] = "info"

@@ -62,3 +62,10 @@ fn resend_sdk() {
 fn agent_examples() {
     pytest("test_examples.py");
 }
+
+/// Agents that only honour HTTPS_PROXY: requests, httpx (h1 and h2) and the stripe SDK
+/// through `[intercept]`, talking to `https://api.stripe.com` as always.
+#[test]
+fn https_proxy_clients() {
+    pytest("test_intercept.py");
+}
