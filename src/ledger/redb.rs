@@ -442,8 +442,8 @@ pub(super) fn check(path: &Path) -> Result<super::Checked, LedgerError> {
 const CACHE_BYTES: usize = 10 << 20;
 
 /// Opens (or creates) the database file with the ledger's settings; start-up, the reopen
-/// after a storage error and `ledger copy` use the same. Its storage is `grown::Grown` (space
-/// redb grows the file by is written, not left a hole). A file it creates has its name made
+/// after a storage error and `ledger copy` use the same. Its storage is `grown::Grown` (no page
+/// written into a hole of the file). A file it creates has its name made
 /// durable (its folder synced) once redb has made it a database.
 pub(crate) fn create_database(path: &Path) -> Result<Database, redb::DatabaseError> {
     let (file, created) = ledger_file(path).map_err(redb::StorageError::from)?;

@@ -1,43 +1,68 @@
 //! The ledger file as redb's storage: redb's own `FileBackend` (its reads, writes, syncs and
-//! file locks, so a second process is still refused), except that when redb grows the file it
-//! writes zeros over the new range instead of leaving a hole.
+//! file locks, so a second process is still refused), except that no page is written into a
+//! hole of the file: before a write that reaches past the part of the file already written,
+//! that part is extended with zeros, a bounded step (`AHEAD`) beyond the write.
 //!
-//! Why: redb grows the file with `set_len`, and a page later written into that hole makes
-//! the commit's `fdatasync` also commit the file system's journal for the newly allocated
-//! blocks; into blocks already written it does not, and costs about half
-//! (docs/performance.md, "Written growth"). The zeros are what redb asks of new space anyway
-//! ("new positions must be initialized to zero"), so nothing reads differently.
+//! Why: redb grows the file with `set_len`, which leaves the new range a hole, and a commit
+//! whose pages land in a hole makes its `fdatasync` also commit the file system's journal
+//! for the newly allocated blocks; into blocks already written it does not, and costs about
+//! half (docs/performance.md, "Written growth"). Zeros are what redb asks of new space
+//! ("new positions must be initialized to zero"), so nothing reads differently. The zeros go
+//! down a step at a time, with the writes that need them, rather than over the whole growth
+//! when the file grows: a large ledger doubles its length in one growth (gigabytes), and
+//! neither the writer's pause nor the disk space of writing all of that at once is wanted.
 //!
-//! It never changes what `len` reports (the file's length, exactly what redb set), never
-//! writes below the old end of the file, and never syncs on its own: redb syncs the grown
-//! file itself before its layout can reach the header. A shrink is redb's `set_len` as is.
+//! It never changes the file's length (`len` is exactly what redb set), never writes zeros
+//! where anything was written since the file was opened, and never syncs on its own: the
+//! zeros reach the disk with the commit whose pages needed them.
 
 use std::fs::File;
 use std::io;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use redb::backends::FileBackend;
 use redb::{BackendError, DatabaseError, StorageBackend};
 
-/// How many bytes of zeros one write puts down: growth is written in chunks of this size, so
-/// a growth of hundreds of MiB never needs a buffer as large.
+/// How far past a write that reaches the unwritten part of the file the zeros go: one step
+/// serves the commits of many batches, and bounds what one write waits for.
+const AHEAD: u64 = 4 << 20;
+/// The most bytes of zeros one system call writes.
 const CHUNK: usize = 1 << 20;
 
-/// redb's file backend with written growth.
+/// redb's file backend, with no page written into a hole.
 #[derive(Debug)]
 pub(in crate::ledger) struct Grown {
     file: FileBackend,
+    /// Below this offset the file has no hole this backend knows of: at open, its length
+    /// (what an earlier process left is taken as it is); then as far as zeros or pages have
+    /// been written. Moves only with `ahead` held; read without it by the writes below it.
+    written: AtomicU64,
+    /// Held while the file's length or `written` changes, so a page never races the zeros.
+    ahead: Mutex<()>,
 }
 
 impl Grown {
     pub(in crate::ledger) fn new(file: File) -> Result<Grown, DatabaseError> {
+        let file = FileBackend::new(file)?;
+        let written = file.len().map_err(redb::StorageError::from)?;
         Ok(Grown {
-            file: FileBackend::new(file)?,
+            file,
+            written: AtomicU64::new(written),
+            ahead: Mutex::new(()),
         })
     }
 
-    /// Writes zeros over `from..to`, a range redb just added to the file.
-    fn zero(&self, from: u64, to: u64) -> Result<(), io::Error> {
+    /// Writes zeros from `written` to `AHEAD` past `end` (not past the file's end), unless
+    /// another write has already done so.
+    fn zero_up_to(&self, end: u64) -> Result<(), io::Error> {
+        let _ahead = self.ahead.lock().unwrap_or_else(PoisonError::into_inner);
+        let from = self.written.load(Ordering::Acquire);
+        if end <= from {
+            return Ok(());
+        }
+        let to = self.file.len()?.min(end.saturating_add(AHEAD)).max(from);
         let chunk = usize::try_from(to - from).map_or(CHUNK, |n| n.min(CHUNK));
         let zeros = vec![0u8; chunk];
         let mut at = from;
@@ -46,6 +71,8 @@ impl Grown {
             self.file.write(at, &zeros[..n])?;
             at += n as u64;
         }
+        // A write past the file's end extends it, and leaves no hole below its own end.
+        self.written.store(to.max(end), Ordering::Release);
         Ok(())
     }
 }
@@ -59,18 +86,12 @@ impl StorageBackend for Grown {
         self.file.read(offset, out)
     }
 
-    /// redb's `set_len`; a growth then has its new range written with zeros. If that fails
-    /// (a full disk), the file goes back to its old length, best effort, so the failed growth
-    /// holds no space, and redb gets the error as from any failed resize.
+    /// redb's `set_len`, as is: a growth adds a hole, which later writes fill as they reach it.
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
-        let old = self.file.len()?;
+        let _ahead = self.ahead.lock().unwrap_or_else(PoisonError::into_inner);
         self.file.set_len(len)?;
-        if len <= old {
-            return Ok(());
-        }
-        self.zero(old, len).inspect_err(|_| {
-            let _ = self.file.set_len(old);
-        })
+        self.written.fetch_min(len, Ordering::AcqRel);
+        Ok(())
     }
 
     fn sync_data(&self) -> Result<(), io::Error> {
@@ -78,6 +99,10 @@ impl StorageBackend for Grown {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
+        let end = offset.saturating_add(data.len() as u64);
+        if end > self.written.load(Ordering::Acquire) {
+            self.zero_up_to(end)?;
+        }
         self.file.write(offset, data)
     }
 
