@@ -28,8 +28,11 @@ use redb::{BackendError, DatabaseError, StorageBackend};
 /// How far past a write that reaches the unwritten part of the file the zeros go: one step
 /// serves the commits of many batches, and bounds what one write waits for.
 const AHEAD: u64 = 4 << 20;
-/// The most bytes of zeros one system call writes.
-const CHUNK: usize = 1 << 20;
+/// The bytes of zeros one system call writes: one page of redb's. The file system caches a
+/// file in folios sized by the writes that made them, and writes a dirty folio back whole; so
+/// zeros written a MiB at a time would make every later 4 KiB page that redb writes there
+/// cost the sync a MiB.
+const CHUNK: usize = 4096;
 
 /// redb's file backend, with no page written into a hole.
 #[derive(Debug)]
