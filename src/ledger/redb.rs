@@ -12,7 +12,6 @@
 pub(in crate::ledger) mod batch;
 pub(in crate::ledger) mod copy;
 pub(in crate::ledger) mod counts;
-pub(in crate::ledger) mod grown;
 pub(in crate::ledger) mod hot;
 pub(in crate::ledger) mod meta;
 pub(in crate::ledger) mod query;
@@ -442,38 +441,31 @@ pub(super) fn check(path: &Path) -> Result<super::Checked, LedgerError> {
 const CACHE_BYTES: usize = 10 << 20;
 
 /// Opens (or creates) the database file with the ledger's settings; start-up, the reopen
-/// after a storage error and `ledger copy` use the same. Its storage is `grown::Grown` (no page
-/// written into a hole of the file). A file it creates has its name made
+/// after a storage error and `ledger copy` use the same. A file it creates has its name made
 /// durable (its folder synced) once redb has made it a database.
 pub(crate) fn create_database(path: &Path) -> Result<Database, redb::DatabaseError> {
-    let (file, created) = ledger_file(path).map_err(redb::StorageError::from)?;
+    let created = private_file(path).map_err(redb::StorageError::from)?;
     let db = Database::builder()
         .set_cache_size(CACHE_BYTES)
-        .create_with_backend(grown::Grown::new(file)?)?;
+        .create(path)?;
     if created {
         crate::durable::sync_parent(path).map_err(redb::StorageError::from)?;
     }
     Ok(db)
 }
 
-/// Opens `path` for reading and writing, creating it empty and readable by its owner only
-/// (0600) unless it exists: the ledger holds stored answers and kept requests, for this
-/// process's user alone. An existing file keeps the mode it has. (redb initializes an empty
-/// file as a new database.) The file, and whether it was created.
-fn ledger_file(path: &Path) -> std::io::Result<(std::fs::File, bool)> {
+/// Creates `path` empty and readable by its owner only (0600), unless it exists: the ledger
+/// holds stored answers and kept requests, for this process's user alone. An
+/// existing file keeps the mode it has. (redb initializes an empty file as a new database.)
+/// Whether it created the file.
+fn private_file(path: &Path) -> std::io::Result<bool> {
     let mut options = std::fs::OpenOptions::new();
-    options.read(true).write(true).create_new(true);
+    options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     match options.open(path) {
-        Ok(file) => Ok((file, true)),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(path)?;
-            Ok((file, false))
-        }
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(e),
     }
 }

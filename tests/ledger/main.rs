@@ -1,7 +1,7 @@
 //! Behaviour tests of the ledger and the process that keeps it: crashes, a full disk, a ledger
 //! that cannot write, group commit and a failed sync, a new ledger's names, the
 //! installation secret, `ledger copy`, retention and tombstones, what it never holds, graceful
-//! shutdown, huge pages and the written growth of the file.
+//! shutdown and huge pages.
 //!
 //! One test binary for the area (the crate is linked once for all of them), one module per
 //! subject, sharing the harness in `tests/common/`. `cargo test --test ledger` runs the area;
@@ -24,4 +24,3 @@ mod retention;
 mod secrets;
 mod shutdown;
 mod tombstones;
-mod written_growth;
