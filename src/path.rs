@@ -209,6 +209,15 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn a_normal_form_is_rooted_and_its_own_normal_form(raw in "(/|[a-zA-Z~]{1,3}|%[0-9a-fA-F]{2}|%|\\.|;){0,16}") {
+            let once = normalize(&raw);
+            proptest::prop_assert!(once.starts_with('/'));
+            proptest::prop_assert_eq!(normalize(&once), once.clone());
+        }
+    }
+
     /// The segments `normalize` keeps, without its fast path.
     fn segment_normal(path: &str) -> Vec<String> {
         let mut segments: Vec<String> = Vec::new();
