@@ -146,9 +146,11 @@ impl KeptRequest {
         let (&has_ct, after) = rest.split_first()?;
         rest = after;
         let ct = take(&mut rest)?;
-        let content_type = match has_ct {
-            0 => None,
-            _ => Some(HeaderValue::from_bytes(ct).ok()?),
+        // Only what `encode` writes: a flag of 0 or 1, and no content type behind a 0.
+        let content_type = match (has_ct, ct) {
+            (0, []) => None,
+            (1, ct) => Some(HeaderValue::from_bytes(ct).ok()?),
+            _ => return None,
         };
         Some(KeptRequest {
             method,
@@ -328,6 +330,19 @@ mod tests {
                 proptest::prop_assert_eq!(request.encode(), bytes);
             }
         }
+    }
+
+    #[test]
+    fn a_content_type_flag_encode_never_writes_decodes_to_nothing() {
+        let bytes = kept(Some("text/plain")).encode();
+        let flag = 1 + 4 + "POST".len() + 4 + kept(None).path_and_query.len();
+        assert_eq!(bytes[flag], 1);
+        let mut other = bytes.clone();
+        other[flag] = b'x';
+        assert_eq!(KeptRequest::decode(&other), None);
+        // A 0 flag with a content type behind it.
+        other[flag] = 0;
+        assert_eq!(KeptRequest::decode(&other), None);
     }
 
     #[test]
