@@ -9,9 +9,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|bytes: &[u8]| {
     let redact = [HeaderName::from_static("x-secret")];
-    if let Ok(Resolution::Succeeded { response, .. }) =
-        parse_resolution(bytes, &redact, 1 << 16)
-    {
+    if let Ok(Resolution::Succeeded { response, .. }) = parse_resolution(bytes, &redact, 1 << 16) {
         assert!(response.body.len() <= 1 << 16);
         assert!(!response.headers.contains_key("x-secret"));
         assert!(!response.headers.contains_key(http::header::CONTENT_LENGTH));

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::HeaderMap;
 use http_body::Frame;
 use http_body_util::StreamBody;
-use idemproxy::budget::{self, Budget, BodyLimits, Unread};
+use idemproxy::budget::{self, BodyLimits, Budget, Unread};
 use idemproxy::wire::{BoxError, Unbuffered, collect_limited};
 use libfuzzer_sys::fuzz_target;
 
@@ -33,10 +33,17 @@ struct Input {
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap())
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+    })
 }
 
-fn body(pieces: &[Piece]) -> StreamBody<impl futures_core::Stream<Item = Result<Frame<Bytes>, BoxError>>> {
+fn body(
+    pieces: &[Piece],
+) -> StreamBody<impl futures_core::Stream<Item = Result<Frame<Bytes>, BoxError>>> {
     let frames: Vec<Result<Frame<Bytes>, BoxError>> = pieces
         .iter()
         .map(|p| match p {
@@ -109,6 +116,10 @@ fuzz_target!(|input: Input| {
             Err(Unread::TimedOut) => panic!("a body of ready frames timed out"),
             Err(_) => {}
         }
-        assert_eq!(shared.used(), 0, "a refused or finished read left bytes reserved");
+        assert_eq!(
+            shared.used(),
+            0,
+            "a refused or finished read left bytes reserved"
+        );
     });
 });

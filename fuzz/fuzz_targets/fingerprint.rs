@@ -30,8 +30,11 @@ fuzz_target!(|data: &[u8]| {
     let raw_body = pieces.next().unwrap_or_default();
     let query = pieces.next().map(String::from_utf8_lossy);
     let path = String::from_utf8_lossy(pieces.next().unwrap_or(b"/v1/refunds"));
-    let method = [Method::POST, Method::PUT, Method::from_bytes(b"PURGE").expect("a token")]
-        [usize::from(choice >> 4) % 3]
+    let method = [
+        Method::POST,
+        Method::PUT,
+        Method::from_bytes(b"PURGE").expect("a token"),
+    ][usize::from(choice >> 4) % 3]
         .clone();
     let ignore = vec![
         "metadata[trace_id]".to_string(),
@@ -69,35 +72,66 @@ fuzz_target!(|data: &[u8]| {
         methods: Some(&methods),
     };
     let full = fingerprint::compute(&inputs);
-    assert_eq!(fingerprint::hex_only(&inputs), full.hex, "hex_only disagrees with compute");
-    let without_methods = fingerprint::compute(&Inputs { methods: None, ..inputs });
+    assert_eq!(
+        fingerprint::hex_only(&inputs),
+        full.hex,
+        "hex_only disagrees with compute"
+    );
+    let without_methods = fingerprint::compute(&Inputs {
+        methods: None,
+        ..inputs
+    });
     assert_eq!(without_methods.hex, full.hex);
-    assert_eq!(without_methods.fields, full.fields, "the taken method hashes differ");
+    assert_eq!(
+        without_methods.fields, full.fields,
+        "the taken method hashes differ"
+    );
     let completed = fingerprint::completed(&inputs, full.hex.clone());
     assert_eq!(completed.fields, full.fields);
     let again = fingerprint::differing_fields(&full.fields, &full.fields);
-    assert!(again.is_empty(), "a fingerprint differs from itself: {again:?}");
+    assert!(
+        again.is_empty(),
+        "a fingerprint differs from itself: {again:?}"
+    );
 
     // JSON: the same value with its object keys written in another order.
     if let body::Body::Json(value) = &parsed {
         let reversed = reverse_keys(value);
         let body = body::Body::Json(reversed);
-        let other = fingerprint::compute(&Inputs { body: &body, ..inputs });
+        let other = fingerprint::compute(&Inputs {
+            body: &body,
+            ..inputs
+        });
         assert_eq!(other.hex, full.hex, "key order changed a JSON fingerprint");
     }
     // Query: fields grouped by name, names sorted: reordering different names changes nothing.
     if let Some(query) = query.as_deref() {
         let mut pairs: Vec<&str> = query.split('&').collect();
-        let names: Vec<&str> = pairs.iter().map(|p| p.split('=').next().unwrap_or("")).collect();
-        let distinct = names.iter().collect::<std::collections::BTreeSet<_>>().len() == names.len();
-        let plain = names.iter().all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric()));
+        let names: Vec<&str> = pairs
+            .iter()
+            .map(|p| p.split('=').next().unwrap_or(""))
+            .collect();
+        let distinct = names
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            == names.len();
+        let plain = names
+            .iter()
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric()));
         // A query that is not UTF-8 once decoded is compared as raw text (order counts).
         let text = body::decode_pairs(query.as_bytes()).is_some();
         if distinct && plain && text && pairs.len() > 1 {
             pairs.reverse();
             let swapped = pairs.join("&");
-            let other = fingerprint::compute(&Inputs { query: Some(&swapped), ..inputs });
-            assert_eq!(other.hex, full.hex, "query field order changed the fingerprint");
+            let other = fingerprint::compute(&Inputs {
+                query: Some(&swapped),
+                ..inputs
+            });
+            assert_eq!(
+                other.hex, full.hex,
+                "query field order changed the fingerprint"
+            );
         }
     }
 });
@@ -111,7 +145,9 @@ fn reverse_keys(value: &serde_json::Value) -> serde_json::Value {
             }
             serde_json::Value::Object(out)
         }
-        serde_json::Value::Array(items) => serde_json::Value::Array(items.iter().map(reverse_keys).collect()),
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.iter().map(reverse_keys).collect())
+        }
         other => other.clone(),
     }
 }

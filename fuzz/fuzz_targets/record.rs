@@ -21,9 +21,21 @@ use libfuzzer_sys::fuzz_target;
 #[derive(Arbitrary, Debug)]
 enum Input<'a> {
     Op(Op),
-    Event { at: i64, kind: u8, attempt: u32, detail: String },
-    Response { status: u16, headers: Vec<(&'a str, &'a [u8])>, body: &'a [u8] },
-    Position { created_at: i64, id: String },
+    Event {
+        at: i64,
+        kind: u8,
+        attempt: u32,
+        detail: String,
+    },
+    Response {
+        status: u16,
+        headers: Vec<(&'a str, &'a [u8])>,
+        body: &'a [u8],
+    },
+    Position {
+        created_at: i64,
+        id: String,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -51,11 +63,23 @@ struct Op {
 fn operation(o: Op) -> Option<Operation> {
     let key_placement = match o.key_at {
         None => None,
-        Some((true, name)) => Some(KeyPlacement::Header(HeaderName::from_bytes(name.as_bytes()).ok()?)),
+        Some((true, name)) => Some(KeyPlacement::Header(
+            HeaderName::from_bytes(name.as_bytes()).ok()?,
+        )),
         Some((false, pointer)) => Some(KeyPlacement::JsonField(pointer)),
     };
-    let effects = [Effect::ReadOnly, Effect::Idempotent, Effect::Compensable, Effect::Irreversible];
-    let approvals = [Approval::NotRequired, Approval::Pending, Approval::Approved, Approval::Rejected];
+    let effects = [
+        Effect::ReadOnly,
+        Effect::Idempotent,
+        Effect::Compensable,
+        Effect::Irreversible,
+    ];
+    let approvals = [
+        Approval::NotRequired,
+        Approval::Pending,
+        Approval::Approved,
+        Approval::Rejected,
+    ];
     let t = |v: Option<i64>| v.map(Timestamp);
     Some(Operation {
         id: o.id,
@@ -74,11 +98,13 @@ fn operation(o: Op) -> Option<Operation> {
         last_dispatched_at: t(o.dispatched[1]),
         maybe_effect_at: t(o.dispatched[2]),
         provider_request_id: o.provider_request_id,
-        response: o.response.map(|(status, body_bytes, body_sha256)| ResponseMeta {
-            status,
-            body_bytes,
-            body_sha256,
-        }),
+        response: o
+            .response
+            .map(|(status, body_bytes, body_sha256)| ResponseMeta {
+                status,
+                body_bytes,
+                body_sha256,
+            }),
         error: o.error,
         fence: o.fence,
         approval: approvals[usize::from(o.approval) % approvals.len()],
@@ -91,9 +117,14 @@ fuzz_target!(|data: &[u8]| match data.split_first() {
     None => {}
     Some((0, bytes)) => decode(bytes),
     Some((1, cursor)) => {
-        let Ok(cursor) = std::str::from_utf8(cursor) else { return };
+        let Ok(cursor) = std::str::from_utf8(cursor) else {
+            return;
+        };
         if let Some((created_at, id)) = stored::decode_cursor(cursor) {
-            assert_eq!(stored::encode_cursor(created_at, &id), cursor.to_ascii_lowercase());
+            assert_eq!(
+                stored::encode_cursor(created_at, &id),
+                cursor.to_ascii_lowercase()
+            );
         }
     }
     Some((_, rest)) => {
@@ -104,50 +135,71 @@ fuzz_target!(|data: &[u8]| match data.split_first() {
 });
 
 fn decode(bytes: &[u8]) {
-        let full = stored::decode_op(bytes);
-        let replay = stored::decode_op_for_replay(bytes);
-        assert_eq!(full.is_ok(), replay.is_ok(), "the replay read disagrees: {full:?} {replay:?}");
-        let _ = stored::decode_event(bytes);
-        if let Ok(response) = stored::decode_response(bytes) {
-            // Header names are read case-insensitively: the second reading is the first.
-            let again = stored::decode_response(&stored::encode_response(&response));
-            assert_eq!(again.as_ref(), Ok(&response));
-        }
+    let full = stored::decode_op(bytes);
+    let replay = stored::decode_op_for_replay(bytes);
+    assert_eq!(
+        full.is_ok(),
+        replay.is_ok(),
+        "the replay read disagrees: {full:?} {replay:?}"
+    );
+    let _ = stored::decode_event(bytes);
+    if let Ok(response) = stored::decode_response(bytes) {
+        // Header names are read case-insensitively: the second reading is the first.
+        let again = stored::decode_response(&stored::encode_response(&response));
+        assert_eq!(again.as_ref(), Ok(&response));
+    }
 }
 
 fn round_trip(input: Input) {
     match input {
-    Input::Position { created_at, id } => {
-        let cursor = stored::encode_cursor(created_at, &id);
-        assert_eq!(stored::decode_cursor(&cursor), Some((created_at, id)));
-    }
-    Input::Op(o) => {
-        let Some(op) = operation(o) else { return };
-        let bytes = stored::encode_op(&op).expect("an operation encodes");
-        let back = stored::decode_op(&bytes).expect("what encode_op wrote decodes");
-        assert_eq!(back, op);
-    }
-    Input::Event { at, kind, attempt, detail } => {
-        let event = Event {
-            at: Timestamp(at),
-            kind: EventKind::ALL[usize::from(kind) % EventKind::ALL.len()],
+        Input::Position { created_at, id } => {
+            let cursor = stored::encode_cursor(created_at, &id);
+            assert_eq!(stored::decode_cursor(&cursor), Some((created_at, id)));
+        }
+        Input::Op(o) => {
+            let Some(op) = operation(o) else { return };
+            let bytes = stored::encode_op(&op).expect("an operation encodes");
+            let back = stored::decode_op(&bytes).expect("what encode_op wrote decodes");
+            assert_eq!(back, op);
+        }
+        Input::Event {
+            at,
+            kind,
             attempt,
             detail,
-        };
-        let bytes = stored::encode_event(&event).expect("an event encodes");
-        let back = stored::decode_event(&bytes).expect("what encode_event wrote decodes");
-        assert_eq!(back, event);
-    }
-    Input::Response { status, headers, body } => {
-        let mut map = HeaderMap::new();
-        for (name, value) in headers {
-            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value)) {
-                map.append(n, v);
-            }
+        } => {
+            let event = Event {
+                at: Timestamp(at),
+                kind: EventKind::ALL[usize::from(kind) % EventKind::ALL.len()],
+                attempt,
+                detail,
+            };
+            let bytes = stored::encode_event(&event).expect("an event encodes");
+            let back = stored::decode_event(&bytes).expect("what encode_event wrote decodes");
+            assert_eq!(back, event);
         }
-        let response = StoredResponse { status, headers: map, body: Bytes::copy_from_slice(body) };
-        let back = stored::decode_response(&stored::encode_response(&response)).expect("decodes");
-        assert_eq!(back, response);
+        Input::Response {
+            status,
+            headers,
+            body,
+        } => {
+            let mut map = HeaderMap::new();
+            for (name, value) in headers {
+                if let (Ok(n), Ok(v)) = (
+                    HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_bytes(value),
+                ) {
+                    map.append(n, v);
+                }
+            }
+            let response = StoredResponse {
+                status,
+                headers: map,
+                body: Bytes::copy_from_slice(body),
+            };
+            let back =
+                stored::decode_response(&stored::encode_response(&response)).expect("decodes");
+            assert_eq!(back, response);
+        }
     }
-}
 }

@@ -20,7 +20,11 @@ fuzz_target!(|data: &[u8]| {
     let _ = path::ambiguity(&raw);
     let normal = path::normalize(&raw);
     assert!(normal.starts_with('/'), "{normal:?}");
-    assert_eq!(path::normalize(&normal), normal, "normalize is not idempotent");
+    assert_eq!(
+        path::normalize(&normal),
+        normal,
+        "normalize is not idempotent"
+    );
     if let Some(loose) = path::loose_reading(&normal) {
         assert!(loose.starts_with('/'));
     }
@@ -34,17 +38,26 @@ fuzz_target!(|data: &[u8]| {
     let parts: Vec<&str> = pattern.split('/').filter(|s| !s.is_empty()).collect();
     let count = parts.len();
     let segments = (parts.into_iter().enumerate())
-        .map(|(i, part)| match part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
-            Some(name) if name.ends_with('*') && i + 1 == count => {
-                Segment::Rest(name.trim_end_matches('*').to_string())
-            }
-            Some(name) => Segment::Capture(name.to_string()),
-            None => Segment::Literal(part.to_string()),
-        })
+        .map(
+            |(i, part)| match part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+                Some(name) if name.ends_with('*') && i + 1 == count => {
+                    Segment::Rest(name.trim_end_matches('*').to_string())
+                }
+                Some(name) => Segment::Capture(name.to_string()),
+                None => Segment::Literal(part.to_string()),
+            },
+        )
         .collect();
-    let matcher = Matcher { method: method.clone(), segments };
+    let matcher = Matcher {
+        method: method.clone(),
+        segments,
+    };
     if let Some(captures) = matcher.matches(&method, relative) {
-        assert_eq!(matcher.spell(&captures), relative, "spelled back differently");
+        assert_eq!(
+            matcher.spell(&captures),
+            relative,
+            "spelled back differently"
+        );
         assert!(matcher.matches_ignoring_case(&method, relative).is_some());
     }
     let _ = matcher.matches_ignoring_case(&method, relative);

@@ -11,7 +11,6 @@ use idemproxy::body;
 use idemproxy::template::{Escape, Rendered, Sources, Template, render_first};
 use libfuzzer_sys::fuzz_target;
 
-
 fuzz_target!(|data: &[u8]| {
     let mut pieces = data.splitn(3, |&b| b == 0);
     let text = String::from_utf8_lossy(pieces.next().unwrap_or_default());
@@ -30,9 +29,15 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut headers = HeaderMap::new();
     headers.insert("x-operation-id", HeaderValue::from_static("op-1"));
-    headers.insert("x-workflow-id", HeaderValue::from_bytes("wf/1 é".as_bytes()).expect("opaque"));
+    headers.insert(
+        "x-workflow-id",
+        HeaderValue::from_bytes("wf/1 é".as_bytes()).expect("opaque"),
+    );
     headers.insert("x-empty", HeaderValue::from_static(""));
-    headers.insert("x-bytes", HeaderValue::from_bytes(b"\xff\xfe").expect("opaque"));
+    headers.insert(
+        "x-bytes",
+        HeaderValue::from_bytes(b"\xff\xfe").expect("opaque"),
+    );
     let json = raw_body.first().is_some_and(|&b| b == b'{' || b == b'[');
     let ct = HeaderValue::from_static(if json {
         "application/json"
