@@ -62,6 +62,8 @@ for i, path in enumerate(paths):
     pattern = patterns[i * 5 % len(patterns)] if patterns else "/v1/{rest*}"
     add("route", f"{path}\0{pattern}\0\0POST")
 add("route", "/v1/files/a/b\0/files/{rest*}\0/v1\0PUT")
+# What the route target found: a bare `%` before an escape (fixed in path::normalize).
+add("route", "/v1/a/%2%65/100%\0/a/{id}/{rest*}\0/v1\0GET")
 
 # admin: resolve, approve, reject and rebind bodies, list and event queries.
 for body in [
@@ -82,6 +84,8 @@ def kept(method, pq, ct, body):
     return b"\0" + out
 add("kept", kept(b"POST", b"/v1/refunds?expand=charge", b"application/x-www-form-urlencoded", bodies[4]))
 add("kept", kept(b"PUT", b"/v1/x", None, b""))
+# What the kept target found: a content-type flag other than 0 or 1 (now refused).
+add("kept", kept(b"PUT", b"/v1/", None, b"")[:-5] + b"x" + bytes(5))
 add("kept", kept(b"POST", b"/v1/payments", b"application/json", bodies[0]))
 
 # record: 0, then a stored operation, event or response; 1, then a list cursor.
