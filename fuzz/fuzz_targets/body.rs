@@ -3,7 +3,6 @@
 //! guarded reader holds its declared length and the shared budget to the same rules.
 #![no_main]
 
-use std::convert::Infallible;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -52,10 +51,10 @@ fn body(
             Piece::Error => Err("broken".into()),
         })
         .collect();
-    StreamBody::new(futures_util_stream(frames))
+    StreamBody::new(ready_stream(frames))
 }
 
-fn futures_util_stream<T>(items: Vec<T>) -> impl futures_core::Stream<Item = T> {
+fn ready_stream<T>(items: Vec<T>) -> impl futures_core::Stream<Item = T> {
     struct Iter<T>(std::vec::IntoIter<T>);
     impl<T> futures_core::Stream for Iter<T> {
         type Item = T;
@@ -69,9 +68,6 @@ fn futures_util_stream<T>(items: Vec<T>) -> impl futures_core::Stream<Item = T> 
     impl<T> Unpin for Iter<T> {}
     Iter(items.into_iter())
 }
-
-#[allow(dead_code)]
-fn never(_: Infallible) {}
 
 fuzz_target!(|input: Input| {
     // What the frames say, read plainly: the data up to the first error.

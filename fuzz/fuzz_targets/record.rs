@@ -20,7 +20,7 @@ use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
 enum Input<'a> {
-    Op(Op),
+    Op(Box<Op>),
     Event {
         at: i64,
         kind: u8,
@@ -157,7 +157,7 @@ fn round_trip(input: Input) {
             assert_eq!(stored::decode_cursor(&cursor), Some((created_at, id)));
         }
         Input::Op(o) => {
-            let Some(op) = operation(o) else { return };
+            let Some(op) = operation(*o) else { return };
             let bytes = stored::encode_op(&op).expect("an operation encodes");
             let back = stored::decode_op(&bytes).expect("what encode_op wrote decodes");
             assert_eq!(back, op);
