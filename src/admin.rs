@@ -35,6 +35,9 @@ use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
 
 pub use action::{MAX_REASON, Resolution};
+/// The body parsers of the operator's calls, public for the fuzz targets in `fuzz/` only.
+#[doc(hidden)]
+pub use action::{parse_approve, parse_rebind, parse_reject, parse_resolution};
 pub use error::AdminError;
 pub use query::{DEFAULT_LIMIT, ListQuery, MAX_LIMIT, parse_list_query};
 pub use stream::{EventFilter, KEEP_ALIVE, OPENING, parse_filter};

@@ -115,7 +115,9 @@ impl KeptRequest {
         })
     }
 
-    fn encode(&self) -> Vec<u8> {
+    /// The plain bytes `seal` encrypts (public for the fuzz targets in `fuzz/` only).
+    #[doc(hidden)]
+    pub fn encode(&self) -> Vec<u8> {
         let ct = self
             .content_type
             .as_ref()
@@ -131,7 +133,10 @@ impl KeptRequest {
         out
     }
 
-    fn decode(bytes: &[u8]) -> Option<KeptRequest> {
+    /// The request `encode` wrote; `None` for anything else (public for the fuzz targets in
+    /// `fuzz/` only).
+    #[doc(hidden)]
+    pub fn decode(bytes: &[u8]) -> Option<KeptRequest> {
         let (&version, mut rest) = bytes.split_first()?;
         if version != V1 {
             return None;
@@ -141,9 +146,11 @@ impl KeptRequest {
         let (&has_ct, after) = rest.split_first()?;
         rest = after;
         let ct = take(&mut rest)?;
-        let content_type = match has_ct {
-            0 => None,
-            _ => Some(HeaderValue::from_bytes(ct).ok()?),
+        // Only what `encode` writes: a flag of 0 or 1, and no content type behind a 0.
+        let content_type = match (has_ct, ct) {
+            (0, []) => None,
+            (1, ct) => Some(HeaderValue::from_bytes(ct).ok()?),
+            _ => return None,
         };
         Some(KeptRequest {
             method,
@@ -295,6 +302,47 @@ mod tests {
             assert_eq!(KeptRequest::open(&secret, "p/r/1", &sealed), Some(request));
             assert_eq!(KeptRequest::open(&secret, "p/r/2", &sealed), None);
         }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_kept_request_round_trips_through_its_bytes(
+            method in "[A-Z]{1,10}|[!#$%&'*+.^_`|~0-9a-z-]{1,12}",
+            path_and_query in ".*",
+            content_type in proptest::option::of("[ -~\t]*"),
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            let request = KeptRequest {
+                method: Method::from_bytes(method.as_bytes()).expect("a token"),
+                path_and_query,
+                content_type: content_type.map(|ct| HeaderValue::from_str(&ct).expect("visible ASCII")),
+                body: Bytes::from(body),
+            };
+            let bytes = request.encode();
+            proptest::prop_assert_eq!(KeptRequest::decode(&bytes), Some(request));
+        }
+
+        #[test]
+        fn bytes_that_decode_encode_back_to_themselves(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            if let Some(request) = KeptRequest::decode(&bytes) {
+                proptest::prop_assert_eq!(request.encode(), bytes);
+            }
+        }
+    }
+
+    #[test]
+    fn a_content_type_flag_encode_never_writes_decodes_to_nothing() {
+        let bytes = kept(Some("text/plain")).encode();
+        let flag = 1 + 4 + "POST".len() + 4 + kept(None).path_and_query.len();
+        assert_eq!(bytes[flag], 1);
+        let mut other = bytes.clone();
+        other[flag] = b'x';
+        assert_eq!(KeptRequest::decode(&other), None);
+        // A 0 flag with a content type behind it.
+        other[flag] = 0;
+        assert_eq!(KeptRequest::decode(&other), None);
     }
 
     #[test]

@@ -60,6 +60,8 @@ mod feed;
 mod fence;
 mod postgres;
 mod redb;
+#[doc(hidden)]
+pub mod stored;
 #[cfg(test)]
 mod tests;
 

@@ -11,8 +11,9 @@
 use std::borrow::Cow;
 
 /// The form of a path that route matching sees and the provider receives: `%XX` escapes of
-/// unreserved characters decoded (RFC 3986 6.2.2.2), other escapes uppercased, empty and `.`
-/// segments dropped, `..` resolved (never above the root), no trailing slash.
+/// unreserved characters decoded (RFC 3986 6.2.2.2), other escapes uppercased, a `%` that
+/// begins no escape written `%25`, empty and `.` segments dropped, `..` resolved (never above
+/// the root), no trailing slash. It is its own normal form.
 pub fn normalize(path: &str) -> Cow<'_, str> {
     if is_normal(path.as_bytes()) {
         return Cow::Borrowed(path);
@@ -57,6 +58,14 @@ fn decode_unreserved(segment: &str) -> String {
         match escaped(bytes, i) {
             Some(c) if c.is_ascii_alphanumeric() || b"-._~".contains(&c) => out.push(c),
             Some(_) => out.extend(bytes[i..i + 3].to_ascii_uppercase()),
+            // A `%` that begins no escape is written as one: left bare, it could meet the
+            // characters an escape decodes to (`%2%65` -> `%2e`), an escape the agent never
+            // wrote, which the provider would decode.
+            None if bytes[i] == b'%' => {
+                out.extend_from_slice(b"%25");
+                i += 1;
+                continue;
+            }
             None => {
                 out.push(bytes[i]);
                 i += 1;
@@ -209,6 +218,15 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn a_normal_form_is_rooted_and_its_own_normal_form(raw in "(/|[a-zA-Z~]{1,3}|[0-9a-f]|%[0-9a-fA-F]{2}|%|\\.|;){0,16}") {
+            let once = normalize(&raw);
+            proptest::prop_assert!(once.starts_with('/'));
+            proptest::prop_assert_eq!(normalize(&once), once.clone());
+        }
+    }
+
     /// The segments `normalize` keeps, without its fast path.
     fn segment_normal(path: &str) -> Vec<String> {
         let mut segments: Vec<String> = Vec::new();
@@ -222,6 +240,18 @@ mod tests {
             }
         }
         segments
+    }
+
+    #[test]
+    fn a_percent_that_begins_no_escape_is_escaped_and_decoding_makes_no_new_escape() {
+        assert_eq!(normalize("/v1/a/%2%65"), "/v1/a/%252e");
+        assert_eq!(normalize("/v1/%2%65%2%65"), "/v1/%252e%252e");
+        assert_eq!(normalize("/v1/100%"), "/v1/100%25");
+        assert_eq!(normalize("/v1/%zz%4"), "/v1/%25zz%254");
+        for raw in ["/v1/a/%2%65", "/v1/%%34%31", "/v1/%2%2e"] {
+            let once = normalize(raw);
+            assert_eq!(normalize(&once), once, "{raw}");
+        }
     }
 
     #[test]
@@ -244,8 +274,9 @@ mod tests {
         assert_eq!(normalize("/a/%2e%2e/%2E%2E/../b"), "/b");
         assert_eq!(normalize("/"), "/");
         assert_eq!(normalize(""), "/");
-        assert_eq!(normalize("/v1/%"), "/v1/%");
-        assert_eq!(normalize("/v1/%4"), "/v1/%4");
+        // A `%` that begins no escape is written as one (`%25`).
+        assert_eq!(normalize("/v1/%"), "/v1/%25");
+        assert_eq!(normalize("/v1/%4"), "/v1/%254");
         assert_eq!(normalize("/v1/%e2%82"), "/v1/%E2%82");
     }
 

@@ -402,6 +402,32 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn every_stored_response_round_trips(
+            status in proptest::prelude::any::<u16>(),
+            headers in proptest::collection::vec(
+                ("[a-z][a-z0-9-]{0,12}", proptest::collection::vec(proptest::prelude::any::<u8>(), 0..16)),
+                0..6,
+            ),
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            let mut map = HeaderMap::new();
+            for (name, value) in headers {
+                if let Ok(value) = HeaderValue::from_bytes(&value) {
+                    map.append(HeaderName::from_bytes(name.as_bytes()).expect("a token"), value);
+                }
+            }
+            let response = StoredResponse { status, headers: map, body: Bytes::from(body) };
+            proptest::prop_assert_eq!(decode_response(&encode_response(&response)).ok(), Some(response));
+        }
+
+        #[test]
+        fn every_cursor_round_trips(created_at in proptest::prelude::any::<i64>(), id in ".*") {
+            proptest::prop_assert_eq!(decode_cursor(&encode_cursor(created_at, &id)), Some((created_at, id)));
+        }
+    }
+
     #[test]
     fn cursor_round_trips_and_rejects_garbage() {
         let cursor = encode_cursor(-5, "stripe/refund/é");

@@ -228,6 +228,26 @@ async fn unguarded_requests_go_out_in_their_normalized_form() {
 }
 
 #[tokio::test]
+async fn a_percent_that_begins_no_escape_goes_out_escaped_so_decoding_makes_no_new_escape() {
+    let (provider, proxy) = start().await;
+    // `%2` then `%65` (an `e`): decoding the escape must not leave `%2e`, a dot segment to
+    // the provider, where the agent wrote none.
+    let cases = [
+        ("/plain/v1/a/%2%65", "/other/v1/a/%252e"),
+        ("/plain/v1/100%", "/other/v1/100%25"),
+        ("/plain/v1/%zz", "/other/v1/%25zz"),
+    ];
+    for (sent, expected) in cases {
+        let resp = send(Method::GET, &proxy.url(sent), &[], "")
+            .await
+            .expect("answer");
+        assert_eq!(resp.status, StatusCode::OK, "{sent}: {}", resp.text());
+        let got = provider.requests().pop().expect("a request");
+        assert_eq!(got.path_and_query, expected, "{sent}");
+    }
+}
+
+#[tokio::test]
 async fn under_path_case_insensitive_other_cases_are_guarded_and_sent_as_the_route_spells_them() {
     let provider = FakeProvider::start(Behavior::fixed(200, "from provider")).await;
     let refund = route(
