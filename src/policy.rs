@@ -610,8 +610,9 @@ impl Provider {
     /// session's `DELETE`, so that no other method carries a tool call past the guard): its
     /// route, if any, is named by its body (`tool_route`).
     pub fn takes_tool_calls(&self, method: &Method, path: &str) -> bool {
-        let bodiless = [Method::GET, Method::HEAD, Method::DELETE, Method::OPTIONS];
-        self.protocol == Protocol::Mcp && path == "/" && !bodiless.contains(method)
+        self.protocol == Protocol::Mcp
+            && path == "/"
+            && ![Method::GET, Method::HEAD, Method::DELETE, Method::OPTIONS].contains(method)
     }
 
     /// The route of the MCP tool `name` (`match = "tools/call NAME"`).

@@ -27,15 +27,6 @@ async fn agent(proxy: &Proxy, op: &str) -> Resp {
     .expect("proxy answers")
 }
 
-async fn show(proxy: &Proxy, id: &str) -> Value {
-    let url = proxy.admin_url(&format!("/ops/{}", id.replace('/', "%2F")));
-    let resp = send(Method::GET, &url, &[], "")
-        .await
-        .expect("admin answers");
-    assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
-    resp.json()
-}
-
 fn want_request() -> Value {
     json!({
         "fields": {"amount": "1000", "metadata[trace]": "[masked]", "card[cvc]": "[masked]"},
@@ -56,7 +47,7 @@ async fn an_unknown_operation_shows_its_fields_held_retries_and_the_commands_to_
         lost.text()
     );
     let id = "shop/create/op-1";
-    let first = show(&proxy, id).await;
+    let first = proxy.op_json(id).await;
     assert_eq!(first["operator_request"], want_request(), "{first}");
     assert_eq!(
         first["held_retries"],
@@ -69,7 +60,7 @@ async fn an_unknown_operation_shows_its_fields_held_retries_and_the_commands_to_
         assert_eq!(held.status, StatusCode::ACCEPTED, "{}", held.text());
     }
     assert_eq!(provider.request_count(), 1, "held: nothing sent again");
-    let op = show(&proxy, id).await;
+    let op = proxy.op_json(id).await;
     let held = &op["held_retries"];
     assert_eq!(held["count"], 2, "{op}");
     assert!(
@@ -111,7 +102,7 @@ async fn an_unknown_operation_shows_its_fields_held_retries_and_the_commands_to_
         ])
         .await;
     assert!(status.success(), "{out}{err}");
-    let settled = show(&proxy, id).await;
+    let settled = proxy.op_json(id).await;
     assert_eq!(settled["state"], "failed");
     for gone in ["operator_request", "held_retries", "resolve_commands"] {
         assert!(settled.get(gone).is_none(), "{gone}: {settled}");
@@ -137,7 +128,7 @@ async fn an_in_flight_operation_shows_its_fields() {
     });
     let id = "shop/create/op-2";
     provider.wait_for_requests(1).await;
-    let op = show(&proxy, id).await;
+    let op = proxy.op_json(id).await;
     assert_eq!(op["operator_request"], want_request(), "{op}");
     assert_eq!(op["state"], "in_flight");
     assert!(op.get("resolve_commands").is_none(), "{op}");

@@ -49,16 +49,6 @@ async fn until_show_status(proxy: &Proxy, id: &str, want: StatusCode) {
     }
 }
 
-/// `GET /ops/{id}` on this replica's admin API, with its events.
-async fn op_json(proxy: &Proxy, id: &str) -> serde_json::Value {
-    let url = proxy.admin_url(&format!("/ops/{}", id.replace('/', "%2F")));
-    let resp = send(Method::GET, &url, &[], "")
-        .await
-        .expect("admin answers");
-    assert_eq!(resp.status, StatusCode::OK, "{}", resp.text());
-    resp.json()
-}
-
 /// The kinds of the operation's events, oldest first.
 fn event_kinds(op: &serde_json::Value) -> Vec<String> {
     let events = op["events"].as_array().expect("events");
@@ -174,7 +164,7 @@ async fn the_admin_api_of_every_replica_lists_every_replicas_operations() {
         let listed = listed(proxy).await;
         for id in &ids {
             assert!(listed.contains(id), "{id} missing from {listed:?}");
-            let op = op_json(proxy, id).await;
+            let op = proxy.op_json(id).await;
             assert_eq!(op["state"], "succeeded", "{op}");
         }
         // A page's cursor from one replica reads the next page through another.
@@ -206,7 +196,7 @@ async fn kill_the_holder(provider: &FakeProvider, replicas: &mut Replicas, rende
     let id = op_id(rendered);
     let pending = refund_in_background(&replicas[0], rendered, "amount=500");
     provider.wait_for_requests(1).await;
-    assert_eq!(op_json(&replicas[1], &id).await["state"], "in_flight");
+    assert_eq!(replicas[1].op_json(&id).await["state"], "in_flight");
     assert!(!replicas[0].kill().await.success(), "killed by SIGKILL");
     let killed_at = Instant::now();
     let lost = pending.await.expect("task");
@@ -216,7 +206,7 @@ async fn kill_the_holder(provider: &FakeProvider, replicas: &mut Replicas, rende
     );
 
     replicas[1].until_state(&id, "unknown").await;
-    let op = op_json(&replicas[1], &id).await;
+    let op = replicas[1].op_json(&id).await;
     let kinds = event_kinds(&op);
     let orphaned = kinds.iter().filter(|k| *k == "operation.orphaned").count();
     assert_eq!(
@@ -293,7 +283,7 @@ async fn several_sweepers_orphan_each_dead_claim_once() {
         let id = op_id(r);
         replicas[1].until_state(&id, "unknown").await;
         for proxy in [&replicas[1], &replicas[2]] {
-            let kinds = event_kinds(&op_json(proxy, &id).await);
+            let kinds = event_kinds(&proxy.op_json(&id).await);
             let orphaned = kinds.iter().filter(|k| *k == "operation.orphaned").count();
             assert_eq!(orphaned, 1, "{id}: {kinds:?}");
         }
@@ -309,7 +299,7 @@ async fn a_starting_replica_leaves_a_live_replicas_claim_alone() {
     provider.wait_for_requests(1).await;
 
     let late = replicas.add().await;
-    assert_eq!(op_json(&replicas[late], &id).await["state"], "in_flight");
+    assert_eq!(replicas[late].op_json(&id).await["state"], "in_flight");
     provider.release();
     let answer = pending.await.expect("task").expect("answer");
     assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text());
@@ -319,7 +309,7 @@ async fn a_starting_replica_leaves_a_live_replicas_claim_alone() {
         (StatusCode::CREATED, "made".into())
     );
     assert_op_headers(&replay, &id, "succeeded", true);
-    let kinds = event_kinds(&op_json(&replicas[late], &id).await);
+    let kinds = event_kinds(&replicas[late].op_json(&id).await);
     assert!(
         !kinds.iter().any(|k| k == "operation.orphaned"),
         "{kinds:?}"
@@ -384,7 +374,7 @@ async fn a_paused_replica_wakes_to_a_superseded_claim_and_claims_nothing_until_r
     lease_row.end();
 
     for proxy in replicas.iter() {
-        let op = op_json(proxy, &id).await;
+        let op = proxy.op_json(&id).await;
         assert_eq!(op["state"], "succeeded", "{op}");
         assert_eq!(op["attempts"], 2, "{op}");
         assert_eq!(op["response"]["status"], 201, "what happened since: {op}");
@@ -469,7 +459,7 @@ async fn a_result_the_database_cannot_take_leaves_the_operation_unknown_once_it_
     replicas.restore();
     for proxy in replicas.iter() {
         proxy.until_state(&id, "unknown").await;
-        let kinds = event_kinds(&op_json(proxy, &id).await);
+        let kinds = event_kinds(&proxy.op_json(&id).await);
         assert!(kinds.iter().any(|k| k == "operation.orphaned"), "{kinds:?}");
     }
     let retry = refund(&replicas[1], "wf-unrecorded", "amount=5").await;
@@ -619,7 +609,7 @@ async fn replays_through_every_replica_add_up_in_one_count() {
     // Counts are written about once a second by each replica: poll for the sum.
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let op = op_json(&replicas[1], &id).await;
+        let op = replicas[1].op_json(&id).await;
         if op["replays"]["count"] == 5 {
             let kinds = event_kinds(&op);
             let noted = kinds.iter().filter(|k| *k == "operation.replayed").count();
@@ -677,7 +667,7 @@ async fn a_partitioned_replica_is_superseded_and_finds_what_happened_since() {
     replicas.relay(0).restore();
     until_health(&replicas[0], StatusCode::OK).await;
     for proxy in replicas.iter() {
-        let op = op_json(proxy, &id).await;
+        let op = proxy.op_json(&id).await;
         assert_eq!(op["state"], "succeeded", "{op}");
         assert_eq!(op["response"]["status"], 201, "what happened since: {op}");
         let replay = refund(proxy, "wf-partition", "amount=5").await;
@@ -921,7 +911,7 @@ async fn a_replica_frozen_before_its_first_byte_sends_nothing_once_its_lease_lap
     let pending = refund_in_background(&replicas[0], "wf-late-send", "amount=500");
     // Connecting means the claim is committed.
     provider.wait_for_connections(1).await;
-    assert_eq!(op_json(&replicas[1], &id).await["state"], "in_flight");
+    assert_eq!(replicas[1].op_json(&id).await["state"], "in_flight");
     replicas[0].pause();
 
     replicas[1].until_state(&id, "unknown").await;
