@@ -274,16 +274,48 @@ impl Credentials {
         r.by_id.remove(id);
     }
 
-    /// Forgets the headers of every operation `keep` says no to (those no longer unknown).
-    pub fn keep_only(&self, keep: impl Fn(&str) -> bool) {
+    /// Where the remembered headers stand now: what `keep_only` may forget is what was
+    /// remembered up to this mark.
+    pub fn mark(&self) -> Mark {
+        Mark(
+            self.inner
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .next,
+        )
+    }
+
+    /// Forgets the headers remembered up to `since` of every operation `keep` says no to
+    /// (those no longer unknown). Headers remembered after `since` stay whatever `keep` says:
+    /// their operation turned unknown after the caller's listing was read.
+    pub fn keep_only(&self, since: Mark, keep: impl Fn(&str) -> bool) {
         let mut r = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        r.by_id.retain(|id, _| keep(id));
+        r.by_id.retain(|id, (n, _)| *n > since.0 || keep(id));
     }
 }
+
+/// A point in the order `Credentials::remember` was called in (`Credentials::mark`).
+#[derive(Debug, Clone, Copy)]
+pub struct Mark(u64);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keep_only_forgets_nothing_remembered_after_its_mark() {
+        let credentials = Credentials::default();
+        credentials.remember("settled", HeaderMap::new());
+        credentials.remember("listed", HeaderMap::new());
+        let mark = credentials.mark();
+        credentials.remember("turned-unknown-later", HeaderMap::new());
+        credentials.keep_only(mark, |id| id == "listed");
+        assert!(credentials.get("settled").is_none());
+        assert!(credentials.get("listed").is_some());
+        assert!(credentials.get("turned-unknown-later").is_some());
+        credentials.keep_only(credentials.mark(), |id| id == "listed");
+        assert!(credentials.get("turned-unknown-later").is_none());
+    }
 
     fn kept(ct: Option<&'static str>) -> KeptRequest {
         KeptRequest {

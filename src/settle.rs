@@ -76,6 +76,9 @@ async fn pass(app: &Arc<App>, backoff: &mut HashMap<String, (Duration, Instant)>
     };
     let mut after: Option<String> = None;
     let mut seen = HashSet::new();
+    // Taken before the first page is read: an operation whose caller's headers are remembered
+    // after it may have turned unknown after its page was read, unseen here but not settled.
+    let listed = app.credentials.mark();
     loop {
         let page = match app.ledger.list(&filter, PAGE, after.as_deref()).await {
             Ok(page) => page,
@@ -109,7 +112,7 @@ async fn pass(app: &Arc<App>, backoff: &mut HashMap<String, (Duration, Instant)>
     }
     // Operations that left `unknown` need no back-off, nor their caller's headers.
     backoff.retain(|id, _| seen.contains(id));
-    app.credentials.keep_only(|id| seen.contains(id));
+    app.credentials.keep_only(listed, |id| seen.contains(id));
 }
 
 /// Settles one unknown operation if the rules allow and credentials are at hand.

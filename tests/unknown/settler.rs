@@ -211,3 +211,67 @@ async fn the_settler_reconciles_an_operation_it_may_not_resend() {
         "the refund itself was never re-sent"
     );
 }
+
+/// An operation that becomes `unknown` while the settler is busy with another keeps its
+/// caller's credentials for the settler's next pass. Until 2026-12-05 the end of each pass
+/// forgot the credentials of every operation its listing had not seen, so one that became
+/// `unknown` during a pass (here: while the settler's re-send of another waits out a 3 s
+/// timeout) lost them and stayed `unknown`, never re-sent, until its agent came back (found by
+/// bench/soak.sh: about one unknown operation in ten under a steady trickle).
+#[tokio::test]
+async fn an_operation_that_turns_unknown_during_a_settler_pass_is_settled_too() {
+    let held = Behavior::echo().dedupe_on_header("idempotency-key").hold();
+    let slow = FakeProvider::start(held.clone()).await;
+    let fast = FakeProvider::start(held).await;
+    let fast_policy = fast.policy(
+        "fast",
+        &format!(
+            "dedupe = \"key\"\ntimeout = \"300ms\"\n{}",
+            common::route("charge", "POST /v1/charges", &["{header:x-operation-id}"])
+        ),
+    );
+    let proxy = builder(
+        &slow,
+        "dedupe = \"key\"\ntimeout = \"3s\"",
+        &refund_route(""),
+    )
+    .policy("fast", &fast_policy)
+    .start()
+    .await;
+
+    // A: unknown after 3 s; the settler's re-send of it then holds its pass for 3 s more.
+    let first = paid_refund(&proxy, "wf-s-busy").await;
+    problem(&first, StatusCode::ACCEPTED, "outcome-unknown");
+    slow.wait_for_requests(2).await;
+
+    // B turns unknown while that pass runs; its provider answers from now on.
+    let charge = send(
+        Method::POST,
+        &proxy.url("/fast/v1/charges"),
+        &[
+            (OP_HEADER, "ch-busy"),
+            FORM,
+            ("authorization", "Bearer sk_agent"),
+        ],
+        "amount=700".to_string(),
+    )
+    .await
+    .expect("the proxy answers");
+    problem(&charge, StatusCode::ACCEPTED, "outcome-unknown");
+    fast.set_behavior(Behavior::echo().dedupe_on_header("idempotency-key"));
+
+    let id = "fast/charge/ch-busy";
+    proxy.until_state(id, "succeeded").await;
+    let requests = fast.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "one attempt by the agent, one by the settler"
+    );
+    assert_eq!(
+        requests[1].header("idempotency-key"),
+        requests[0].header("idempotency-key")
+    );
+    assert_eq!(requests[1].header("authorization"), Some("Bearer sk_agent"));
+    slow.release();
+}
