@@ -11,6 +11,8 @@ struct Row {
     point: &'static str,
     actions: &'static str,
     provoke: Provoke,
+    /// What a provider that does not deduplicate ends with (`Cell::no_dedupe`).
+    no_dedupe: (&'static str, usize),
     /// The provider kinds that never reach the point, and why.
     skip: &'static [(Kind, &'static str)],
 }
@@ -19,41 +21,55 @@ const NO_LOOKUP: &str = "the route has no [route.reconcile] lookup: nothing is e
 const NO_RESEND: &str = "the settler never re-sends an irreversible operation to a provider \
                          that does not deduplicate: it is left to an operator";
 
-const fn sent(point: &'static str, actions: &'static str) -> Row {
+/// Nothing was recorded: the replay after the restart is a new operation.
+const ANEW: (&str, usize) = ("succeeded", 1);
+/// Claimed, never sent: held, and nothing happened.
+const HELD_UNSENT: (&str, usize) = ("unknown", 0);
+/// Sent and executed, its answer lost with the process: held.
+const HELD_SENT: (&str, usize) = ("unknown", 1);
+/// The answer was recorded before the crash: a replay answers it.
+const RECORDED: (&str, usize) = ("succeeded", 1);
+
+const fn sent(point: &'static str, actions: &'static str, no_dedupe: (&'static str, usize)) -> Row {
     Row {
         point,
         actions,
         provoke: Provoke::Send,
+        no_dedupe,
         skip: &[],
     }
 }
 
-const CLAIM_BEFORE_COMMIT: Row = sent("claim.before_commit", "return");
-const CLAIM_AFTER_COMMIT: Row = sent("claim.after_commit", "return");
+const CLAIM_BEFORE_COMMIT: Row = sent("claim.before_commit", "return", ANEW);
+const CLAIM_AFTER_COMMIT: Row = sent("claim.after_commit", "return", HELD_UNSENT);
 /// The first write of the operation is its claim.
-const LEDGER_STAGED_CLAIM: Row = sent("ledger.staged", "return");
-const DISPATCH_AFTER_SEND: Row = sent("dispatch.after_send", "return");
-const DISPATCH_BEFORE_RESULT_COMMIT: Row = sent("dispatch.before_result_commit", "return");
+const LEDGER_STAGED_CLAIM: Row = sent("ledger.staged", "return", ANEW);
+const DISPATCH_AFTER_SEND: Row = sent("dispatch.after_send", "return", HELD_SENT);
+const DISPATCH_BEFORE_RESULT_COMMIT: Row =
+    sent("dispatch.before_result_commit", "return", HELD_SENT);
 /// The second write of the operation is its result.
-const LEDGER_STAGED_RESULT: Row = sent("ledger.staged", "1*off->return");
-const DISPATCH_AFTER_RESULT_COMMIT: Row = sent("dispatch.after_result_commit", "return");
+const LEDGER_STAGED_RESULT: Row = sent("ledger.staged", "1*off->return", HELD_SENT);
+const DISPATCH_AFTER_RESULT_COMMIT: Row = sent("dispatch.after_result_commit", "return", RECORDED);
 const SETTLE_RESEND: Row = Row {
     point: "settle.resend",
     actions: "return",
     provoke: Provoke::TimeoutThenSettler,
+    no_dedupe: HELD_UNSENT,
     skip: &[(Kind::NoDedupe, NO_RESEND)],
 };
 const RECONCILE_ANSWERED: Row = Row {
     point: "reconcile.answered",
     actions: "return",
     provoke: Provoke::LostThenReplay,
+    no_dedupe: HELD_SENT,
     skip: &[(Kind::Dedupe, NO_LOOKUP), (Kind::NoDedupe, NO_LOOKUP)],
 };
-/// The second renewal: the first may come before the request reaches the provider.
+/// The first renewal, a third of the lease after the start (`cell::LEASE_HELD`).
 const LEASE_RENEWED: Row = Row {
     point: "postgres.lease_renewed",
-    actions: "1*off->return",
+    actions: "return",
     provoke: Provoke::HeldThenLease,
+    no_dedupe: HELD_UNSENT,
     skip: &[],
 };
 
@@ -69,6 +85,7 @@ async fn matrix(row: Row, store: Store) {
             point: row.point,
             actions: row.actions,
             provoke: row.provoke,
+            no_dedupe: row.no_dedupe,
             kind,
             store,
         };
@@ -103,12 +120,12 @@ fn panic_text(e: tokio::task::JoinError) -> String {
 
 macro_rules! cells {
     ($($redb:ident, $postgres:ident: $row:expr;)*) => {$(
-        #[tokio::test]
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $redb() {
             matrix($row, Store::Redb).await;
         }
 
-        #[tokio::test]
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $postgres() {
             matrix($row, Store::Postgres).await;
         }
@@ -128,7 +145,7 @@ cells! {
 }
 
 // A redb ledger has no lease (one process owns the file): the lease point is PostgreSQL's only.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_renewed_postgres() {
     matrix(LEASE_RENEWED, Store::Postgres).await;
 }
