@@ -102,6 +102,7 @@ pub async fn claim(
     // Shared with the write, not copied: kept for `read_only`, should the claim's write fail.
     let ask = Arc::new(ask);
     let asked = Arc::clone(&ask);
+    crate::crash_point!("claim.before_commit");
     let decided = app
         .ledger
         .update(&ask.id, move |existing| {
@@ -132,6 +133,9 @@ pub async fn claim(
             (adopt(stale, write), decided)
         })
         .await;
+    if let Ok(Decided::Step(Step::Dispatch(_))) = &decided {
+        crate::crash_point!("claim.after_commit");
+    }
     match decided {
         Ok(Decided::Step(step)) => Ok(step),
         Ok(Decided::Replay) => {

@@ -101,6 +101,7 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> (Response<Prox
     };
     let record = Record::of(provider, &ex, sent_at, &fetched);
     let means = record.means;
+    crate::crash_point!("dispatch.before_result_commit");
     let recorded = persist(app, provider, &ex, record).await;
     // Wake duplicates waiting on this operation; they re-read the ledger. No receiver: fine.
     let done = || {
@@ -108,6 +109,7 @@ pub async fn run(app: &App, provider: &Provider, ex: Exchange) -> (Response<Prox
     };
     let (state, unknown) = match recorded {
         Ok(Persisted::Written(recorded)) => {
+            crate::crash_point!("dispatch.after_result_commit");
             if let Some(op) = &recorded.unknown {
                 app.escalate(op);
             }
@@ -216,6 +218,7 @@ async fn fetch(
             .upstreams
             .send_gated(&provider.name, outgoing.request(), gate)
             .await?;
+        crate::crash_point!("dispatch.after_send");
         let (parts, body) = resp.into_parts();
         let streamed = provider.protocol == Protocol::Mcp && is_event_stream(&parts.headers);
         let read = match streamed {

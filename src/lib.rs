@@ -72,6 +72,8 @@
 //! - `secret`: the installation secret behind keyed hashes and the kept request's encryption.
 //! - `durable`: a new file's name made durable (its folder synced), for the ledger and the secret.
 //! - `clock`: timestamps, read in one place so pure code takes time as an argument.
+//! - `crash`: named crash points (`crash_point!`), compiled only with the `failpoints` feature,
+//!   where the crash matrix makes the process die on purpose.
 //! - `env`: the list of the environment variables the binary reads, for the help texts.
 //! - `wire`: the shared body type, the one bounded body reader, the hop-by-hop header names.
 //! - `budget`: the buffered request bytes, and reading a guarded body under them.
@@ -88,6 +90,7 @@ pub mod budget;
 pub mod claim;
 pub mod clock;
 pub mod config;
+pub mod crash;
 pub mod decide;
 pub mod demo;
 pub mod dispatch;

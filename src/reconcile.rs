@@ -166,6 +166,7 @@ async fn look(
         }
     };
     tracing::info!(operation = %Logged(id), found = matches!(answer, Finding::Found(_)), "reconciliation lookup answered");
+    crate::crash_point!("reconcile.answered");
     conclude(app, id, seen, rule, answer, may_resend).await
 }
 

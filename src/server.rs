@@ -266,8 +266,10 @@ async fn bind(addr: SocketAddr, key: &str) -> std::io::Result<TcpListener> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr} ({key}): {e}")))
 }
 
-/// The one stdout line scripts and tests wait for.
+/// The one stdout line scripts and tests wait for; the crash points are armed just before it,
+/// so a crash matrix's point is never reached while the proxy starts.
 fn announce(bound: Bound) {
+    crate::crash::arm();
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,

@@ -265,6 +265,7 @@ async fn send(
         by_settler: true,
     };
     app.metrics.settler(&provider.name, &op.route, "resent");
+    crate::crash_point!("settle.resend");
     let task_app = app.clone();
     let provider_name = provider.name.clone();
     let done = app.background.spawn(async move {

@@ -54,6 +54,16 @@ pub struct Behavior {
     /// Requests answered as reads (no effect, no gate, no delay, never dropped): exact
     /// method and path with query, and their JSON answer.
     pub reads: Vec<Read>,
+    /// A lookup answered from the effects committed (see `lookup_by_key`).
+    pub lookup: Option<Lookup>,
+}
+
+/// `GET {prefix}{key}`, answered as a read from the effects committed under requests whose
+/// `key_header` was `key`, like a provider's list of objects filtered by the key.
+#[derive(Clone, Debug)]
+pub struct Lookup {
+    pub prefix: String,
+    pub key_header: String,
 }
 
 /// A read the provider answers from what it holds, like `GET /payments/PM123`.
@@ -82,6 +92,7 @@ impl Behavior {
             dedupe: None,
             drop_first_response: 0,
             reads: Vec::new(),
+            lookup: None,
         }
     }
 
@@ -144,6 +155,33 @@ impl Behavior {
         self
     }
 
+    /// Answers `GET {prefix}{key}` as a read from what was committed: `200 {"data": [A]}`,
+    /// A the first answer's body (as JSON, or as a string when it is not JSON) of the first
+    /// effect committed under a request whose `key_header` was `key`; `200 {"data": []}` when
+    /// there was none. Effects count under their key whether or not the provider deduplicates.
+    pub fn lookup_by_key(mut self, prefix: &str, key_header: &str) -> Self {
+        self.lookup = Some(Lookup {
+            prefix: prefix.to_string(),
+            key_header: key_header.to_ascii_lowercase(),
+        });
+        self
+    }
+
+    /// The key a request asks the lookup about, if it is the lookup.
+    pub fn looked_up<'a>(&self, request: &'a Recorded) -> Option<&'a str> {
+        let lookup = self.lookup.as_ref()?;
+        if request.method != http::Method::GET {
+            return None;
+        }
+        request.path_and_query.strip_prefix(&lookup.prefix)
+    }
+
+    /// The key this request's effect counts under for the lookup, if any.
+    pub fn lookup_key(&self, request: &Recorded) -> Option<String> {
+        let lookup = self.lookup.as_ref()?;
+        request.header(&lookup.key_header).map(str::to_string)
+    }
+
     /// The read answering this request, if any.
     pub fn read_for(&self, request: &Recorded) -> Option<Response<Body>> {
         let read = self.reads.iter().find(|r| {
@@ -163,6 +201,23 @@ impl Behavior {
         self.drop_first_response = n;
         self
     }
+}
+
+/// The lookup's answer: the first effect committed under the key, if any (`lookup_by_key`).
+pub fn lookup_answer(found: Option<&Stored>) -> Response<Body> {
+    let data: Vec<serde_json::Value> = found
+        .map(|stored| {
+            serde_json::from_slice(&stored.body).unwrap_or_else(|_| {
+                serde_json::Value::String(String::from_utf8_lossy(&stored.body).into_owned())
+            })
+        })
+        .into_iter()
+        .collect();
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(full(serde_json::json!({ "data": data }).to_string()))
+        .expect("valid lookup answer")
 }
 
 /// An answer as first given, kept per dedupe key to be given again.

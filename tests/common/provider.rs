@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use super::behavior::{Answer, Behavior, Dedupe};
-use super::behavior::{Stored, dedupe_key, new_answer, respond};
+use super::behavior::{Stored, dedupe_key, lookup_answer, new_answer, respond};
 use super::client::{Body, full};
 use super::pattern::{PatternBody, drain};
 use super::tls::TestPki;
@@ -52,6 +52,8 @@ impl Recorded {
 struct Effects {
     count: usize,
     by_key: HashMap<String, Stored>,
+    /// The first effect under each key, for a lookup (`Behavior::lookup_by_key`).
+    looked_up: HashMap<String, Stored>,
     dropped: usize,
 }
 
@@ -306,6 +308,10 @@ async fn handle(
     if let Some(read) = behavior.read_for(&request) {
         return Ok(read);
     }
+    if let Some(key) = behavior.looked_up(&request) {
+        let effects = lock(&shared.effects);
+        return Ok(lookup_answer(effects.looked_up.get(key)));
+    }
     // The work runs in its own task, as at a real provider: once received, the effect
     // happens even if the caller's connection goes away meanwhile.
     let work = tokio::spawn(async move { shared.act(&behavior, &request).await });
@@ -371,6 +377,12 @@ impl Shared {
         let stored = new_answer(behavior, request, effects.count);
         if let Some(key) = key {
             effects.by_key.insert(key, stored.clone());
+        }
+        if let Some(key) = behavior.lookup_key(request) {
+            effects
+                .looked_up
+                .entry(key)
+                .or_insert_with(|| stored.clone());
         }
         self.committed.send_replace(effects.count);
         (stored, false, drop)

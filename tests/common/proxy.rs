@@ -219,6 +219,7 @@ impl ConfigDir {
             .env_remove("IDEMPROXY_SECRET")
             .env_remove("IDEMPROXY_SECRET_FILE")
             .env_remove("MIMALLOC_ALLOW_THP")
+            .env_remove("FAILPOINTS")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null());
         command

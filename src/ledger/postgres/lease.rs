@@ -148,6 +148,7 @@ pub(super) async fn renew(core: &Core) -> Result<(), Fault> {
         )
         .await?;
     let was_live = row.is_some_and(|row| row.get::<_, bool>(0));
+    crate::crash_point!("postgres.lease_renewed");
     core.lease.renewed(sent, was_live);
     Ok(())
 }

@@ -238,6 +238,7 @@ where
         *staged.lock().unwrap_or_else(PoisonError::into_inner) = Some((fence, left));
     }
     let durable = changed || !appended.is_empty();
+    crate::crash_point!("ledger.staged");
     core.commit(tx, durable).await?;
     appended.push((write.op, write.events));
     Ok((value, appended, orphaned))

@@ -106,6 +106,9 @@ pub(in crate::ledger) fn run_batch(
     loop {
         match stage_all(db, &mut jobs) {
             Ok((txn, staging)) => {
+                if staging.staged != Staged::Nothing {
+                    crate::crash_point!("ledger.staged");
+                }
                 let outcome = end(txn, staging.staged, jobs.len(), on_commit);
                 let (written, broke) = match &outcome {
                     Ok(()) => (staging.written, None),
