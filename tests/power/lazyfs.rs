@@ -197,15 +197,15 @@ impl Mounted {
     }
 
     fn unmount(&mut self) {
-        if let Some(session) = self.session.take() {
-            if let Err(e) = session.umount_and_join() {
-                // Still busy (a late close of a killed process): detach it lazily.
-                let _ = std::process::Command::new("fusermount3")
-                    .args(["-u", "-z"])
-                    .arg(&self.mountpoint)
-                    .status();
-                eprintln!("lazyfs: unmount of {}: {e}", self.mountpoint.display());
-            }
+        if let Some(session) = self.session.take()
+            && let Err(e) = session.umount_and_join()
+        {
+            // Still busy (a late close of a killed process): detach it lazily.
+            let _ = std::process::Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&self.mountpoint)
+                .status();
+            eprintln!("lazyfs: unmount of {}: {e}", self.mountpoint.display());
         }
     }
 }
