@@ -39,6 +39,8 @@ enum Ledger {
     Default,
     /// This URL (replicas sharing a database).
     Url(String),
+    /// This redb file, outside the temp dir (a ledger on a test file system).
+    File(PathBuf),
     /// Whatever the test's own proxy.toml says.
     Raw,
 }
@@ -89,6 +91,13 @@ impl ProxyBuilder {
         self
     }
 
+    /// Puts the redb ledger at `path` whatever `IDEMPROXY_TEST_LEDGER` says (its secret file
+    /// beside it, as by default).
+    pub fn ledger_file(mut self, path: &Path) -> Self {
+        self.ledger = Ledger::File(path.to_path_buf());
+        self
+    }
+
     /// Writes `policies/{name}.toml`.
     pub fn policy(self, name: &str, text: &str) -> Self {
         self.file(&format!("policies/{name}.toml"), text)
@@ -119,6 +128,10 @@ impl ProxyBuilder {
     /// PostgreSQL mode, the proxy's database).
     pub fn write(mut self) -> ConfigDir {
         let database = self.place_ledger();
+        let ledger_file = match &self.ledger {
+            Ledger::File(path) => Some(path.clone()),
+            _ => None,
+        };
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::create_dir_all(dir.path().join("policies")).expect("policies dir");
         std::fs::write(dir.path().join("proxy.toml"), &self.proxy_toml).expect("proxy.toml");
@@ -134,6 +147,7 @@ impl ProxyBuilder {
             env: self.env,
             bin: self.bin,
             database,
+            ledger_file,
         }
     }
 
@@ -143,6 +157,7 @@ impl ProxyBuilder {
         let (url, database) = match &self.ledger {
             Ledger::Raw => return None,
             Ledger::Url(url) => (url.clone(), None),
+            Ledger::File(path) => (path.to_string_lossy().into_owned(), None),
             Ledger::Default if ledger_mode() == LedgerMode::Redb => return None,
             Ledger::Default => {
                 let database = Database::create();
@@ -178,6 +193,8 @@ pub struct ConfigDir {
     bin: (PathBuf, Vec<String>),
     /// The PostgreSQL mode's database; dropped after the process (fields drop in order).
     database: Option<Database>,
+    /// The redb ledger's path when it is not `ledger.redb` in the dir (`ledger_file`).
+    ledger_file: Option<PathBuf>,
 }
 
 impl ConfigDir {
@@ -196,7 +213,10 @@ impl ConfigDir {
             self.database.is_none(),
             "this test reads the redb ledger file: it does not apply with IDEMPROXY_TEST_LEDGER=postgres"
         );
-        self.dir.path().join("ledger.redb")
+        match &self.ledger_file {
+            Some(path) => path.clone(),
+            None => self.dir.path().join("ledger.redb"),
+        }
     }
 
     /// The PostgreSQL mode's database, if this proxy has one.
