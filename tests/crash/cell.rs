@@ -202,7 +202,7 @@ async fn provoke(
     match cell.provoke {
         Provoke::Send => {
             // The answer, if any, comes after the point: the agent's connection dies with it.
-            let _ = refund_in_background(proxy, RENDERED, BODY);
+            drop(refund_in_background(proxy, RENDERED, BODY));
         }
         Provoke::LostThenReplay | Provoke::TimeoutThenSettler => {
             let first = refund(proxy, RENDERED, BODY).await;
@@ -211,11 +211,11 @@ async fn provoke(
             }
             received.push(first);
             if cell.provoke == Provoke::LostThenReplay {
-                let _ = refund_in_background(proxy, RENDERED, BODY);
+                drop(refund_in_background(proxy, RENDERED, BODY));
             }
         }
         Provoke::HeldThenLease => {
-            let _ = refund_in_background(proxy, RENDERED, BODY);
+            drop(refund_in_background(proxy, RENDERED, BODY));
             provider.wait_for_requests(1).await;
         }
     }
