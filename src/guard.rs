@@ -110,6 +110,11 @@ pub async fn handle_read(
 fn refused(target: &Target<'_>, route: &Route, problem: Problem, mut ctx: Context) -> Answer {
     ctx.provider = Some(target.provider.name.clone());
     ctx.route = Some(route.name.clone());
+    if matches!(problem, Problem::LedgerUnavailable(_)) {
+        // The state could not be read now (docs/reference.md section 6.1): not the one a
+        // waiting duplicate read before the ledger went away.
+        ctx.state = None;
+    }
     let outcome = outcome_of(&problem);
     (refusal(problem, &ctx), outcome)
 }

@@ -13,7 +13,9 @@
 #![allow(dead_code)]
 
 pub mod behavior;
+pub mod chaos;
 pub mod client;
+pub mod cluster;
 pub mod database;
 pub mod files;
 pub mod guarded;

@@ -2,13 +2,15 @@
 //! the database unreachable (`cut`: every connection dropped, every new one closed at once)
 //! and reachable again (`restore`) without touching the server that other tests share, or
 //! stall it: stop forwarding both ways with every connection left open (`stall_on`), as a
-//! link that stops carrying packets does, until `unstall`.
+//! link that stops carrying packets does, until `unstall`, or slow it (`delay`: every chunk
+//! waits before it is forwarded, both ways).
 //!
 //! It runs on a runtime of its own (one thread), so it keeps relaying while the test's own
 //! runtime is busy or blocked (a process wait, a `psql` run).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -28,6 +30,8 @@ struct Stall {
     /// Bytes that, once a client sends them inside a transaction, stall the relay.
     pattern: Mutex<Option<Vec<u8>>>,
     stalled: watch::Sender<bool>,
+    /// How long each chunk waits before it is forwarded (see `Relay::delay`).
+    delay: watch::Sender<Duration>,
 }
 
 impl Stall {
@@ -44,6 +48,13 @@ impl Stall {
     async fn until_flowing(&self) {
         let mut stalled = self.stalled.subscribe();
         let _ = stalled.wait_for(|stalled| !*stalled).await;
+    }
+
+    async fn delayed(&self) {
+        let delay = *self.delay.borrow();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
     }
 }
 
@@ -95,6 +106,12 @@ impl Relay {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         *held = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// Every chunk, either way, waits `delay` before it is forwarded (zero: none), on the
+    /// connections open now and on new ones.
+    pub fn delay(&self, delay: Duration) {
+        self.stall.delay.send_replace(delay);
     }
 
     /// Whether the relay has stalled (see `stall_on`).
@@ -195,6 +212,7 @@ async fn upstream(
         } else {
             stall.until_flowing().await;
         }
+        stall.delayed().await;
         // The statement's end (`READ COMMITTED` is no end).
         if contains(chunk, b"COMMIT\0") || contains(chunk, b"ROLLBACK\0") {
             in_transaction = false;
@@ -220,6 +238,7 @@ async fn downstream(
             return;
         }
         stall.until_flowing().await;
+        stall.delayed().await;
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }

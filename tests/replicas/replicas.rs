@@ -1024,3 +1024,31 @@ async fn a_replica_whose_link_stalls_inside_a_transaction_does_not_pin_its_locks
 async fn a_replica_frozen_inside_a_transaction_does_not_pin_its_locks() {
     a_stalled_claim(true).await;
 }
+
+/// A duplicate waiting on an in-flight operation whose ledger becomes unreachable meanwhile
+/// is `503 ledger-unavailable` without `Idem-State` (docs/reference.md section 6.1: the state
+/// could not be read), not the state it read before the ledger went away. (It answered with
+/// that state: `Idem-State: in_flight`, or `succeeded` when the operation had just completed,
+/// on a 503 whose stored answer the agent never got; found by the random kills.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_duplicate_cut_off_from_the_ledger_is_told_no_state() {
+    let provider = FakeProvider::start(Behavior::echo().hold()).await;
+    let replicas = Replicas::start(replica(&provider, ""), 1).await;
+    let first = refund_in_background(&replicas[0], "wf-wait-cut", "amount=1");
+    provider.wait_for_requests(1).await;
+    let duplicate = refund_in_background(&replicas[0], "wf-wait-cut", "amount=1");
+    // The duplicate reads the operation `in_flight` and polls it (every 75 ms); this is time
+    // for it to get there (were it later, it would be refused before reading any state).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    replicas.cut();
+    let resp = duplicate.await.expect("task").expect("the proxy answers");
+    let body = problem(&resp, StatusCode::SERVICE_UNAVAILABLE, "ledger-unavailable");
+    assert_eq!(resp.header("idem-state"), None, "{resp:?}");
+    assert_eq!(body.get("state"), None, "{body}");
+    assert_eq!(resp.header("idempotent-replayed"), Some("false"));
+
+    replicas.restore();
+    provider.release();
+    first.await.expect("task").expect("the proxy answers");
+    assert_eq!(provider.request_count(), 1, "the duplicate sent nothing");
+}
