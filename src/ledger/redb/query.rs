@@ -1,5 +1,6 @@
 //! The redb ledger's queries on a read snapshot: an operation, its history, stored response
-//! and kept request, lists by filter (a reverse scan of one index prefix) and the counts.
+//! and kept request, lists by filter (a reverse scan of one index prefix, or of the by-state
+//! prefixes merged) and the counts.
 
 use std::ops::Bound;
 
@@ -37,12 +38,19 @@ pub(in crate::ledger) fn get_for_replay(
     }
 }
 
+/// `id`'s events in order: those an older build kept one by one, then its `history` value.
 pub(in crate::ledger) fn events(txn: &ReadTransaction, id: &str) -> Result<Vec<Event>, Fault> {
-    let table = txn.open_table(EVENTS)?;
     let mut out = Vec::new();
-    for entry in table.range((id, 0)..=(id, u32::MAX))? {
-        let (_, value) = entry?;
-        out.push(codec::decode_event(value.value())?);
+    if let Some(table) = readable(txn, EVENTS)? {
+        for entry in table.range((id, 0)..=(id, u32::MAX))? {
+            let (_, value) = entry?;
+            out.push(codec::decode_event(value.value())?);
+        }
+    }
+    if let Some(table) = readable(txn, HISTORY)?
+        && let Some(history) = table.get(id)?
+    {
+        out.extend(codec::decode_history(history.value())?);
     }
     Ok(out)
 }
@@ -69,7 +77,9 @@ pub(in crate::ledger) fn response(
     }
 }
 
-/// One page, newest first, strictly older than `after` in `(created_at, id)` order.
+/// One page, newest first, strictly older than `after` in `(created_at, id)` order: a
+/// reverse scan of the most selective filter term's index prefix, or without a filter of
+/// every by-state prefix at once, merged.
 pub(in crate::ledger) fn list(
     txn: &ReadTransaction,
     filter: &Filter,
@@ -77,22 +87,35 @@ pub(in crate::ledger) fn list(
     after: Option<Position>,
 ) -> Result<Page, Fault> {
     let counters = txn.open_table(COUNTERS)?;
-    let prefix = most_selective(&counters, filter)?;
+    let prefixes = match most_selective(&counters, filter)? {
+        Some(prefix) => vec![prefix],
+        None => State::ALL.map(state_prefix).to_vec(),
+    };
     let index = txn.open_table(INDEX)?;
     let ops = txn.open_table(OPS)?;
-    let stop = prefix_end(&prefix);
-    let end = match &after {
-        Some((created, id)) => Bound::Excluded((prefix.as_str(), *created, id.as_str())),
-        None => Bound::Excluded((stop.as_str(), i64::MIN, "")),
-    };
-    let start = Bound::Included((prefix.as_str(), i64::MIN, ""));
+    let mut scans = Vec::with_capacity(prefixes.len());
+    let mut heads = Vec::with_capacity(prefixes.len());
+    for prefix in &prefixes {
+        let stop = prefix_end(prefix);
+        let end = match &after {
+            Some((created, id)) => Bound::Excluded((prefix.as_str(), *created, id.as_str())),
+            None => Bound::Excluded((stop.as_str(), i64::MIN, "")),
+        };
+        let start = Bound::Included((prefix.as_str(), i64::MIN, ""));
+        let mut scan = index.range((start, end))?.rev();
+        heads.push(next_position(&mut scan)?);
+        scans.push(scan);
+    }
     let limit = limit.max(1);
     let mut found = Vec::new();
-    // One match beyond the page tells whether a next page exists.
-    for entry in index.range((start, end))?.rev() {
-        let (key, _) = entry?;
-        let (_, _, id) = key.value();
-        let Some(op) = read_op(&ops, id)? else {
+    // The newest head of all scans, until one match beyond the page tells whether a next
+    // page exists.
+    while let Some(i) = newest(&heads) {
+        let Some((_, id)) = std::mem::replace(&mut heads[i], next_position(&mut scans[i])?)
+        else {
+            break;
+        };
+        let Some(op) = read_op(&ops, &id)? else {
             return Err(Fault::new(format!("index names a missing operation {id}")));
         };
         if matches(filter, &op) {
@@ -103,6 +126,30 @@ pub(in crate::ledger) fn list(
         }
     }
     Ok(paginate(found, limit))
+}
+
+/// A reverse scan of one index prefix.
+type Scan<'a> = std::iter::Rev<redb::Range<'a, (&'static str, i64, &'static str), ()>>;
+
+/// The next `(created_at, id)` of a scan of the index.
+fn next_position(scan: &mut Scan<'_>) -> Result<Option<Position>, Fault> {
+    match scan.next().transpose()? {
+        Some((key, _)) => {
+            let (_, created, id) = key.value();
+            Ok(Some((created, id.to_owned())))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Which of the heads sorts last in `(created_at, id)` order, if any is left.
+fn newest(heads: &[Option<Position>]) -> Option<usize> {
+    heads
+        .iter()
+        .enumerate()
+        .filter_map(|(i, head)| head.as_ref().map(|h| (i, h)))
+        .max_by(|a, b| a.1.cmp(b.1))
+        .map(|(i, _)| i)
 }
 
 /// Cuts `found` (up to `limit + 1` matches) to one page; the extra match means a next page.
@@ -126,11 +173,11 @@ fn matches(filter: &Filter, op: &Operation) -> bool {
         && filter.route.as_ref().is_none_or(|r| *r == op.route)
 }
 
-/// The index prefix of the filter term with the fewest operations (all operations if none).
+/// The index prefix of the filter term with the fewest operations; `None` without a filter.
 fn most_selective(
     counters: &ReadOnlyTable<&'static str, u64>,
     filter: &Filter,
-) -> Result<String, Fault> {
+) -> Result<Option<String>, Fault> {
     let candidates = [
         filter.state.map(state_prefix),
         filter.provider.as_ref().map(|p| format!("p/{p}")),
@@ -143,7 +190,7 @@ fn most_selective(
             best = Some((count, prefix));
         }
     }
-    Ok(best.map_or_else(|| ALL.to_owned(), |(_, prefix)| prefix))
+    Ok(best.map(|(_, prefix)| prefix))
 }
 
 pub(in crate::ledger) fn stats(txn: &ReadTransaction) -> Result<Stats, Fault> {

@@ -5,12 +5,16 @@
 //! It runs inside transactions it is handed and never begins, commits or aborts one (the
 //! writer and the read helpers do that), so a group of writes can share one commit.
 //!
-//! Layout. `ops` maps an operation ID to its record; `events` maps `(id, seq)` to one event;
-//! `responses` maps an ID to its stored response. `index` holds one empty entry
-//! `(prefix, created_at, id)` per operation and prefix, where the prefixes are `c` (all),
-//! `s/{state}`, `p/{provider}` and `r/{route}`; `counters` holds, per prefix, how many
-//! entries it has. So listing by any filter is a reverse range scan, the by-state index finds
-//! orphans and prune candidates without a full scan, and stats are point reads. The
+//! Layout. `ops` maps an operation ID to its record; `history` maps it to its events, all in
+//! one value; `responses` maps an ID to its stored response. `index` holds one empty entry
+//! `(prefix, created_at, id)` per operation and prefix, where the prefixes are `s/{state}`,
+//! `p/{provider}` and `r/{route}`; `counters` holds, per prefix, how many entries it has. So
+//! listing by any filter is a reverse range scan (the unfiltered list merges the by-state
+//! scans, which together hold every operation), the by-state index finds orphans and prune
+//! candidates without a full scan, and stats are point reads. Ledgers written before the
+//! compact layout also have `events`, one entry per event keyed `(id, seq)`, read before
+//! `history`, and a `c` prefix holding every operation, which nothing reads and pruning
+//! removes with its operation (docs/decisions.md, "A compact record encoding"). The
 //! tombstone tables are `tombstone`'s and the replay counts `replays`'; `Tables` opens them
 //! with the rest.
 
@@ -28,8 +32,11 @@ use crate::ledger::redb::tombstone::Tombs;
 use crate::operation::{Event, Operation, RequestChange, State, Write};
 
 pub(in crate::ledger) const OPS: TableDefinition<&str, &[u8]> = TableDefinition::new("ops");
+/// Events as builds before the compact layout kept them, one entry each (read, never added to).
 pub(in crate::ledger) const EVENTS: TableDefinition<(&str, u32), &[u8]> =
     TableDefinition::new("events");
+pub(in crate::ledger) const HISTORY: TableDefinition<&str, &[u8]> =
+    TableDefinition::new("history");
 pub(in crate::ledger) const RESPONSES: TableDefinition<&str, &[u8]> =
     TableDefinition::new("responses");
 pub(in crate::ledger) const REQUESTS: TableDefinition<&str, &[u8]> =
@@ -38,7 +45,7 @@ pub(in crate::ledger) const INDEX: TableDefinition<(&str, i64, &str), ()> =
     TableDefinition::new("index");
 pub(in crate::ledger) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
-/// The index prefix holding every operation.
+/// The index prefix older builds kept of every operation (see the layout above).
 pub(in crate::ledger) const ALL: &str = "c";
 
 /// Where an entry sits inside one index prefix: `(created_at, id)`.
@@ -82,10 +89,10 @@ fault_from!(
     redb::DatabaseError
 );
 
-/// The four index prefixes of an operation, in a fixed order so two versions compare slot by slot.
-pub(in crate::ledger) fn prefixes(op: &Operation) -> [String; 4] {
+/// The three index prefixes of an operation, in a fixed order so two versions compare slot by
+/// slot.
+pub(in crate::ledger) fn prefixes(op: &Operation) -> [String; 3] {
     [
-        ALL.to_owned(),
         state_prefix(op.state),
         format!("p/{}", op.provider),
         format!("r/{}", op.route),
@@ -106,6 +113,7 @@ pub(in crate::ledger) fn prefix_end(prefix: &str) -> String {
 pub(in crate::ledger) struct Tables<'t> {
     ops: Table<'t, &'static str, &'static [u8]>,
     events: Table<'t, (&'static str, u32), &'static [u8]>,
+    history: Table<'t, &'static str, &'static [u8]>,
     responses: Table<'t, &'static str, &'static [u8]>,
     requests: Table<'t, &'static str, &'static [u8]>,
     index: Table<'t, (&'static str, i64, &'static str), ()>,
@@ -127,6 +135,7 @@ impl<'t> Tables<'t> {
         Ok(Tables {
             ops: txn.open_table(OPS)?,
             events: txn.open_table(EVENTS)?,
+            history: txn.open_table(HISTORY)?,
             responses: txn.open_table(RESPONSES)?,
             requests: txn.open_table(REQUESTS)?,
             index: txn.open_table(INDEX)?,
@@ -231,9 +240,7 @@ impl<'t> Tables<'t> {
         if op_changed {
             self.put_op(old, &write.op)?;
         }
-        // A new operation has no history yet (an operation's events go with it when pruned).
-        let first_seq = if old.is_none() { Some(0) } else { None };
-        self.append_events_from(id, first_seq, &write.events)?;
+        self.append_events_from(id, old.is_none(), &write.events)?;
         if let Some(response) = &write.response {
             let bytes = codec::encode_response(response);
             self.responses.insert(id, bytes.as_slice())?;
@@ -299,33 +306,28 @@ impl<'t> Tables<'t> {
         id: &str,
         events: &[Event],
     ) -> Result<(), Fault> {
-        self.append_events_from(id, None, events)
+        self.append_events_from(id, false, events)
     }
 
-    /// Appends `events` to `id`'s history from `first_seq`, or (`None`) after its last event.
-    fn append_events_from(
-        &mut self,
-        id: &str,
-        first_seq: Option<u32>,
-        events: &[Event],
-    ) -> Result<(), Fault> {
+    /// Appends `events` to `id`'s history; `new` says `id` has none yet (a new operation: an
+    /// operation's history goes with it when pruned), so it is not looked up.
+    fn append_events_from(&mut self, id: &str, new: bool, events: &[Event]) -> Result<(), Fault> {
         if events.is_empty() {
             return Ok(());
         }
-        let mut seq = match first_seq {
-            Some(seq) => seq,
-            None => self
-                .events
-                .range((id, 0)..=(id, u32::MAX))?
-                .next_back()
-                .transpose()?
-                .map_or(0, |(k, _)| k.value().1.saturating_add(1)),
+        let stored = match new {
+            true => None,
+            false => self.history.get(id)?.map(|v| v.value().to_vec()),
         };
-        for event in events {
-            let bytes = codec::encode_event(event)?;
-            self.events.insert((id, seq), bytes.as_slice())?;
-            seq = seq.saturating_add(1);
-        }
+        let bytes = match stored {
+            Some(mut bytes) => {
+                let before = codec::decode_history(&bytes)?;
+                codec::append_history(&mut bytes, before.last(), events);
+                bytes
+            }
+            None => codec::encode_history(events),
+        };
+        self.history.insert(id, bytes.as_slice())?;
         Ok(())
     }
 
@@ -337,6 +339,7 @@ impl<'t> Tables<'t> {
         self.responses.remove(id)?;
         self.requests.remove(id)?;
         self.replays.remove(id)?;
+        self.history.remove(id)?;
         let mut seqs = Vec::new();
         for entry in self.events.range((id, 0)..=(id, u32::MAX))? {
             seqs.push(entry?.0.value().1);
@@ -347,6 +350,8 @@ impl<'t> Tables<'t> {
         for prefix in prefixes(op) {
             self.unindex(&prefix, op.created_at.0, id)?;
         }
+        // The entry an older build kept under the prefix of every operation, if any.
+        self.unindex(ALL, op.created_at.0, id)?;
         Ok(())
     }
 
