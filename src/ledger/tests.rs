@@ -1130,7 +1130,9 @@ pub(in crate::ledger) fn age(path: &std::path::Path) {
             let op = codec::decode_op(bytes).unwrap();
             let json = codec::encode_op_json(&op).unwrap();
             ops.insert(id.as_str(), json.as_slice()).unwrap();
-            index.insert((ALL, op.created_at.0, id.as_str()), ()).unwrap();
+            index
+                .insert((ALL, op.created_at.0, id.as_str()), ())
+                .unwrap();
         }
         counters.insert(ALL, records.len() as u64).unwrap();
         let mut tombs = txn.open_table(TOMBSTONES).unwrap();
@@ -1143,7 +1145,9 @@ pub(in crate::ledger) fn age(path: &std::path::Path) {
         for (id, bytes) in all(&history) {
             for (seq, e) in codec::decode_history(&bytes).unwrap().iter().enumerate() {
                 let json = codec::encode_event_json(e).unwrap();
-                events.insert((id.as_str(), seq as u32), json.as_slice()).unwrap();
+                events
+                    .insert((id.as_str(), seq as u32), json.as_slice())
+                    .unwrap();
             }
             history.remove(id.as_str()).unwrap();
         }
@@ -1161,18 +1165,28 @@ async fn a_ledger_an_older_build_wrote_reads_lists_grows_and_prunes() {
     let dir = TempDir::new().unwrap();
     let path = dir.path().join("data/ledger.redb");
     let ledger = open(&dir).await;
-    for (i, state) in [State::Succeeded, State::Failed, State::Unknown, State::Succeeded]
-        .into_iter()
-        .enumerate()
+    for (i, state) in [
+        State::Succeeded,
+        State::Failed,
+        State::Unknown,
+        State::Succeeded,
+    ]
+    .into_iter()
+    .enumerate()
     {
         let o = op(&format!("p/r/{i}"), state, T0 + i as i64);
-        let events = vec![event(EventKind::Claimed, T0), event(EventKind::Unknown, T0 + 1)];
+        let events = vec![
+            event(EventKind::Claimed, T0),
+            event(EventKind::Unknown, T0 + 1),
+        ];
         put(&ledger, o, events, Some(response(b"{}"))).await;
     }
     let seen = |ledger: Ledger| async move {
         let mut out = format!("{:?}\n", ledger.stats().await.unwrap());
         let all = ledger.list(&Filter::default(), 3, None).await.unwrap();
-        let rest = ledger.list(&Filter::default(), 3, all.next.as_deref()).await;
+        let rest = ledger
+            .list(&Filter::default(), 3, all.next.as_deref())
+            .await;
         out.push_str(&format!("{all:?}\n{rest:?}\n"));
         for i in 0..4 {
             let id = format!("p/r/{i}");
@@ -1202,7 +1216,9 @@ async fn a_ledger_an_older_build_wrote_reads_lists_grows_and_prunes() {
     let events = ledger.events("p/r/2").await.unwrap();
     assert_eq!(events.len(), 3);
     assert_eq!(events[2], more);
-    let pruned = ledger.prune(Timestamp(T0 + 10_000), Timestamp(T0 + 10_000), 2).await;
+    let pruned = ledger
+        .prune(Timestamp(T0 + 10_000), Timestamp(T0 + 10_000), 2)
+        .await;
     assert_eq!(pruned.unwrap(), 4);
     let db = ledger.redb().shared().db().unwrap();
     let txn = ::redb::ReadableDatabase::begin_read(&*db).unwrap();
@@ -1210,4 +1226,62 @@ async fn a_ledger_an_older_build_wrote_reads_lists_grows_and_prunes() {
     assert_eq!(::redb::ReadableTableMetadata::len(&index).unwrap(), 0);
     let counters = txn.open_table(super::redb::store::COUNTERS).unwrap();
     assert_eq!(::redb::ReadableTableMetadata::len(&counters).unwrap(), 0);
+}
+
+/// Where a ledger's bytes go, table by table: `IDEMPROXY_STATS=PATH cargo test --lib
+/// table_stats -- --ignored --nocapture` (e.g. on a ledger `bench/bytes.sh` kept).
+#[test]
+#[ignore]
+fn table_stats() {
+    use ::redb::{ReadableTableMetadata, TableHandle};
+    let path = std::env::var("IDEMPROXY_STATS").expect("IDEMPROXY_STATS=PATH");
+    let db = ::redb::Database::open(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    let stats = txn.stats().unwrap();
+    println!(
+        "database: {} leaf pages, {} branch pages, {} B stored, {} B metadata, {} B fragmented",
+        stats.leaf_pages(),
+        stats.branch_pages(),
+        stats.stored_bytes(),
+        stats.metadata_bytes(),
+        stats.fragmented_bytes()
+    );
+    txn.abort().unwrap();
+    let read = ::redb::ReadableDatabase::begin_read(&db).unwrap();
+    if let Ok(id) = std::env::var("IDEMPROXY_STATS_ID") {
+        let ops = read.open_table(super::redb::store::OPS).unwrap();
+        let bytes = ops.get(id.as_str()).unwrap().unwrap().value().to_vec();
+        println!(
+            "{} B: {:?}\n{}",
+            bytes.len(),
+            codec::decode_op(&bytes).unwrap(),
+            hex::encode(&bytes)
+        );
+        let responses = read.open_table(super::redb::store::RESPONSES).unwrap();
+        let bytes = responses
+            .get(id.as_str())
+            .unwrap()
+            .unwrap()
+            .value()
+            .to_vec();
+        println!(
+            "{} B: {:?}",
+            bytes.len(),
+            codec::decode_response(&bytes).unwrap()
+        );
+    }
+    for handle in read.list_tables().unwrap() {
+        let name = handle.name().to_owned();
+        let s = read.open_untyped_table(handle).unwrap();
+        let t = s.stats().unwrap();
+        println!(
+            "{name}: {} entries, {} leaf pages, {} branch pages, {} B stored, {} B metadata, {} B fragmented",
+            s.len().unwrap(),
+            t.leaf_pages(),
+            t.branch_pages(),
+            t.stored_bytes(),
+            t.metadata_bytes(),
+            t.fragmented_bytes()
+        );
+    }
 }

@@ -101,6 +101,29 @@ static NAMES: [HeaderName; 16] = [
 /// The name code of a `content-length` whose value is the body's length, kept without it.
 const BODY_LENGTH: u64 = 17;
 
+/// The name code of a `date` in the HTTP form (IMF-fixdate), kept as its seconds since 1970.
+const DATE_SECONDS: u64 = 18;
+
+/// IMF-fixdate (RFC 9110 section 5.6.7), the form of every `date` header this proxy sees.
+const IMF_FIXDATE: &[time::format_description::BorrowedFormatItem<'static>] = time::macros::format_description!(
+    "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+);
+
+/// The seconds since 1970 a `date` value spells, if formatting them gives back exactly it.
+fn date_seconds(value: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(value).ok()?;
+    let at = time::PrimitiveDateTime::parse(text, IMF_FIXDATE)
+        .ok()?
+        .assume_utc();
+    let seconds = u64::try_from(at.unix_timestamp()).ok()?;
+    (date_text(seconds)?.as_bytes() == value).then_some(seconds)
+}
+
+fn date_text(seconds: u64) -> Option<String> {
+    let at = time::OffsetDateTime::from_unix_timestamp(i64::try_from(seconds).ok()?).ok()?;
+    at.format(IMF_FIXDATE).ok()
+}
+
 /// The key header most providers name, kept as its code alone.
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
@@ -130,7 +153,10 @@ pub(super) fn encode_op(op: &Operation) -> Vec<u8> {
         .and_then(|r| r.strip_prefix(op.route.as_str()))
         .and_then(|r| r.strip_prefix('/'));
     let keyed = !op.fingerprint.starts_with(LEGACY);
-    let fingerprint = op.fingerprint.strip_prefix(LEGACY).unwrap_or(&op.fingerprint);
+    let fingerprint = op
+        .fingerprint
+        .strip_prefix(LEGACY)
+        .unwrap_or(&op.fingerprint);
     let flags = [
         (op.key_placement.is_some(), KEY_AT),
         (op.first_dispatched_at.is_some(), FIRST_DISPATCHED),
@@ -156,7 +182,7 @@ pub(super) fn encode_op(op: &Operation) -> Vec<u8> {
     out.text(&op.route);
     out.text(rest.unwrap_or(&op.id));
     if flags & KEY_IS_REST == 0 {
-        out.text(&op.idempotency_key);
+        out.hexish(&op.idempotency_key);
     }
     out.hexish(fingerprint);
     out.uint(op.fields.len() as u64);
@@ -232,7 +258,7 @@ pub(super) fn decode_op(bytes: &[u8], read: Fields) -> Option<Operation> {
     let idempotency_key = match (on(ID_SPLIT), on(KEY_IS_REST)) {
         (true, true) => tail.to_owned(),
         (false, true) => return None,
-        (_, false) => input.text()?.to_owned(),
+        (_, false) => input.hexish()?,
     };
     let fingerprint = input.hexish()?;
     let mut fields = BTreeMap::new();
@@ -360,7 +386,7 @@ pub(super) fn decode_events(bytes: &[u8]) -> Option<Vec<Event>> {
 
 /// `RESPONSE_VERSION`, the status, the header count, each header (a name code, or 0 and the
 /// name; then the value) and the body. A `content-length` equal to the body's length is kept
-/// as its code alone.
+/// as its code alone, a `date` in the HTTP form as its code and seconds.
 pub(super) fn encode_response(response: &StoredResponse) -> Vec<u8> {
     let headers_len: usize = response
         .headers
@@ -375,6 +401,13 @@ pub(super) fn encode_response(response: &StoredResponse) -> Vec<u8> {
     for (name, value) in &response.headers {
         if name == header::CONTENT_LENGTH && value.as_bytes() == body_length.as_bytes() {
             out.uint(BODY_LENGTH);
+            continue;
+        }
+        if name == header::DATE
+            && let Some(seconds) = date_seconds(value.as_bytes())
+        {
+            out.uint(DATE_SECONDS);
+            out.uint(seconds);
             continue;
         }
         match NAMES.iter().position(|n| n == name) {
@@ -408,8 +441,18 @@ pub(super) fn decode_response(bytes: &[u8]) -> Option<StoredResponse> {
         let code = input.uint()?;
         let header = match code {
             BODY_LENGTH => (header::CONTENT_LENGTH, None),
-            0 => (HeaderName::from_bytes(input.text()?.as_bytes()).ok()?, Some(input.bytes()?)),
-            i => (NAMES.get(usize::try_from(i - 1).ok()?)?.clone(), Some(input.bytes()?)),
+            DATE_SECONDS => {
+                let text = date_text(input.uint()?)?;
+                (header::DATE, Some(Err(HeaderValue::from_str(&text).ok()?)))
+            }
+            0 => {
+                let name = HeaderName::from_bytes(input.text()?.as_bytes()).ok()?;
+                (name, Some(Ok(input.bytes()?)))
+            }
+            i => {
+                let name = NAMES.get(usize::try_from(i - 1).ok()?)?.clone();
+                (name, Some(Ok(input.bytes()?)))
+            }
         };
         read.push(header);
     }
@@ -417,7 +460,8 @@ pub(super) fn decode_response(bytes: &[u8]) -> Option<StoredResponse> {
     let mut headers = HeaderMap::with_capacity(read.len() + 3);
     for (name, value) in read {
         let value = match value {
-            Some(v) => HeaderValue::from_maybe_shared(shared.slice_ref(v)).ok()?,
+            Some(Ok(v)) => HeaderValue::from_maybe_shared(shared.slice_ref(v)).ok()?,
+            Some(Err(rebuilt)) => rebuilt,
             None => HeaderValue::from(body.len()),
         };
         headers.append(name, value);
@@ -505,7 +549,9 @@ impl Out {
                 return;
             }
         }
-        if let Some(n) = d.strip_prefix("status ").and_then(|n| n.parse::<u16>().ok())
+        if let Some(n) = d
+            .strip_prefix("status ")
+            .and_then(|n| n.parse::<u16>().ok())
             && format!("status {n}") == d
         {
             self.0.push(STATUS);

@@ -228,7 +228,11 @@ async fn a_copy_of_a_ledger_an_older_build_wrote_reads_back_exactly_as_before() 
     drop(ledger);
     crate::ledger::tests::age(&src);
     let ledger = open(&src, later, CHECK).await.unwrap();
-    assert_eq!(everything(&ledger, &IDS).await, want, "the old ledger as read");
+    assert_eq!(
+        everything(&ledger, &IDS).await,
+        want,
+        "the old ledger as read"
+    );
     drop(ledger);
     copy_files(&src, &dst).await.unwrap();
     let copy = open(&dst, later, CHECK).await.unwrap();

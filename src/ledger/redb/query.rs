@@ -111,8 +111,7 @@ pub(in crate::ledger) fn list(
     // The newest head of all scans, until one match beyond the page tells whether a next
     // page exists.
     while let Some(i) = newest(&heads) {
-        let Some((_, id)) = std::mem::replace(&mut heads[i], next_position(&mut scans[i])?)
-        else {
+        let Some((_, id)) = std::mem::replace(&mut heads[i], next_position(&mut scans[i])?) else {
             break;
         };
         let Some(op) = read_op(&ops, &id)? else {

@@ -35,8 +35,7 @@ pub(in crate::ledger) const OPS: TableDefinition<&str, &[u8]> = TableDefinition:
 /// Events as builds before the compact layout kept them, one entry each (read, never added to).
 pub(in crate::ledger) const EVENTS: TableDefinition<(&str, u32), &[u8]> =
     TableDefinition::new("events");
-pub(in crate::ledger) const HISTORY: TableDefinition<&str, &[u8]> =
-    TableDefinition::new("history");
+pub(in crate::ledger) const HISTORY: TableDefinition<&str, &[u8]> = TableDefinition::new("history");
 pub(in crate::ledger) const RESPONSES: TableDefinition<&str, &[u8]> =
     TableDefinition::new("responses");
 pub(in crate::ledger) const REQUESTS: TableDefinition<&str, &[u8]> =

@@ -122,7 +122,10 @@ proptest! {
         status in any::<u16>(),
         headers in proptest::collection::vec(
             (prop_oneof![Just("content-length".to_owned()), Just("date".to_owned()), "[a-z][a-z0-9-]{0,12}"],
-             proptest::collection::vec(any::<u8>(), 0..16)),
+             prop_oneof![
+                 proptest::collection::vec(any::<u8>(), 0..16),
+                 (0u64..4_000_000_000).prop_map(|s| date_text(s).unwrap().into_bytes()),
+             ]),
             0..6,
         ),
         body in proptest::collection::vec(any::<u8>(), 0..64),
@@ -146,7 +149,12 @@ proptest! {
 fn the_tables_name_every_variant() {
     assert!(State::ALL.iter().all(|s| STATES.contains(s)));
     assert!(EventKind::ALL.iter().all(|k| KINDS.contains(k)));
-    assert_eq!(BODY_LENGTH, NAMES.len() as u64 + 1, "the code after the last name");
+    assert_eq!(
+        BODY_LENGTH,
+        NAMES.len() as u64 + 1,
+        "the code after the last name"
+    );
+    assert_eq!(DATE_SECONDS, BODY_LENGTH + 1);
 }
 
 #[test]
@@ -155,7 +163,9 @@ fn a_completed_operation_is_small() {
     let op = Operation {
         fingerprint: "ab".repeat(32),
         idempotency_key: "fresh-123456".into(),
-        key_placement: Some(KeyPlacement::Header(HeaderName::from_static("idempotency-key"))),
+        key_placement: Some(KeyPlacement::Header(HeaderName::from_static(
+            "idempotency-key",
+        ))),
         response: Some(ResponseMeta {
             status: 200,
             body_bytes: 56,
@@ -181,6 +191,30 @@ fn a_completed_operation_is_small() {
         event(EventKind::ResultPersisted, "succeeded"),
     ]);
     assert!(history.len() < 40, "{} bytes", history.len());
+}
+
+#[test]
+fn a_date_in_the_http_form_is_kept_as_seconds_and_any_other_as_it_is() {
+    for (value, compact) in [
+        ("Sat, 05 Dec 2026 16:51:36 GMT", true),
+        ("Thu, 01 Jan 1970 00:00:00 GMT", true),
+        ("Sun, 05 Dec 2026 16:51:36 GMT", false),
+        ("Sat, 5 Dec 2026 16:51:36 GMT", false),
+        ("Saturday, 05-Dec-26 16:51:36 GMT", false),
+        ("sat, 05 Dec 2026 16:51:36 GMT", false),
+        ("yesterday", false),
+    ] {
+        assert_eq!(date_seconds(value.as_bytes()).is_some(), compact, "{value}");
+        let mut headers = HeaderMap::new();
+        headers.append(header::DATE, HeaderValue::from_static(value));
+        headers.append(header::SERVER, HeaderValue::from_static("nginx"));
+        let response = StoredResponse {
+            status: 200,
+            headers,
+            body: Bytes::new(),
+        };
+        assert_eq!(decode_response(&encode_response(&response)), Some(response));
+    }
 }
 
 #[test]
