@@ -140,6 +140,7 @@ pub(super) fn decode_op_for_replay(bytes: &[u8]) -> Result<Operation, Fault> {
 }
 
 fn decode(bytes: &[u8], read: Fields) -> Result<Operation, Fault> {
+    let (bytes, _) = split_row(bytes)?;
     if bytes.first() == Some(&compact::VERSION) {
         return compact::decode_op(bytes, read)
             .ok_or_else(|| Fault::new("corrupt operation record".to_owned()));
@@ -240,18 +241,28 @@ pub(super) fn decode_event(bytes: &[u8]) -> Result<Event, Fault> {
     })
 }
 
-/// An operation's history in one value: its events in order (`compact`).
-pub(super) fn encode_history(events: &[Event]) -> Vec<u8> {
-    compact::encode_events(events)
+/// A redb `ops` value: an operation's record and its history together (`compact::encode_row`).
+/// `decode_op` reads the record of one as of a bare record.
+pub(super) fn encode_row(record: &[u8], history: &[u8]) -> Vec<u8> {
+    compact::encode_row(record, history)
 }
 
-/// Appends `events` to a history `encode_history` wrote, whose last event is `last`.
-pub(super) fn append_history(history: &mut Vec<u8>, last: Option<&Event>, events: &[Event]) {
-    compact::append_events(history, last.map_or(0, |e| e.at.0), events);
+/// The record and the history of a redb `ops` value; a bare record has no history.
+pub(super) fn split_row(bytes: &[u8]) -> Result<(&[u8], &[u8]), Fault> {
+    compact::split_row(bytes).ok_or_else(|| Fault::new("corrupt operation row".to_owned()))
 }
 
-pub(super) fn decode_history(bytes: &[u8]) -> Result<Vec<Event>, Fault> {
-    compact::decode_events(bytes).ok_or_else(|| Fault::new("corrupt history".to_owned()))
+/// A row's history with `events` appended.
+pub(super) fn append_history(history: &[u8], events: &[Event]) -> Result<Vec<u8>, Fault> {
+    let last = decode_history(history)?.last().map_or(0, |e| e.at.0);
+    let mut out = history.to_vec();
+    compact::append_events(&mut out, last, events);
+    Ok(out)
+}
+
+/// The events of a row's history, in order.
+pub(super) fn decode_history(history: &[u8]) -> Result<Vec<Event>, Fault> {
+    compact::decode_appended(history).ok_or_else(|| Fault::new("corrupt history".to_owned()))
 }
 
 /// Version tag of the first response format below, which older builds wrote.

@@ -1110,7 +1110,7 @@ async fn updates_from_a_shard_are_answered_through_its_inbox() {
 /// JSON records and events (one entry each in `events`), the first stored-response format,
 /// and the `c` index prefix of every operation with its counter.
 pub(in crate::ledger) fn age(path: &std::path::Path) {
-    use super::redb::store::{ALL, COUNTERS, EVENTS, HISTORY, INDEX, OPS, RESPONSES};
+    use super::redb::store::{ALL, COUNTERS, EVENTS, INDEX, OPS, RESPONSES};
     use super::redb::tombstone::TOMBSTONES;
     use ::redb::ReadableTable;
     fn all(table: &impl ReadableTable<&'static str, &'static [u8]>) -> Vec<(String, Vec<u8>)> {
@@ -1125,6 +1125,7 @@ pub(in crate::ledger) fn age(path: &std::path::Path) {
         let mut ops = txn.open_table(OPS).unwrap();
         let mut index = txn.open_table(INDEX).unwrap();
         let mut counters = txn.open_table(COUNTERS).unwrap();
+        let mut events = txn.open_table(EVENTS).unwrap();
         let records = all(&ops);
         for (id, bytes) in &records {
             let op = codec::decode_op(bytes).unwrap();
@@ -1133,23 +1134,19 @@ pub(in crate::ledger) fn age(path: &std::path::Path) {
             index
                 .insert((ALL, op.created_at.0, id.as_str()), ())
                 .unwrap();
+            let (_, history) = codec::split_row(bytes).unwrap();
+            for (seq, e) in codec::decode_history(history).unwrap().iter().enumerate() {
+                let json = codec::encode_event_json(e).unwrap();
+                events
+                    .insert((id.as_str(), seq as u32), json.as_slice())
+                    .unwrap();
+            }
         }
         counters.insert(ALL, records.len() as u64).unwrap();
         let mut tombs = txn.open_table(TOMBSTONES).unwrap();
         for (id, bytes) in all(&tombs) {
             let json = codec::encode_op_json(&codec::decode_op(&bytes).unwrap()).unwrap();
             tombs.insert(id.as_str(), json.as_slice()).unwrap();
-        }
-        let mut history = txn.open_table(HISTORY).unwrap();
-        let mut events = txn.open_table(EVENTS).unwrap();
-        for (id, bytes) in all(&history) {
-            for (seq, e) in codec::decode_history(&bytes).unwrap().iter().enumerate() {
-                let json = codec::encode_event_json(e).unwrap();
-                events
-                    .insert((id.as_str(), seq as u32), json.as_slice())
-                    .unwrap();
-            }
-            history.remove(id.as_str()).unwrap();
         }
         let mut responses = txn.open_table(RESPONSES).unwrap();
         for (id, bytes) in all(&responses) {

@@ -362,10 +362,15 @@ pub(super) fn append_events(list: &mut Vec<u8>, mut last: i64, events: &[Event])
 
 /// The events of a list `encode_events` wrote, or `None` if `bytes` are not one.
 pub(super) fn decode_events(bytes: &[u8]) -> Option<Vec<Event>> {
-    let mut input = In(bytes);
-    if input.byte()? != VERSION {
-        return None;
+    match bytes.split_first() {
+        Some((&VERSION, events)) => decode_appended(events),
+        _ => None,
     }
+}
+
+/// The events `append_events` wrote to an empty list, in order.
+pub(super) fn decode_appended(bytes: &[u8]) -> Option<Vec<Event>> {
+    let mut input = In(bytes);
     let mut events = Vec::new();
     let mut last = 0i64;
     while !input.0.is_empty() {
@@ -567,6 +572,30 @@ impl Out {
         self.text(d);
     }
 }
+
+/// A redb `ops` value: `ROW`, the record's length, the record (in any layout `decode_op`
+/// reads) and the operation's events as `append_events` writes them. One value per operation
+/// instead of one entry per event or a second table: a commit then touches one tree less.
+pub(super) fn encode_row(record: &[u8], history: &[u8]) -> Vec<u8> {
+    let mut out = Out(Vec::with_capacity(4 + record.len() + history.len()));
+    out.0.push(ROW);
+    out.bytes(record);
+    out.0.extend_from_slice(history);
+    out.0
+}
+
+/// The record and history of a row; bytes that are no row are a record without history.
+pub(super) fn split_row(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let mut input = In(bytes);
+    if input.byte() != Some(ROW) {
+        return Some((bytes, &[]));
+    }
+    let record = input.bytes()?;
+    Some((record, input.0))
+}
+
+/// The first byte of a row.
+pub(super) const ROW: u8 = 4;
 
 /// The input of a decoding; every read is bounds-checked.
 struct In<'a>(&'a [u8]);

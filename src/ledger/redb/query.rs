@@ -38,7 +38,7 @@ pub(in crate::ledger) fn get_for_replay(
     }
 }
 
-/// `id`'s events in order: those an older build kept one by one, then its `history` value.
+/// `id`'s events in order: those an older build kept one by one, then its row's.
 pub(in crate::ledger) fn events(txn: &ReadTransaction, id: &str) -> Result<Vec<Event>, Fault> {
     let mut out = Vec::new();
     if let Some(table) = readable(txn, EVENTS)? {
@@ -47,10 +47,9 @@ pub(in crate::ledger) fn events(txn: &ReadTransaction, id: &str) -> Result<Vec<E
             out.push(codec::decode_event(value.value())?);
         }
     }
-    if let Some(table) = readable(txn, HISTORY)?
-        && let Some(history) = table.get(id)?
-    {
-        out.extend(codec::decode_history(history.value())?);
+    if let Some(row) = txn.open_table(OPS)?.get(id)? {
+        let (_, history) = codec::split_row(row.value())?;
+        out.extend(codec::decode_history(history)?);
     }
     Ok(out)
 }

@@ -5,15 +5,15 @@
 //! It runs inside transactions it is handed and never begins, commits or aborts one (the
 //! writer and the read helpers do that), so a group of writes can share one commit.
 //!
-//! Layout. `ops` maps an operation ID to its record; `history` maps it to its events, all in
-//! one value; `responses` maps an ID to its stored response. `index` holds one empty entry
+//! Layout. `ops` maps an operation ID to its row: its record and its events, in one value
+//! (`codec::encode_row`); `responses` maps an ID to its stored response. `index` holds one empty entry
 //! `(prefix, created_at, id)` per operation and prefix, where the prefixes are `s/{state}`,
 //! `p/{provider}` and `r/{route}`; `counters` holds, per prefix, how many entries it has. So
 //! listing by any filter is a reverse range scan (the unfiltered list merges the by-state
 //! scans, which together hold every operation), the by-state index finds orphans and prune
 //! candidates without a full scan, and stats are point reads. Ledgers written before the
 //! compact layout also have `events`, one entry per event keyed `(id, seq)`, read before
-//! `history`, and a `c` prefix holding every operation, which nothing reads and pruning
+//! the row's events, and a `c` prefix holding every operation, which nothing reads and pruning
 //! removes with its operation (docs/decisions.md, "A compact record encoding"). The
 //! tombstone tables are `tombstone`'s and the replay counts `replays`'; `Tables` opens them
 //! with the rest.
@@ -35,7 +35,6 @@ pub(in crate::ledger) const OPS: TableDefinition<&str, &[u8]> = TableDefinition:
 /// Events as builds before the compact layout kept them, one entry each (read, never added to).
 pub(in crate::ledger) const EVENTS: TableDefinition<(&str, u32), &[u8]> =
     TableDefinition::new("events");
-pub(in crate::ledger) const HISTORY: TableDefinition<&str, &[u8]> = TableDefinition::new("history");
 pub(in crate::ledger) const RESPONSES: TableDefinition<&str, &[u8]> =
     TableDefinition::new("responses");
 pub(in crate::ledger) const REQUESTS: TableDefinition<&str, &[u8]> =
@@ -112,7 +111,6 @@ pub(in crate::ledger) fn prefix_end(prefix: &str) -> String {
 pub(in crate::ledger) struct Tables<'t> {
     ops: Table<'t, &'static str, &'static [u8]>,
     events: Table<'t, (&'static str, u32), &'static [u8]>,
-    history: Table<'t, &'static str, &'static [u8]>,
     responses: Table<'t, &'static str, &'static [u8]>,
     requests: Table<'t, &'static str, &'static [u8]>,
     index: Table<'t, (&'static str, i64, &'static str), ()>,
@@ -134,7 +132,6 @@ impl<'t> Tables<'t> {
         Ok(Tables {
             ops: txn.open_table(OPS)?,
             events: txn.open_table(EVENTS)?,
-            history: txn.open_table(HISTORY)?,
             responses: txn.open_table(RESPONSES)?,
             requests: txn.open_table(REQUESTS)?,
             index: txn.open_table(INDEX)?,
@@ -236,10 +233,11 @@ impl<'t> Tables<'t> {
         let tombstoned = old.is_some_and(|o| o.pruned_at.is_some());
         change::admissible(id, write, tombstoned)?;
         let op_changed = old != Some(&write.op);
+        let record = op_changed.then_some(&write.op);
+        self.put_row(id, old.is_none(), record, &write.events)?;
         if op_changed {
-            self.put_op(old, &write.op)?;
+            self.reindex(old, &write.op)?;
         }
-        self.append_events_from(id, old.is_none(), &write.events)?;
         if let Some(response) = &write.response {
             let bytes = codec::encode_response(response);
             self.responses.insert(id, bytes.as_slice())?;
@@ -258,11 +256,48 @@ impl<'t> Tables<'t> {
         Ok(op_changed || write.response.is_some() || request_changed)
     }
 
-    /// Stores `new` and moves its index entries and counters from where `old` had them.
-    fn put_op(&mut self, old: Option<&Operation>, new: &Operation) -> Result<(), Fault> {
-        let bytes = codec::encode_op(new)?;
-        self.ops.insert(new.id.as_str(), bytes.as_slice())?;
-        self.written.push(new.id.clone());
+    /// Rewrites `id`'s row with `record` (else the record it holds) and `events` appended to
+    /// its history; nothing when neither changes. `new` says `id` has no row yet, so it is not
+    /// looked up.
+    fn put_row(
+        &mut self,
+        id: &str,
+        new: bool,
+        record: Option<&Operation>,
+        events: &[Event],
+    ) -> Result<(), Fault> {
+        if record.is_none() && events.is_empty() {
+            return Ok(());
+        }
+        let stored = match new {
+            true => None,
+            false => self.ops.get(id)?.map(|v| v.value().to_vec()),
+        };
+        let (kept, history) = match &stored {
+            Some(bytes) => codec::split_row(bytes)?,
+            None => (&[][..], &[][..]),
+        };
+        let encoded;
+        let record = match record {
+            Some(op) => {
+                encoded = codec::encode_op(op)?;
+                self.written.push(id.to_owned());
+                &encoded[..]
+            }
+            None if stored.is_some() => kept,
+            None => return Err(Fault::new(format!("events for a missing operation {id}"))),
+        };
+        let history = match events.is_empty() {
+            true => history.to_vec(),
+            false => codec::append_history(history, events)?,
+        };
+        let row = codec::encode_row(record, &history);
+        self.ops.insert(id, row.as_slice())?;
+        Ok(())
+    }
+
+    /// Moves `new`'s index entries and counters from where `old` had them.
+    fn reindex(&mut self, old: Option<&Operation>, new: &Operation) -> Result<(), Fault> {
         let new_keys = prefixes(new);
         let old_keys = old.map(|o| (prefixes(o), o.created_at.0));
         for (slot, prefix) in new_keys.iter().enumerate() {
@@ -305,29 +340,7 @@ impl<'t> Tables<'t> {
         id: &str,
         events: &[Event],
     ) -> Result<(), Fault> {
-        self.append_events_from(id, false, events)
-    }
-
-    /// Appends `events` to `id`'s history; `new` says `id` has none yet (a new operation: an
-    /// operation's history goes with it when pruned), so it is not looked up.
-    fn append_events_from(&mut self, id: &str, new: bool, events: &[Event]) -> Result<(), Fault> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let stored = match new {
-            true => None,
-            false => self.history.get(id)?.map(|v| v.value().to_vec()),
-        };
-        let bytes = match stored {
-            Some(mut bytes) => {
-                let before = codec::decode_history(&bytes)?;
-                codec::append_history(&mut bytes, before.last(), events);
-                bytes
-            }
-            None => codec::encode_history(events),
-        };
-        self.history.insert(id, bytes.as_slice())?;
-        Ok(())
+        self.put_row(id, false, None, events)
     }
 
     /// Removes an operation with its events, response, replay counts, index entries and counts.
@@ -338,7 +351,6 @@ impl<'t> Tables<'t> {
         self.responses.remove(id)?;
         self.requests.remove(id)?;
         self.replays.remove(id)?;
-        self.history.remove(id)?;
         let mut seqs = Vec::new();
         for entry in self.events.range((id, 0)..=(id, u32::MAX))? {
             seqs.push(entry?.0.value().1);
@@ -398,8 +410,8 @@ impl<'t> Tables<'t> {
         old: &Operation,
         (op, event): (Operation, Event),
     ) -> Result<Operation, Fault> {
-        self.put_op(Some(old), &op)?;
-        self.append_events(&op.id, &[event])?;
+        self.put_row(&op.id, false, Some(&op), std::slice::from_ref(&event))?;
+        self.reindex(Some(old), &op)?;
         Ok(op)
     }
 

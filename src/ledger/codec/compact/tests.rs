@@ -230,3 +230,21 @@ fn a_content_length_other_than_the_body_length_is_kept() {
     };
     assert_eq!(decode_response(&encode_response(&response)), Some(response));
 }
+
+proptest! {
+    #[test]
+    fn a_row_splits_into_its_record_and_history(
+        op in operation(), events in proptest::collection::vec(event(), 0..4),
+    ) {
+        let record = encode_op(&op);
+        let history = encode_events(&events)[1..].to_vec();
+        let row = encode_row(&record, &history);
+        prop_assert_eq!(split_row(&row), Some((&record[..], &history[..])));
+        prop_assert_eq!(decode_appended(&history), Some(events));
+        prop_assert_eq!(split_row(&record), Some((&record[..], &[][..])), "a bare record");
+        for cut in 1..row.len().min(4) {
+            let (r, h) = split_row(&row[..cut]).map_or((&[][..], &[][..]), |x| x);
+            prop_assert!(r.len() + h.len() < record.len() + history.len());
+        }
+    }
+}
