@@ -140,7 +140,7 @@ pub(super) fn decode_op_for_replay(bytes: &[u8]) -> Result<Operation, Fault> {
 }
 
 fn decode(bytes: &[u8], read: Fields) -> Result<Operation, Fault> {
-    let (bytes, _) = split_row(bytes)?;
+    let bytes = split_row(bytes)?.record;
     if bytes.first() == Some(&compact::VERSION) {
         return compact::decode_op(bytes, read)
             .ok_or_else(|| Fault::new("corrupt operation record".to_owned()));
@@ -241,14 +241,16 @@ pub(super) fn decode_event(bytes: &[u8]) -> Result<Event, Fault> {
     })
 }
 
-/// A redb `ops` value: an operation's record and its history together (`compact::encode_row`).
-/// `decode_op` reads the record of one as of a bare record.
-pub(super) fn encode_row(record: &[u8], history: &[u8]) -> Vec<u8> {
-    compact::encode_row(record, history)
+pub(super) use compact::Row;
+
+/// A redb `ops` value: an operation's record, kept request and history together
+/// (`compact::encode_row`). `decode_op` reads the record of one as of a bare record.
+pub(super) fn encode_row(row: &Row<'_>) -> Vec<u8> {
+    compact::encode_row(row)
 }
 
-/// The record and the history of a redb `ops` value; a bare record has no history.
-pub(super) fn split_row(bytes: &[u8]) -> Result<(&[u8], &[u8]), Fault> {
+/// The parts of a redb `ops` value; a bare record has no kept request and no history.
+pub(super) fn split_row(bytes: &[u8]) -> Result<Row<'_>, Fault> {
     compact::split_row(bytes).ok_or_else(|| Fault::new("corrupt operation row".to_owned()))
 }
 

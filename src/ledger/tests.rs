@@ -1107,10 +1107,10 @@ async fn updates_from_a_shard_are_answered_through_its_inbox() {
 }
 
 /// Rewrites the redb ledger at `path` (not open) as builds before the compact layout left it:
-/// JSON records and events (one entry each in `events`), the first stored-response format,
-/// and the `c` index prefix of every operation with its counter.
+/// JSON records and events (one entry each in `events`), kept requests in `requests`, the
+/// first stored-response format, and the `c` index prefix of every operation with its counter.
 pub(in crate::ledger) fn age(path: &std::path::Path) {
-    use super::redb::store::{ALL, COUNTERS, EVENTS, INDEX, OPS, RESPONSES};
+    use super::redb::store::{ALL, COUNTERS, EVENTS, INDEX, OPS, REQUESTS, RESPONSES};
     use super::redb::tombstone::TOMBSTONES;
     use ::redb::ReadableTable;
     fn all(table: &impl ReadableTable<&'static str, &'static [u8]>) -> Vec<(String, Vec<u8>)> {
@@ -1126,6 +1126,7 @@ pub(in crate::ledger) fn age(path: &std::path::Path) {
         let mut index = txn.open_table(INDEX).unwrap();
         let mut counters = txn.open_table(COUNTERS).unwrap();
         let mut events = txn.open_table(EVENTS).unwrap();
+        let mut requests = txn.open_table(REQUESTS).unwrap();
         let records = all(&ops);
         for (id, bytes) in &records {
             let op = codec::decode_op(bytes).unwrap();
@@ -1134,8 +1135,15 @@ pub(in crate::ledger) fn age(path: &std::path::Path) {
             index
                 .insert((ALL, op.created_at.0, id.as_str()), ())
                 .unwrap();
-            let (_, history) = codec::split_row(bytes).unwrap();
-            for (seq, e) in codec::decode_history(history).unwrap().iter().enumerate() {
+            let row = codec::split_row(bytes).unwrap();
+            if let Some(request) = row.request {
+                requests.insert(id.as_str(), request).unwrap();
+            }
+            for (seq, e) in codec::decode_history(row.history)
+                .unwrap()
+                .iter()
+                .enumerate()
+            {
                 let json = codec::encode_event_json(e).unwrap();
                 events
                     .insert((id.as_str(), seq as u32), json.as_slice())

@@ -573,25 +573,56 @@ impl Out {
     }
 }
 
-/// A redb `ops` value: `ROW`, the record's length, the record (in any layout `decode_op`
-/// reads) and the operation's events as `append_events` writes them. One value per operation
-/// instead of one entry per event or a second table: a commit then touches one tree less.
-pub(super) fn encode_row(record: &[u8], history: &[u8]) -> Vec<u8> {
-    let mut out = Out(Vec::with_capacity(4 + record.len() + history.len()));
+/// A redb `ops` value: `ROW`, the record's length and the record (in any layout `decode_op`
+/// reads), the kept request's length plus one and the request (0 for none), then the
+/// operation's events as `append_events` writes them. One value per operation instead of an
+/// entry per event and a table of kept requests: a commit touches two trees less.
+pub(super) fn encode_row(row: &Row<'_>) -> Vec<u8> {
+    let request = row.request.map_or(0, <[u8]>::len);
+    let mut out = Out(Vec::with_capacity(
+        8 + row.record.len() + request + row.history.len(),
+    ));
     out.0.push(ROW);
-    out.bytes(record);
-    out.0.extend_from_slice(history);
+    out.bytes(row.record);
+    match row.request {
+        Some(request) => {
+            out.uint(request.len() as u64 + 1);
+            out.0.extend_from_slice(request);
+        }
+        None => out.uint(0),
+    }
+    out.0.extend_from_slice(row.history);
     out.0
 }
 
-/// The record and history of a row; bytes that are no row are a record without history.
-pub(super) fn split_row(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+/// The parts of a row; bytes that are no row are a bare record.
+pub(super) fn split_row(bytes: &[u8]) -> Option<Row<'_>> {
     let mut input = In(bytes);
     if input.byte() != Some(ROW) {
-        return Some((bytes, &[]));
+        return Some(Row {
+            record: bytes,
+            request: None,
+            history: &[],
+        });
     }
     let record = input.bytes()?;
-    Some((record, input.0))
+    let request = match usize::try_from(input.uint()?).ok()? {
+        0 => None,
+        n => Some(input.take(n - 1)?),
+    };
+    Some(Row {
+        record,
+        request,
+        history: input.0,
+    })
+}
+
+/// What a redb `ops` value holds of one operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::ledger) struct Row<'a> {
+    pub(in crate::ledger) record: &'a [u8],
+    pub(in crate::ledger) request: Option<&'a [u8]>,
+    pub(in crate::ledger) history: &'a [u8],
 }
 
 /// The first byte of a row.

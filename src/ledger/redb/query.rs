@@ -48,7 +48,7 @@ pub(in crate::ledger) fn events(txn: &ReadTransaction, id: &str) -> Result<Vec<E
         }
     }
     if let Some(row) = txn.open_table(OPS)?.get(id)? {
-        let (_, history) = codec::split_row(row.value())?;
+        let history = codec::split_row(row.value())?.history;
         out.extend(codec::decode_history(history)?);
     }
     Ok(out)
@@ -58,7 +58,13 @@ pub(in crate::ledger) fn kept_request(
     txn: &ReadTransaction,
     id: &str,
 ) -> Result<Option<Vec<u8>>, Fault> {
-    // A ledger written before requests were kept has no such table yet.
+    if let Some(row) = txn.open_table(OPS)?.get(id)?
+        && let Some(request) = codec::split_row(row.value())?.request
+    {
+        return Ok(Some(request.to_vec()));
+    }
+    // Where older builds kept it; a ledger written before requests were kept has no such
+    // table yet.
     let Some(table) = readable(txn, REQUESTS)? else {
         return Ok(None);
     };

@@ -5,15 +5,15 @@
 //! It runs inside transactions it is handed and never begins, commits or aborts one (the
 //! writer and the read helpers do that), so a group of writes can share one commit.
 //!
-//! Layout. `ops` maps an operation ID to its row: its record and its events, in one value
-//! (`codec::encode_row`); `responses` maps an ID to its stored response. `index` holds one empty entry
+//! Layout. `ops` maps an operation ID to its row: its record, its kept request and its
+//! events, in one value (`codec::encode_row`); `responses` maps an ID to its stored response. `index` holds one empty entry
 //! `(prefix, created_at, id)` per operation and prefix, where the prefixes are `s/{state}`,
 //! `p/{provider}` and `r/{route}`; `counters` holds, per prefix, how many entries it has. So
 //! listing by any filter is a reverse range scan (the unfiltered list merges the by-state
 //! scans, which together hold every operation), the by-state index finds orphans and prune
 //! candidates without a full scan, and stats are point reads. Ledgers written before the
 //! compact layout also have `events`, one entry per event keyed `(id, seq)`, read before
-//! the row's events, and a `c` prefix holding every operation, which nothing reads and pruning
+//! the row's events, `requests`, the kept request of an operation whose row has none, and a `c` prefix holding every operation, which nothing reads and pruning
 //! removes with its operation (docs/decisions.md, "A compact record encoding"). The
 //! tombstone tables are `tombstone`'s and the replay counts `replays`'; `Tables` opens them
 //! with the rest.
@@ -234,7 +234,8 @@ impl<'t> Tables<'t> {
         change::admissible(id, write, tombstoned)?;
         let op_changed = old != Some(&write.op);
         let record = op_changed.then_some(&write.op);
-        self.put_row(id, old.is_none(), record, &write.events)?;
+        let request_changed =
+            self.put_row(id, old.is_none(), record, &write.events, &write.request)?;
         if op_changed {
             self.reindex(old, &write.op)?;
         }
@@ -245,37 +246,50 @@ impl<'t> Tables<'t> {
                 self.written.push(id.to_owned());
             }
         }
-        let request_changed = match &write.request {
-            RequestChange::Keep => false,
-            RequestChange::Store(sealed) => {
-                self.requests.insert(id, sealed.as_slice())?;
-                true
-            }
-            RequestChange::Erase => self.requests.remove(id)?.is_some(),
-        };
         Ok(op_changed || write.response.is_some() || request_changed)
     }
 
-    /// Rewrites `id`'s row with `record` (else the record it holds) and `events` appended to
-    /// its history; nothing when neither changes. `new` says `id` has no row yet, so it is not
-    /// looked up.
+    /// Rewrites `id`'s row with `record` (else the record it holds), `events` appended to its
+    /// history and its kept request changed by `request`; nothing when none of them changes.
+    /// `new` says `id` has no row yet, so it is not looked up. Returns whether the kept request
+    /// changed.
     fn put_row(
         &mut self,
         id: &str,
         new: bool,
         record: Option<&Operation>,
         events: &[Event],
-    ) -> Result<(), Fault> {
-        if record.is_none() && events.is_empty() {
-            return Ok(());
+        request: &RequestChange,
+    ) -> Result<bool, Fault> {
+        if record.is_none() && events.is_empty() && matches!(request, RequestChange::Keep) {
+            return Ok(false);
         }
         let stored = match new {
             true => None,
             false => self.ops.get(id)?.map(|v| v.value().to_vec()),
         };
-        let (kept, history) = match &stored {
+        let kept = match &stored {
             Some(bytes) => codec::split_row(bytes)?,
-            None => (&[][..], &[][..]),
+            None => codec::Row {
+                record: &[],
+                request: None,
+                history: &[],
+            },
+        };
+        // A request an older build kept went into the `requests` table: a change of it goes
+        // there too (a lookup only for operations that have a row already).
+        let (request, request_changed) = match request {
+            RequestChange::Keep => (kept.request, false),
+            RequestChange::Store(sealed) => {
+                if !new {
+                    self.requests.remove(id)?;
+                }
+                (Some(sealed.as_slice()), true)
+            }
+            RequestChange::Erase => match kept.request {
+                Some(_) => (None, true),
+                None => (None, self.requests.remove(id)?.is_some()),
+            },
         };
         let encoded;
         let record = match record {
@@ -284,16 +298,20 @@ impl<'t> Tables<'t> {
                 self.written.push(id.to_owned());
                 &encoded[..]
             }
-            None if stored.is_some() => kept,
-            None => return Err(Fault::new(format!("events for a missing operation {id}"))),
+            None if stored.is_some() => kept.record,
+            None => return Err(Fault::new(format!("no operation {id} to write to"))),
         };
         let history = match events.is_empty() {
-            true => history.to_vec(),
-            false => codec::append_history(history, events)?,
+            true => kept.history.to_vec(),
+            false => codec::append_history(kept.history, events)?,
         };
-        let row = codec::encode_row(record, &history);
+        let row = codec::encode_row(&codec::Row {
+            record,
+            request,
+            history: &history,
+        });
         self.ops.insert(id, row.as_slice())?;
-        Ok(())
+        Ok(request_changed)
     }
 
     /// Moves `new`'s index entries and counters from where `old` had them.
@@ -340,7 +358,8 @@ impl<'t> Tables<'t> {
         id: &str,
         events: &[Event],
     ) -> Result<(), Fault> {
-        self.put_row(id, false, None, events)
+        self.put_row(id, false, None, events, &RequestChange::Keep)
+            .map(drop)
     }
 
     /// Removes an operation with its events, response, replay counts, index entries and counts.
@@ -410,7 +429,8 @@ impl<'t> Tables<'t> {
         old: &Operation,
         (op, event): (Operation, Event),
     ) -> Result<Operation, Fault> {
-        self.put_row(&op.id, false, Some(&op), std::slice::from_ref(&event))?;
+        let event = std::slice::from_ref(&event);
+        self.put_row(&op.id, false, Some(&op), event, &RequestChange::Keep)?;
         self.reindex(Some(old), &op)?;
         Ok(op)
     }

@@ -233,18 +233,20 @@ fn a_content_length_other_than_the_body_length_is_kept() {
 
 proptest! {
     #[test]
-    fn a_row_splits_into_its_record_and_history(
+    fn a_row_splits_into_its_record_request_and_history(
         op in operation(), events in proptest::collection::vec(event(), 0..4),
+        request in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8)),
     ) {
         let record = encode_op(&op);
         let history = encode_events(&events)[1..].to_vec();
-        let row = encode_row(&record, &history);
-        prop_assert_eq!(split_row(&row), Some((&record[..], &history[..])));
+        let row = Row { record: &record, request: request.as_deref(), history: &history };
+        let bytes = encode_row(&row);
+        prop_assert_eq!(split_row(&bytes), Some(row));
         prop_assert_eq!(decode_appended(&history), Some(events));
-        prop_assert_eq!(split_row(&record), Some((&record[..], &[][..])), "a bare record");
-        for cut in 1..row.len().min(4) {
-            let (r, h) = split_row(&row[..cut]).map_or((&[][..], &[][..]), |x| x);
-            prop_assert!(r.len() + h.len() < record.len() + history.len());
+        let bare = Row { record: &record, request: None, history: &[] };
+        prop_assert_eq!(split_row(&record), Some(bare));
+        for cut in 1..bytes.len().min(4) {
+            prop_assert!(split_row(&bytes[..cut]).is_none_or(|r| r.record.len() < record.len()));
         }
     }
 }
