@@ -1107,8 +1107,8 @@ async fn updates_from_a_shard_are_answered_through_its_inbox() {
 }
 
 /// Rewrites the redb ledger at `path` (not open) as builds before the compact layout left it:
-/// JSON records and events (one entry each in `events`), kept requests in `requests`, the
-/// first stored-response format, and the `c` index prefix of every operation with its counter.
+/// JSON records and events (one entry each in `events`), kept requests in `requests`, stored
+/// responses in `responses` in the first format, and the `c` index prefix of every operation with its counter.
 pub(in crate::ledger) fn age(path: &std::path::Path) {
     use super::redb::store::{ALL, COUNTERS, EVENTS, INDEX, OPS, REQUESTS, RESPONSES};
     use super::redb::tombstone::TOMBSTONES;
@@ -1127,6 +1127,7 @@ pub(in crate::ledger) fn age(path: &std::path::Path) {
         let mut counters = txn.open_table(COUNTERS).unwrap();
         let mut events = txn.open_table(EVENTS).unwrap();
         let mut requests = txn.open_table(REQUESTS).unwrap();
+        let mut responses = txn.open_table(RESPONSES).unwrap();
         let records = all(&ops);
         for (id, bytes) in &records {
             let op = codec::decode_op(bytes).unwrap();
@@ -1138,6 +1139,10 @@ pub(in crate::ledger) fn age(path: &std::path::Path) {
             let row = codec::split_row(bytes).unwrap();
             if let Some(request) = row.request {
                 requests.insert(id.as_str(), request).unwrap();
+            }
+            if let Some(response) = row.response {
+                let v1 = codec::encode_response_v1(&codec::decode_response(response).unwrap());
+                responses.insert(id.as_str(), v1.as_slice()).unwrap();
             }
             for (seq, e) in codec::decode_history(row.history)
                 .unwrap()
@@ -1155,11 +1160,6 @@ pub(in crate::ledger) fn age(path: &std::path::Path) {
         for (id, bytes) in all(&tombs) {
             let json = codec::encode_op_json(&codec::decode_op(&bytes).unwrap()).unwrap();
             tombs.insert(id.as_str(), json.as_slice()).unwrap();
-        }
-        let mut responses = txn.open_table(RESPONSES).unwrap();
-        for (id, bytes) in all(&responses) {
-            let v1 = codec::encode_response_v1(&codec::decode_response(&bytes).unwrap());
-            responses.insert(id.as_str(), v1.as_slice()).unwrap();
         }
     }
     txn.commit().unwrap();

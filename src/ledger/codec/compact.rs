@@ -574,22 +574,24 @@ impl Out {
 }
 
 /// A redb `ops` value: `ROW`, the record's length and the record (in any layout `decode_op`
-/// reads), the kept request's length plus one and the request (0 for none), then the
-/// operation's events as `append_events` writes them. One value per operation instead of an
-/// entry per event and a table of kept requests: a commit touches two trees less.
+/// reads), the kept request and the stored response (each its length plus one and its bytes,
+/// or 0 for none), then the operation's events as `append_events` writes them. One value per
+/// operation instead of an entry per event and one in each of two more tables: a commit
+/// touches fewer trees, and a replay reads one value.
 pub(super) fn encode_row(row: &Row<'_>) -> Vec<u8> {
-    let request = row.request.map_or(0, <[u8]>::len);
-    let mut out = Out(Vec::with_capacity(
-        8 + row.record.len() + request + row.history.len(),
-    ));
+    let len = |part: Option<&[u8]>| part.map_or(0, <[u8]>::len);
+    let size = 12 + row.record.len() + len(row.request) + len(row.response) + row.history.len();
+    let mut out = Out(Vec::with_capacity(size));
     out.0.push(ROW);
     out.bytes(row.record);
-    match row.request {
-        Some(request) => {
-            out.uint(request.len() as u64 + 1);
-            out.0.extend_from_slice(request);
+    for part in [row.request, row.response] {
+        match part {
+            Some(bytes) => {
+                out.uint(bytes.len() as u64 + 1);
+                out.0.extend_from_slice(bytes);
+            }
+            None => out.uint(0),
         }
-        None => out.uint(0),
     }
     out.0.extend_from_slice(row.history);
     out.0
@@ -602,26 +604,32 @@ pub(super) fn split_row(bytes: &[u8]) -> Option<Row<'_>> {
         return Some(Row {
             record: bytes,
             request: None,
+            response: None,
             history: &[],
         });
     }
     let record = input.bytes()?;
-    let request = match usize::try_from(input.uint()?).ok()? {
-        0 => None,
-        n => Some(input.take(n - 1)?),
+    let mut part = || match usize::try_from(input.uint()?).ok()? {
+        0 => Some(None),
+        n => Some(Some(input.take(n - 1)?)),
     };
+    let request = part()?;
+    let response = part()?;
     Some(Row {
         record,
         request,
+        response,
         history: input.0,
     })
 }
 
-/// What a redb `ops` value holds of one operation.
+/// What a redb `ops` value holds of one operation: its record, kept request, stored response
+/// (as `encode_response` writes it) and history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::ledger) struct Row<'a> {
     pub(in crate::ledger) record: &'a [u8],
     pub(in crate::ledger) request: Option<&'a [u8]>,
+    pub(in crate::ledger) response: Option<&'a [u8]>,
     pub(in crate::ledger) history: &'a [u8],
 }
 

@@ -27,17 +27,6 @@ pub(in crate::ledger) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<O
     read_op(&txn.open_table(OPS)?, id)
 }
 
-/// `get` without the per-field hashes (see `codec::decode_op_for_replay`).
-pub(in crate::ledger) fn get_for_replay(
-    txn: &ReadTransaction,
-    id: &str,
-) -> Result<Option<Operation>, Fault> {
-    match txn.open_table(OPS)?.get(id)? {
-        Some(bytes) => codec::decode_op_for_replay(bytes.value()).map(Some),
-        None => Ok(None),
-    }
-}
-
 /// `id`'s events in order: those an older build kept one by one, then its row's.
 pub(in crate::ledger) fn events(txn: &ReadTransaction, id: &str) -> Result<Vec<Event>, Fault> {
     let mut out = Vec::new();
@@ -75,11 +64,43 @@ pub(in crate::ledger) fn response(
     txn: &ReadTransaction,
     id: &str,
 ) -> Result<Option<StoredResponse>, Fault> {
-    let table = txn.open_table(RESPONSES)?;
+    let row = txn.open_table(OPS)?.get(id)?;
+    if let Some(row) = &row
+        && let Some(bytes) = codec::split_row(row.value())?.response
+    {
+        return codec::decode_response(bytes).map(Some);
+    }
+    old_response(txn, id)
+}
+
+/// The stored response of `id` where builds before the row kept it.
+fn old_response(txn: &ReadTransaction, id: &str) -> Result<Option<StoredResponse>, Fault> {
+    let Some(table) = readable(txn, RESPONSES)? else {
+        return Ok(None);
+    };
     match table.get(id)? {
         Some(bytes) => codec::decode_response(bytes.value()).map(Some),
         None => Ok(None),
     }
+}
+
+/// What a replay of `id` reads, from one row: the operation without its per-field hashes
+/// (see `codec::decode_op_for_replay`) and, once it succeeded, its stored response.
+pub(in crate::ledger) fn replayable(
+    txn: &ReadTransaction,
+    id: &str,
+) -> Result<Option<(Operation, Option<StoredResponse>)>, Fault> {
+    let Some(row) = txn.open_table(OPS)?.get(id)? else {
+        return Ok(None);
+    };
+    let row = codec::split_row(row.value())?;
+    let op = codec::decode_op_for_replay(row.record)?;
+    let stored = match (op.state, row.response) {
+        (State::Succeeded, Some(bytes)) => Some(codec::decode_response(bytes)?),
+        (State::Succeeded, None) => old_response(txn, id)?,
+        _ => None,
+    };
+    Ok(Some((op, stored)))
 }
 
 /// One page, newest first, strictly older than `after` in `(created_at, id)` order: a

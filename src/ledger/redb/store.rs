@@ -5,15 +5,16 @@
 //! It runs inside transactions it is handed and never begins, commits or aborts one (the
 //! writer and the read helpers do that), so a group of writes can share one commit.
 //!
-//! Layout. `ops` maps an operation ID to its row: its record, its kept request and its
-//! events, in one value (`codec::encode_row`); `responses` maps an ID to its stored response. `index` holds one empty entry
+//! Layout. `ops` maps an operation ID to its row: its record, its kept request, its stored
+//! response and its events, in one value (`codec::encode_row`). `index` holds one empty entry
 //! `(prefix, created_at, id)` per operation and prefix, where the prefixes are `s/{state}`,
 //! `p/{provider}` and `r/{route}`; `counters` holds, per prefix, how many entries it has. So
 //! listing by any filter is a reverse range scan (the unfiltered list merges the by-state
 //! scans, which together hold every operation), the by-state index finds orphans and prune
 //! candidates without a full scan, and stats are point reads. Ledgers written before the
 //! compact layout also have `events`, one entry per event keyed `(id, seq)`, read before
-//! the row's events, `requests`, the kept request of an operation whose row has none, and a `c` prefix holding every operation, which nothing reads and pruning
+//! the row's events, `requests` and `responses`, the kept request and stored response of an
+//! operation whose row has none, and a `c` prefix holding every operation, which nothing reads and pruning
 //! removes with its operation (docs/decisions.md, "A compact record encoding"). The
 //! tombstone tables are `tombstone`'s and the replay counts `replays`'; `Tables` opens them
 //! with the rest.
@@ -29,7 +30,7 @@ use crate::ledger::copy::page::Live;
 use crate::ledger::fault::Fault;
 use crate::ledger::redb::counts::{self, ReplayTable};
 use crate::ledger::redb::tombstone::Tombs;
-use crate::operation::{Event, Operation, RequestChange, State, Write};
+use crate::operation::{Event, Operation, RequestChange, State, StoredResponse, Write};
 
 pub(in crate::ledger) const OPS: TableDefinition<&str, &[u8]> = TableDefinition::new("ops");
 /// Events as builds before the compact layout kept them, one entry each (read, never added to).
@@ -105,6 +106,29 @@ pub(in crate::ledger) fn state_prefix(state: State) -> String {
 /// `prefix` and `prefix + "\0"`, so the exclusive end never cuts a longer prefix's entries in.
 pub(in crate::ledger) fn prefix_end(prefix: &str) -> String {
     format!("{prefix}\0")
+}
+
+/// What one write changes of an operation's row.
+struct RowChange<'a> {
+    /// The new record, if it changed.
+    record: Option<&'a Operation>,
+    /// Appended to the history.
+    events: &'a [Event],
+    request: &'a RequestChange,
+    /// The new stored response, if any.
+    response: Option<&'a StoredResponse>,
+}
+
+impl<'a> RowChange<'a> {
+    /// A change that only appends `events`.
+    fn events(events: &'a [Event]) -> RowChange<'a> {
+        RowChange {
+            record: None,
+            events,
+            request: &RequestChange::Keep,
+            response: None,
+        }
+    }
 }
 
 /// The ledger's tables opened in one write transaction.
@@ -220,8 +244,8 @@ impl<'t> Tables<'t> {
 
     /// Applies one `Write` to the operation stored under `id`; `old` is what `id` holds now,
     /// as `get_op_or_tombstone` reads it (a tombstone's operation has `pruned_at` set).
-    /// Returns whether it changed the operation or its response (else it only added history,
-    /// and the operation record is not rewritten).
+    /// Returns whether it changed the operation, its response or its kept request (else it only
+    /// added history).
     pub(in crate::ledger) fn apply(
         &mut self,
         id: &str,
@@ -233,35 +257,33 @@ impl<'t> Tables<'t> {
         let tombstoned = old.is_some_and(|o| o.pruned_at.is_some());
         change::admissible(id, write, tombstoned)?;
         let op_changed = old != Some(&write.op);
-        let record = op_changed.then_some(&write.op);
-        let request_changed =
-            self.put_row(id, old.is_none(), record, &write.events, &write.request)?;
+        let change = RowChange {
+            record: op_changed.then_some(&write.op),
+            events: &write.events,
+            request: &write.request,
+            response: write.response.as_ref(),
+        };
+        let request_changed = self.put_row(id, old.is_none(), change)?;
         if op_changed {
             self.reindex(old, &write.op)?;
         }
-        if let Some(response) = &write.response {
-            let bytes = codec::encode_response(response);
-            self.responses.insert(id, bytes.as_slice())?;
-            if !op_changed {
-                self.written.push(id.to_owned());
-            }
+        if write.response.is_some() && !op_changed {
+            self.written.push(id.to_owned());
         }
         Ok(op_changed || write.response.is_some() || request_changed)
     }
 
-    /// Rewrites `id`'s row with `record` (else the record it holds), `events` appended to its
-    /// history and its kept request changed by `request`; nothing when none of them changes.
-    /// `new` says `id` has no row yet, so it is not looked up. Returns whether the kept request
-    /// changed.
-    fn put_row(
-        &mut self,
-        id: &str,
-        new: bool,
-        record: Option<&Operation>,
-        events: &[Event],
-        request: &RequestChange,
-    ) -> Result<bool, Fault> {
-        if record.is_none() && events.is_empty() && matches!(request, RequestChange::Keep) {
+    /// Rewrites `id`'s row as `change` says; nothing when it changes nothing. `new` says `id`
+    /// has no row yet, so it is not looked up. Returns whether the kept request changed.
+    fn put_row(&mut self, id: &str, new: bool, change: RowChange<'_>) -> Result<bool, Fault> {
+        let RowChange {
+            record,
+            events,
+            request,
+            response,
+        } = change;
+        let keep = matches!(request, RequestChange::Keep);
+        if record.is_none() && events.is_empty() && keep && response.is_none() {
             return Ok(false);
         }
         let stored = match new {
@@ -273,11 +295,12 @@ impl<'t> Tables<'t> {
             None => codec::Row {
                 record: &[],
                 request: None,
+                response: None,
                 history: &[],
             },
         };
-        // A request an older build kept went into the `requests` table: a change of it goes
-        // there too (a lookup only for operations that have a row already).
+        // Requests and responses older builds kept went into tables of their own: a change
+        // of one goes there too (a lookup only for operations that have a row already).
         let (request, request_changed) = match request {
             RequestChange::Keep => (kept.request, false),
             RequestChange::Store(sealed) => {
@@ -291,6 +314,10 @@ impl<'t> Tables<'t> {
                 None => (None, self.requests.remove(id)?.is_some()),
             },
         };
+        let encoded_response = response.map(codec::encode_response);
+        if encoded_response.is_some() && !new {
+            self.responses.remove(id)?;
+        }
         let encoded;
         let record = match record {
             Some(op) => {
@@ -308,6 +335,7 @@ impl<'t> Tables<'t> {
         let row = codec::encode_row(&codec::Row {
             record,
             request,
+            response: encoded_response.as_deref().or(kept.response),
             history: &history,
         });
         self.ops.insert(id, row.as_slice())?;
@@ -358,8 +386,7 @@ impl<'t> Tables<'t> {
         id: &str,
         events: &[Event],
     ) -> Result<(), Fault> {
-        self.put_row(id, false, None, events, &RequestChange::Keep)
-            .map(drop)
+        self.put_row(id, false, RowChange::events(events)).map(drop)
     }
 
     /// Removes an operation with its events, response, replay counts, index entries and counts.
@@ -429,8 +456,11 @@ impl<'t> Tables<'t> {
         old: &Operation,
         (op, event): (Operation, Event),
     ) -> Result<Operation, Fault> {
-        let event = std::slice::from_ref(&event);
-        self.put_row(&op.id, false, Some(&op), event, &RequestChange::Keep)?;
+        let change = RowChange {
+            record: Some(&op),
+            ..RowChange::events(std::slice::from_ref(&event))
+        };
+        self.put_row(&op.id, false, change)?;
         self.reindex(Some(old), &op)?;
         Ok(op)
     }

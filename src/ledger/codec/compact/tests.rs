@@ -233,17 +233,23 @@ fn a_content_length_other_than_the_body_length_is_kept() {
 
 proptest! {
     #[test]
-    fn a_row_splits_into_its_record_request_and_history(
+    fn a_row_splits_into_its_parts(
         op in operation(), events in proptest::collection::vec(event(), 0..4),
         request in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8)),
+        response in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8)),
     ) {
         let record = encode_op(&op);
         let history = encode_events(&events)[1..].to_vec();
-        let row = Row { record: &record, request: request.as_deref(), history: &history };
+        let row = Row {
+            record: &record,
+            request: request.as_deref(),
+            response: response.as_deref(),
+            history: &history,
+        };
         let bytes = encode_row(&row);
         prop_assert_eq!(split_row(&bytes), Some(row));
         prop_assert_eq!(decode_appended(&history), Some(events));
-        let bare = Row { record: &record, request: None, history: &[] };
+        let bare = Row { record: &record, request: None, response: None, history: &[] };
         prop_assert_eq!(split_row(&record), Some(bare));
         for cut in 1..bytes.len().min(4) {
             prop_assert!(split_row(&bytes[..cut]).is_none_or(|r| r.record.len() < record.len()));
