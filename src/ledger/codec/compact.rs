@@ -525,7 +525,7 @@ impl Out {
     /// spells when it is (non-empty, even length), else its length doubled and its text.
     fn hexish(&mut self, s: &str) {
         let hex = !s.is_empty()
-            && s.len() % 2 == 0
+            && s.len().is_multiple_of(2)
             && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
         match hex.then(|| hex::decode(s).ok()).flatten() {
             Some(raw) => {
