@@ -10,22 +10,26 @@
 //! kept as the numbers of the tables below, never their declaration order, so reordering an
 //! enum changes no stored meaning; a new variant takes a new number at the end.
 //!
-//! This file owns those layouts and nothing else. Decoding never panics: anything it does not
-//! understand is `None`, which its caller turns into a `Fault`.
+//! This file owns the layouts of records and events and nothing else; `response` owns the
+//! stored response's, `row` the redb `ops` value's. Decoding never panics: anything it does
+//! not understand is `None`, which its caller turns into a `Fault`.
 
 use std::collections::BTreeMap;
 
-use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, header};
+use http::HeaderName;
 
 use crate::clock::Timestamp;
 use crate::fingerprint::LEGACY;
-use crate::operation::{
-    Approval, Event, EventKind, Operation, ResponseMeta, State, StoredResponse,
-};
+use crate::operation::{Approval, Event, EventKind, Operation, ResponseMeta, State};
 use crate::policy::{Effect, KeyPlacement};
 
 use super::fast::Fields;
+
+mod response;
+mod row;
+
+pub(super) use response::{decode_response, encode_response};
+pub(in crate::ledger) use row::{Row, encode_row, split_row};
 
 /// The first byte of every compact operation record and event list. JSON records begin with
 /// `{`, the first stored-response format with 1.
@@ -76,53 +80,6 @@ const KINDS: [EventKind; 18] = [
     EventKind::AnsweredLate,
     EventKind::OperatorReResolved,
 ];
-
-/// Header names a stored response keeps as one byte (their index plus one; 0 is a name
-/// spelled out). Append only.
-static NAMES: [HeaderName; 16] = [
-    header::CONTENT_TYPE,
-    header::CONTENT_LENGTH,
-    header::DATE,
-    header::SERVER,
-    header::CONNECTION,
-    header::CACHE_CONTROL,
-    header::ETAG,
-    header::VARY,
-    header::LOCATION,
-    header::CONTENT_ENCODING,
-    header::LAST_MODIFIED,
-    header::ACCESS_CONTROL_ALLOW_ORIGIN,
-    header::STRICT_TRANSPORT_SECURITY,
-    header::TRANSFER_ENCODING,
-    HeaderName::from_static("x-request-id"),
-    HeaderName::from_static("request-id"),
-];
-
-/// The name code of a `content-length` whose value is the body's length, kept without it.
-const BODY_LENGTH: u64 = 17;
-
-/// The name code of a `date` in the HTTP form (IMF-fixdate), kept as its seconds since 1970.
-const DATE_SECONDS: u64 = 18;
-
-/// IMF-fixdate (RFC 9110 section 5.6.7), the form of every `date` header this proxy sees.
-const IMF_FIXDATE: &[time::format_description::BorrowedFormatItem<'static>] = time::macros::format_description!(
-    "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
-);
-
-/// The seconds since 1970 a `date` value spells, if formatting them gives back exactly it.
-fn date_seconds(value: &[u8]) -> Option<u64> {
-    let text = std::str::from_utf8(value).ok()?;
-    let at = time::PrimitiveDateTime::parse(text, IMF_FIXDATE)
-        .ok()?
-        .assume_utc();
-    let seconds = u64::try_from(at.unix_timestamp()).ok()?;
-    (date_text(seconds)?.as_bytes() == value).then_some(seconds)
-}
-
-fn date_text(seconds: u64) -> Option<String> {
-    let at = time::OffsetDateTime::from_unix_timestamp(i64::try_from(seconds).ok()?).ok()?;
-    at.format(IMF_FIXDATE).ok()
-}
 
 /// The key header most providers name, kept as its code alone.
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -389,95 +346,6 @@ pub(super) fn decode_appended(bytes: &[u8]) -> Option<Vec<Event>> {
     Some(events)
 }
 
-/// `RESPONSE_VERSION`, the status, the header count, each header (a name code, or 0 and the
-/// name; then the value) and the body. A `content-length` equal to the body's length is kept
-/// as its code alone, a `date` in the HTTP form as its code and seconds.
-pub(super) fn encode_response(response: &StoredResponse) -> Vec<u8> {
-    let headers_len: usize = response
-        .headers
-        .iter()
-        .map(|(n, v)| 4 + n.as_str().len() + v.len())
-        .sum();
-    let mut out = Out(Vec::with_capacity(8 + headers_len + response.body.len()));
-    out.0.push(RESPONSE_VERSION);
-    out.uint(u64::from(response.status));
-    out.uint(response.headers.len() as u64);
-    let body_length = response.body.len().to_string();
-    for (name, value) in &response.headers {
-        if name == header::CONTENT_LENGTH && value.as_bytes() == body_length.as_bytes() {
-            out.uint(BODY_LENGTH);
-            continue;
-        }
-        if name == header::DATE
-            && let Some(seconds) = date_seconds(value.as_bytes())
-        {
-            out.uint(DATE_SECONDS);
-            out.uint(seconds);
-            continue;
-        }
-        match NAMES.iter().position(|n| n == name) {
-            Some(i) => out.uint(i as u64 + 1),
-            None => {
-                out.uint(0);
-                out.text(name.as_str());
-            }
-        }
-        out.bytes(value.as_bytes());
-    }
-    out.0.extend_from_slice(&response.body);
-    out.0
-}
-
-/// The response `encode_response` wrote, or `None` if `bytes` are not one.
-pub(super) fn decode_response(bytes: &[u8]) -> Option<StoredResponse> {
-    // One copy of the stored bytes, which the header values and the body then share.
-    let shared = Bytes::copy_from_slice(bytes);
-    let mut input = In(&shared);
-    if input.byte()? != RESPONSE_VERSION {
-        return None;
-    }
-    let status = u16::try_from(input.uint()?).ok()?;
-    let count = input.uint()?;
-    // The headers first, then the body they lead: a `content-length` kept as its code alone
-    // is the body's length. Room for the headers a stored count names, within reason (it is
-    // read from the file), and for the three `Idem-*` headers a replay adds.
-    let mut read = Vec::with_capacity(count.min(64) as usize);
-    for _ in 0..count {
-        let code = input.uint()?;
-        let header = match code {
-            BODY_LENGTH => (header::CONTENT_LENGTH, None),
-            DATE_SECONDS => {
-                let text = date_text(input.uint()?)?;
-                (header::DATE, Some(Err(HeaderValue::from_str(&text).ok()?)))
-            }
-            0 => {
-                let name = HeaderName::from_bytes(input.text()?.as_bytes()).ok()?;
-                (name, Some(Ok(input.bytes()?)))
-            }
-            i => {
-                let name = NAMES.get(usize::try_from(i - 1).ok()?)?.clone();
-                (name, Some(Ok(input.bytes()?)))
-            }
-        };
-        read.push(header);
-    }
-    let body = shared.slice_ref(input.0);
-    let mut headers = HeaderMap::with_capacity(read.len() + 3);
-    for (name, value) in read {
-        let value = match value {
-            Some(Ok(v)) => HeaderValue::from_maybe_shared(shared.slice_ref(v)).ok()?,
-            Some(Err(rebuilt)) => rebuilt,
-            None => HeaderValue::from(body.len()),
-        };
-        headers.append(name, value);
-    }
-    Some(StoredResponse {
-        status,
-        headers,
-        body,
-    })
-}
-
 /// The fixed sentences an event's detail may be kept as (its code), each rebuilt from the
 /// event's attempt and, for some, one number.
 const LITERAL: u8 = 0;
@@ -572,69 +440,6 @@ impl Out {
         self.text(d);
     }
 }
-
-/// A redb `ops` value: `ROW`, the record's length and the record (in any layout `decode_op`
-/// reads), the kept request and the stored response (each its length plus one and its bytes,
-/// or 0 for none), then the operation's events as `append_events` writes them. One value per
-/// operation instead of an entry per event and one in each of two more tables: a commit
-/// touches fewer trees, and a replay reads one value.
-pub(super) fn encode_row(row: &Row<'_>) -> Vec<u8> {
-    let len = |part: Option<&[u8]>| part.map_or(0, <[u8]>::len);
-    let size = 12 + row.record.len() + len(row.request) + len(row.response) + row.history.len();
-    let mut out = Out(Vec::with_capacity(size));
-    out.0.push(ROW);
-    out.bytes(row.record);
-    for part in [row.request, row.response] {
-        match part {
-            Some(bytes) => {
-                out.uint(bytes.len() as u64 + 1);
-                out.0.extend_from_slice(bytes);
-            }
-            None => out.uint(0),
-        }
-    }
-    out.0.extend_from_slice(row.history);
-    out.0
-}
-
-/// The parts of a row; bytes that are no row are a bare record.
-pub(super) fn split_row(bytes: &[u8]) -> Option<Row<'_>> {
-    let mut input = In(bytes);
-    if input.byte() != Some(ROW) {
-        return Some(Row {
-            record: bytes,
-            request: None,
-            response: None,
-            history: &[],
-        });
-    }
-    let record = input.bytes()?;
-    let mut part = || match usize::try_from(input.uint()?).ok()? {
-        0 => Some(None),
-        n => Some(Some(input.take(n - 1)?)),
-    };
-    let request = part()?;
-    let response = part()?;
-    Some(Row {
-        record,
-        request,
-        response,
-        history: input.0,
-    })
-}
-
-/// What a redb `ops` value holds of one operation: its record, kept request, stored response
-/// (as `encode_response` writes it) and history.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::ledger) struct Row<'a> {
-    pub(in crate::ledger) record: &'a [u8],
-    pub(in crate::ledger) request: Option<&'a [u8]>,
-    pub(in crate::ledger) response: Option<&'a [u8]>,
-    pub(in crate::ledger) history: &'a [u8],
-}
-
-/// The first byte of a row.
-pub(super) const ROW: u8 = 4;
 
 /// The input of a decoding; every read is bounds-checked.
 struct In<'a>(&'a [u8]);

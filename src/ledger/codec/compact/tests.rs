@@ -1,6 +1,11 @@
 use proptest::prelude::*;
 
+use super::response::*;
 use super::*;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, header};
+
+use crate::operation::StoredResponse;
 
 fn text() -> impl Strategy<Value = String> {
     prop_oneof![
