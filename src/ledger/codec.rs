@@ -17,6 +17,7 @@ use crate::operation::{
 };
 use crate::policy::{Effect, KeyPlacement};
 
+mod compact;
 mod fast;
 
 use fast::Fields;
@@ -85,7 +86,15 @@ fn layout_1() -> u8 {
     1
 }
 
+/// An operation's record as this build writes it: the compact layout (`compact`).
 pub(super) fn encode_op(op: &Operation) -> Result<Vec<u8>, Fault> {
+    Ok(compact::encode_op(op))
+}
+
+/// An operation's record as builds before the compact layout wrote it (JSON, layout 2): for
+/// the tests that read what an older build left.
+#[cfg(test)]
+pub(super) fn encode_op_json(op: &Operation) -> Result<Vec<u8>, Fault> {
     let record = OpRecord {
         v: LAYOUT,
         id: op.id.clone(),
@@ -131,7 +140,12 @@ pub(super) fn decode_op_for_replay(bytes: &[u8]) -> Result<Operation, Fault> {
 }
 
 fn decode(bytes: &[u8], read: Fields) -> Result<Operation, Fault> {
-    // The record as `encode_op` lays it out is scanned; anything else serde decodes.
+    let bytes = split_row(bytes)?.record;
+    if bytes.first() == Some(&compact::VERSION) {
+        return compact::decode_op(bytes, read)
+            .ok_or_else(|| Fault::new("corrupt operation record".to_owned()));
+    }
+    // Records older builds wrote are JSON. The record as `encode_op` lays it out is scanned; anything else serde decodes.
     let r: OpRecord = match fast::op_record(bytes, read) {
         Some(r) => r,
         None => {
@@ -191,7 +205,14 @@ fn decode(bytes: &[u8], read: Fields) -> Result<Operation, Fault> {
     })
 }
 
+/// One event as this build writes it (a compact list of one).
 pub(super) fn encode_event(event: &Event) -> Result<Vec<u8>, Fault> {
+    Ok(compact::encode_events(std::slice::from_ref(event)))
+}
+
+/// One event as builds before the compact layout wrote it (JSON), for tests.
+#[cfg(test)]
+pub(super) fn encode_event_json(event: &Event) -> Result<Vec<u8>, Fault> {
     let record = EventRecord {
         at: event.at.0,
         kind: event.kind.as_str().to_owned(),
@@ -202,6 +223,12 @@ pub(super) fn encode_event(event: &Event) -> Result<Vec<u8>, Fault> {
 }
 
 pub(super) fn decode_event(bytes: &[u8]) -> Result<Event, Fault> {
+    if bytes.first() == Some(&compact::VERSION) {
+        return match compact::decode_events(bytes).as_deref() {
+            Some([event]) => Ok(event.clone()),
+            _ => Err(Fault::new("corrupt event record".to_owned())),
+        };
+    }
     let r: EventRecord = serde_json::from_slice(bytes)
         .map_err(|e| Fault::new(format!("corrupt event record: {e}")))?;
     let kind = EventKind::parse(&r.kind)
@@ -214,13 +241,45 @@ pub(super) fn decode_event(bytes: &[u8]) -> Result<Event, Fault> {
     })
 }
 
-/// Version tag of the response format below, so a later format can be told apart.
+pub(super) use compact::Row;
+
+/// A redb `ops` value: an operation's record, kept request and history together
+/// (`compact::encode_row`). `decode_op` reads the record of one as of a bare record.
+pub(super) fn encode_row(row: &Row<'_>) -> Vec<u8> {
+    compact::encode_row(row)
+}
+
+/// The parts of a redb `ops` value; a bare record has no kept request and no history.
+pub(super) fn split_row(bytes: &[u8]) -> Result<Row<'_>, Fault> {
+    compact::split_row(bytes).ok_or_else(|| Fault::new("corrupt operation row".to_owned()))
+}
+
+/// A row's history with `events` appended.
+pub(super) fn append_history(history: &[u8], events: &[Event]) -> Result<Vec<u8>, Fault> {
+    let last = decode_history(history)?.last().map_or(0, |e| e.at.0);
+    let mut out = history.to_vec();
+    compact::append_events(&mut out, last, events);
+    Ok(out)
+}
+
+/// The events of a row's history, in order.
+pub(super) fn decode_history(history: &[u8]) -> Result<Vec<Event>, Fault> {
+    compact::decode_appended(history).ok_or_else(|| Fault::new("corrupt history".to_owned()))
+}
+
+/// Version tag of the first response format below, which older builds wrote.
 const RESPONSE_V1: u8 = 1;
+
+/// A stored response as this build writes it (`compact`).
+pub(super) fn encode_response(response: &StoredResponse) -> Vec<u8> {
+    compact::encode_response(response)
+}
 
 /// `[1][status u16][header count u32]([name len u32][name][value len u32][value])*[body]`,
 /// integers big-endian. Binary rather than JSON because header values may be non-UTF-8 bytes
-/// and bodies may be large.
-pub(super) fn encode_response(response: &StoredResponse) -> Vec<u8> {
+/// and bodies may be large. Older builds wrote it; kept for the tests that read their ledgers.
+#[cfg(test)]
+pub(super) fn encode_response_v1(response: &StoredResponse) -> Vec<u8> {
     let headers_len: usize = response
         .headers
         .iter()
@@ -240,6 +299,9 @@ pub(super) fn encode_response(response: &StoredResponse) -> Vec<u8> {
 
 pub(super) fn decode_response(bytes: &[u8]) -> Result<StoredResponse, Fault> {
     let corrupt = || Fault::new("corrupt stored response".to_owned());
+    if bytes.first() == Some(&compact::RESPONSE_VERSION) {
+        return compact::decode_response(bytes).ok_or_else(corrupt);
+    }
     // One copy of the stored bytes, which the header values and the body then share.
     let shared = Bytes::copy_from_slice(bytes);
     let mut input = Reader(&shared);
@@ -282,6 +344,7 @@ pub(super) fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
     Some((i64::from_be_bytes(*created), id))
 }
 
+#[cfg(test)]
 fn key_at_str(placement: &KeyPlacement) -> String {
     match placement {
         KeyPlacement::Header(name) => format!("header:{name}"),
@@ -299,6 +362,7 @@ fn parse_key_at(s: &str) -> Option<KeyPlacement> {
         .map(|pointer| KeyPlacement::JsonField(pointer.to_owned()))
 }
 
+#[cfg(test)]
 /// A fingerprint as stored: without the in-memory `LEGACY` mark (`keyed` says it instead).
 fn legacy_free(fingerprint: &str) -> &str {
     fingerprint.strip_prefix(LEGACY).unwrap_or(fingerprint)
@@ -335,12 +399,14 @@ fn parse_effect(s: &str) -> Option<Effect> {
     .find(|e| e.as_str() == s)
 }
 
+#[cfg(test)]
 /// Header names and values are far below 4 GiB (hyper refuses much smaller ones), so the
 /// saturation never happens in practice; it only keeps the conversion total.
 fn len_u32(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(u32::MAX)
 }
 
+#[cfg(test)]
 fn put_chunk(out: &mut Vec<u8>, chunk: &[u8]) {
     out.extend_from_slice(&len_u32(chunk.len()).to_be_bytes());
     out.extend_from_slice(chunk);
@@ -386,19 +452,24 @@ mod tests {
         };
         let decoded = decode_response(&encode_response(&response)).unwrap();
         assert_eq!(decoded, response);
+        let old = decode_response(&encode_response_v1(&response)).unwrap();
+        assert_eq!(old, response);
     }
 
     #[test]
     fn truncated_response_is_a_fault_not_a_panic() {
         let mut headers = HeaderMap::new();
         headers.append("x-a", HeaderValue::from_static("b"));
-        let bytes = encode_response(&StoredResponse {
+        let response = StoredResponse {
             status: 200,
             headers,
             body: Bytes::new(),
-        });
-        for cut in 0..bytes.len() {
-            assert!(decode_response(&bytes[..cut]).is_err(), "cut at {cut}");
+        };
+        // Both formats have an empty body here, so every cut loses part of a header.
+        for bytes in [encode_response(&response), encode_response_v1(&response)] {
+            for cut in 0..bytes.len() {
+                assert!(decode_response(&bytes[..cut]).is_err(), "cut at {cut}");
+            }
         }
     }
 
@@ -419,6 +490,7 @@ mod tests {
                 }
             }
             let response = StoredResponse { status, headers: map, body: Bytes::from(body) };
+            proptest::prop_assert_eq!(decode_response(&encode_response_v1(&response)).ok(), Some(response.clone()));
             proptest::prop_assert_eq!(decode_response(&encode_response(&response)).ok(), Some(response));
         }
 
@@ -450,10 +522,12 @@ mod tests {
         let op = decode_op(old).unwrap();
         assert_eq!(op.fingerprint, format!("{LEGACY}ab12"));
         assert_eq!(op.principal, None);
-        let again = encode_op(&op).unwrap();
+        let again = encode_op_json(&op).unwrap();
         let text = String::from_utf8_lossy(&again);
         assert!(text.contains(r#""fingerprint":"ab12""#) && text.contains(r#""keyed":false"#));
         assert_eq!(decode_op(&again).unwrap(), op);
+        // Rewritten in the compact layout, it stays legacy.
+        assert_eq!(decode_op(&encode_op(&op).unwrap()).unwrap(), op);
         let keyed = Operation {
             fingerprint: "cd34".into(),
             ..op

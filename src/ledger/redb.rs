@@ -208,14 +208,8 @@ impl Backend for Redb {
             return Ok(Some(kept));
         }
         self.read_here(|txn| {
-            let Some(op) = query::get_for_replay(txn, id)? else {
-                return Ok(None);
-            };
-            let stored = match op.state {
-                State::Succeeded => query::response(txn, id)?,
-                _ => None,
-            };
-            Ok(Some(shared.hot.fill(id, epoch, (op, stored))))
+            let read = query::replayable(txn, id)?;
+            Ok(read.map(|kept| shared.hot.fill(id, epoch, kept)))
         })
     }
 

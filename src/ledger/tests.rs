@@ -1105,3 +1105,188 @@ async fn updates_from_a_shard_are_answered_through_its_inbox() {
     assert!((1..=50).contains(&bunches), "{bunches} bunches");
     shards.stop().await;
 }
+
+/// Rewrites the redb ledger at `path` (not open) as builds before the compact layout left it:
+/// JSON records and events (one entry each in `events`), kept requests in `requests`, stored
+/// responses in `responses` in the first format, and the `c` index prefix of every operation with its counter.
+pub(in crate::ledger) fn age(path: &std::path::Path) {
+    use super::redb::store::{ALL, COUNTERS, EVENTS, INDEX, OPS, REQUESTS, RESPONSES};
+    use super::redb::tombstone::TOMBSTONES;
+    use ::redb::ReadableTable;
+    fn all(table: &impl ReadableTable<&'static str, &'static [u8]>) -> Vec<(String, Vec<u8>)> {
+        let entries = table.iter().unwrap().map(Result::unwrap);
+        entries
+            .map(|(k, v)| (k.value().to_owned(), v.value().to_vec()))
+            .collect()
+    }
+    let db = ::redb::Database::open(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut ops = txn.open_table(OPS).unwrap();
+        let mut index = txn.open_table(INDEX).unwrap();
+        let mut counters = txn.open_table(COUNTERS).unwrap();
+        let mut events = txn.open_table(EVENTS).unwrap();
+        let mut requests = txn.open_table(REQUESTS).unwrap();
+        let mut responses = txn.open_table(RESPONSES).unwrap();
+        let records = all(&ops);
+        for (id, bytes) in &records {
+            let op = codec::decode_op(bytes).unwrap();
+            let json = codec::encode_op_json(&op).unwrap();
+            ops.insert(id.as_str(), json.as_slice()).unwrap();
+            index
+                .insert((ALL, op.created_at.0, id.as_str()), ())
+                .unwrap();
+            let row = codec::split_row(bytes).unwrap();
+            if let Some(request) = row.request {
+                requests.insert(id.as_str(), request).unwrap();
+            }
+            if let Some(response) = row.response {
+                let v1 = codec::encode_response_v1(&codec::decode_response(response).unwrap());
+                responses.insert(id.as_str(), v1.as_slice()).unwrap();
+            }
+            for (seq, e) in codec::decode_history(row.history)
+                .unwrap()
+                .iter()
+                .enumerate()
+            {
+                let json = codec::encode_event_json(e).unwrap();
+                events
+                    .insert((id.as_str(), seq as u32), json.as_slice())
+                    .unwrap();
+            }
+        }
+        counters.insert(ALL, records.len() as u64).unwrap();
+        let mut tombs = txn.open_table(TOMBSTONES).unwrap();
+        for (id, bytes) in all(&tombs) {
+            let json = codec::encode_op_json(&codec::decode_op(&bytes).unwrap()).unwrap();
+            tombs.insert(id.as_str(), json.as_slice()).unwrap();
+        }
+    }
+    txn.commit().unwrap();
+}
+
+#[tokio::test]
+async fn a_ledger_an_older_build_wrote_reads_lists_grows_and_prunes() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("data/ledger.redb");
+    let ledger = open(&dir).await;
+    for (i, state) in [
+        State::Succeeded,
+        State::Failed,
+        State::Unknown,
+        State::Succeeded,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let o = op(&format!("p/r/{i}"), state, T0 + i as i64);
+        let events = vec![
+            event(EventKind::Claimed, T0),
+            event(EventKind::Unknown, T0 + 1),
+        ];
+        put(&ledger, o, events, Some(response(b"{}"))).await;
+    }
+    let seen = |ledger: Ledger| async move {
+        let mut out = format!("{:?}\n", ledger.stats().await.unwrap());
+        let all = ledger.list(&Filter::default(), 3, None).await.unwrap();
+        let rest = ledger
+            .list(&Filter::default(), 3, all.next.as_deref())
+            .await;
+        out.push_str(&format!("{all:?}\n{rest:?}\n"));
+        for i in 0..4 {
+            let id = format!("p/r/{i}");
+            out.push_str(&format!(
+                "{:?} {:?} {:?}\n",
+                ledger.get(&id).await.unwrap(),
+                ledger.events(&id).await.unwrap(),
+                ledger.response(&id).await.unwrap()
+            ));
+        }
+        (out, ledger)
+    };
+    let (before, ledger) = seen(ledger).await;
+    drop(ledger);
+    age(&path);
+    let (after, ledger) = seen(open(&dir).await).await;
+    assert_eq!(after, before);
+
+    // New events follow the old ones; pruning takes the old index entries with it.
+    let more = event(EventKind::OperatorResolved, T0 + 5);
+    let o = ledger.get("p/r/2").await.unwrap().unwrap();
+    let o = Operation {
+        state: State::Succeeded,
+        ..o
+    };
+    put(&ledger, o, vec![more.clone()], None).await;
+    let events = ledger.events("p/r/2").await.unwrap();
+    assert_eq!(events.len(), 3);
+    assert_eq!(events[2], more);
+    let pruned = ledger
+        .prune(Timestamp(T0 + 10_000), Timestamp(T0 + 10_000), 2)
+        .await;
+    assert_eq!(pruned.unwrap(), 4);
+    let db = ledger.redb().shared().db().unwrap();
+    let txn = ::redb::ReadableDatabase::begin_read(&*db).unwrap();
+    let index = txn.open_table(super::redb::store::INDEX).unwrap();
+    assert_eq!(::redb::ReadableTableMetadata::len(&index).unwrap(), 0);
+    let counters = txn.open_table(super::redb::store::COUNTERS).unwrap();
+    assert_eq!(::redb::ReadableTableMetadata::len(&counters).unwrap(), 0);
+}
+
+/// Where a ledger's bytes go, table by table: `IDEMPROXY_STATS=PATH cargo test --lib
+/// table_stats -- --ignored --nocapture` (e.g. on a ledger `bench/bytes.sh` kept).
+#[test]
+#[ignore]
+fn table_stats() {
+    use ::redb::{ReadableTableMetadata, TableHandle};
+    let path = std::env::var("IDEMPROXY_STATS").expect("IDEMPROXY_STATS=PATH");
+    let db = ::redb::Database::open(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    let stats = txn.stats().unwrap();
+    println!(
+        "database: {} leaf pages, {} branch pages, {} B stored, {} B metadata, {} B fragmented",
+        stats.leaf_pages(),
+        stats.branch_pages(),
+        stats.stored_bytes(),
+        stats.metadata_bytes(),
+        stats.fragmented_bytes()
+    );
+    txn.abort().unwrap();
+    let read = ::redb::ReadableDatabase::begin_read(&db).unwrap();
+    if let Ok(id) = std::env::var("IDEMPROXY_STATS_ID") {
+        let ops = read.open_table(super::redb::store::OPS).unwrap();
+        let bytes = ops.get(id.as_str()).unwrap().unwrap().value().to_vec();
+        println!(
+            "{} B: {:?}\n{}",
+            bytes.len(),
+            codec::decode_op(&bytes).unwrap(),
+            hex::encode(&bytes)
+        );
+        let responses = read.open_table(super::redb::store::RESPONSES).unwrap();
+        let bytes = responses
+            .get(id.as_str())
+            .unwrap()
+            .unwrap()
+            .value()
+            .to_vec();
+        println!(
+            "{} B: {:?}",
+            bytes.len(),
+            codec::decode_response(&bytes).unwrap()
+        );
+    }
+    for handle in read.list_tables().unwrap() {
+        let name = handle.name().to_owned();
+        let s = read.open_untyped_table(handle).unwrap();
+        let t = s.stats().unwrap();
+        println!(
+            "{name}: {} entries, {} leaf pages, {} branch pages, {} B stored, {} B metadata, {} B fragmented",
+            s.len().unwrap(),
+            t.leaf_pages(),
+            t.branch_pages(),
+            t.stored_bytes(),
+            t.metadata_bytes(),
+            t.fragmented_bytes()
+        );
+    }
+}

@@ -241,7 +241,7 @@ fn plain_len(s: &[u8]) -> usize {
 mod tests {
     use proptest::prelude::*;
 
-    use super::super::{decode_op, encode_op};
+    use super::super::{decode_op, encode_op_json as encode_op};
     use super::*;
     use crate::clock::Timestamp;
     use crate::operation::{Operation, ResponseMeta, State};

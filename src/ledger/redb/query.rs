@@ -1,5 +1,6 @@
 //! The redb ledger's queries on a read snapshot: an operation, its history, stored response
-//! and kept request, lists by filter (a reverse scan of one index prefix) and the counts.
+//! and kept request, lists by filter (a reverse scan of one index prefix, or of the by-state
+//! prefixes merged) and the counts.
 
 use std::ops::Bound;
 
@@ -26,23 +27,18 @@ pub(in crate::ledger) fn get(txn: &ReadTransaction, id: &str) -> Result<Option<O
     read_op(&txn.open_table(OPS)?, id)
 }
 
-/// `get` without the per-field hashes (see `codec::decode_op_for_replay`).
-pub(in crate::ledger) fn get_for_replay(
-    txn: &ReadTransaction,
-    id: &str,
-) -> Result<Option<Operation>, Fault> {
-    match txn.open_table(OPS)?.get(id)? {
-        Some(bytes) => codec::decode_op_for_replay(bytes.value()).map(Some),
-        None => Ok(None),
-    }
-}
-
+/// `id`'s events in order: those an older build kept one by one, then its row's.
 pub(in crate::ledger) fn events(txn: &ReadTransaction, id: &str) -> Result<Vec<Event>, Fault> {
-    let table = txn.open_table(EVENTS)?;
     let mut out = Vec::new();
-    for entry in table.range((id, 0)..=(id, u32::MAX))? {
-        let (_, value) = entry?;
-        out.push(codec::decode_event(value.value())?);
+    if let Some(table) = readable(txn, EVENTS)? {
+        for entry in table.range((id, 0)..=(id, u32::MAX))? {
+            let (_, value) = entry?;
+            out.push(codec::decode_event(value.value())?);
+        }
+    }
+    if let Some(row) = txn.open_table(OPS)?.get(id)? {
+        let history = codec::split_row(row.value())?.history;
+        out.extend(codec::decode_history(history)?);
     }
     Ok(out)
 }
@@ -51,7 +47,13 @@ pub(in crate::ledger) fn kept_request(
     txn: &ReadTransaction,
     id: &str,
 ) -> Result<Option<Vec<u8>>, Fault> {
-    // A ledger written before requests were kept has no such table yet.
+    if let Some(row) = txn.open_table(OPS)?.get(id)?
+        && let Some(request) = codec::split_row(row.value())?.request
+    {
+        return Ok(Some(request.to_vec()));
+    }
+    // Where older builds kept it; a ledger written before requests were kept has no such
+    // table yet.
     let Some(table) = readable(txn, REQUESTS)? else {
         return Ok(None);
     };
@@ -62,14 +64,48 @@ pub(in crate::ledger) fn response(
     txn: &ReadTransaction,
     id: &str,
 ) -> Result<Option<StoredResponse>, Fault> {
-    let table = txn.open_table(RESPONSES)?;
+    let row = txn.open_table(OPS)?.get(id)?;
+    if let Some(row) = &row
+        && let Some(bytes) = codec::split_row(row.value())?.response
+    {
+        return codec::decode_response(bytes).map(Some);
+    }
+    old_response(txn, id)
+}
+
+/// The stored response of `id` where builds before the row kept it.
+fn old_response(txn: &ReadTransaction, id: &str) -> Result<Option<StoredResponse>, Fault> {
+    let Some(table) = readable(txn, RESPONSES)? else {
+        return Ok(None);
+    };
     match table.get(id)? {
         Some(bytes) => codec::decode_response(bytes.value()).map(Some),
         None => Ok(None),
     }
 }
 
-/// One page, newest first, strictly older than `after` in `(created_at, id)` order.
+/// What a replay of `id` reads, from one row: the operation without its per-field hashes
+/// (see `codec::decode_op_for_replay`) and, once it succeeded, its stored response.
+pub(in crate::ledger) fn replayable(
+    txn: &ReadTransaction,
+    id: &str,
+) -> Result<Option<(Operation, Option<StoredResponse>)>, Fault> {
+    let Some(row) = txn.open_table(OPS)?.get(id)? else {
+        return Ok(None);
+    };
+    let row = codec::split_row(row.value())?;
+    let op = codec::decode_op_for_replay(row.record)?;
+    let stored = match (op.state, row.response) {
+        (State::Succeeded, Some(bytes)) => Some(codec::decode_response(bytes)?),
+        (State::Succeeded, None) => old_response(txn, id)?,
+        _ => None,
+    };
+    Ok(Some((op, stored)))
+}
+
+/// One page, newest first, strictly older than `after` in `(created_at, id)` order: a
+/// reverse scan of the most selective filter term's index prefix, or without a filter of
+/// every by-state prefix at once, merged.
 pub(in crate::ledger) fn list(
     txn: &ReadTransaction,
     filter: &Filter,
@@ -77,22 +113,34 @@ pub(in crate::ledger) fn list(
     after: Option<Position>,
 ) -> Result<Page, Fault> {
     let counters = txn.open_table(COUNTERS)?;
-    let prefix = most_selective(&counters, filter)?;
+    let prefixes = match most_selective(&counters, filter)? {
+        Some(prefix) => vec![prefix],
+        None => State::ALL.map(state_prefix).to_vec(),
+    };
     let index = txn.open_table(INDEX)?;
     let ops = txn.open_table(OPS)?;
-    let stop = prefix_end(&prefix);
-    let end = match &after {
-        Some((created, id)) => Bound::Excluded((prefix.as_str(), *created, id.as_str())),
-        None => Bound::Excluded((stop.as_str(), i64::MIN, "")),
-    };
-    let start = Bound::Included((prefix.as_str(), i64::MIN, ""));
+    let mut scans = Vec::with_capacity(prefixes.len());
+    let mut heads = Vec::with_capacity(prefixes.len());
+    for prefix in &prefixes {
+        let stop = prefix_end(prefix);
+        let end = match &after {
+            Some((created, id)) => Bound::Excluded((prefix.as_str(), *created, id.as_str())),
+            None => Bound::Excluded((stop.as_str(), i64::MIN, "")),
+        };
+        let start = Bound::Included((prefix.as_str(), i64::MIN, ""));
+        let mut scan = index.range((start, end))?.rev();
+        heads.push(next_position(&mut scan)?);
+        scans.push(scan);
+    }
     let limit = limit.max(1);
     let mut found = Vec::new();
-    // One match beyond the page tells whether a next page exists.
-    for entry in index.range((start, end))?.rev() {
-        let (key, _) = entry?;
-        let (_, _, id) = key.value();
-        let Some(op) = read_op(&ops, id)? else {
+    // The newest head of all scans, until one match beyond the page tells whether a next
+    // page exists.
+    while let Some(i) = newest(&heads) {
+        let Some((_, id)) = std::mem::replace(&mut heads[i], next_position(&mut scans[i])?) else {
+            break;
+        };
+        let Some(op) = read_op(&ops, &id)? else {
             return Err(Fault::new(format!("index names a missing operation {id}")));
         };
         if matches(filter, &op) {
@@ -103,6 +151,30 @@ pub(in crate::ledger) fn list(
         }
     }
     Ok(paginate(found, limit))
+}
+
+/// A reverse scan of one index prefix.
+type Scan<'a> = std::iter::Rev<redb::Range<'a, (&'static str, i64, &'static str), ()>>;
+
+/// The next `(created_at, id)` of a scan of the index.
+fn next_position(scan: &mut Scan<'_>) -> Result<Option<Position>, Fault> {
+    match scan.next().transpose()? {
+        Some((key, _)) => {
+            let (_, created, id) = key.value();
+            Ok(Some((created, id.to_owned())))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Which of the heads sorts last in `(created_at, id)` order, if any is left.
+fn newest(heads: &[Option<Position>]) -> Option<usize> {
+    heads
+        .iter()
+        .enumerate()
+        .filter_map(|(i, head)| head.as_ref().map(|h| (i, h)))
+        .max_by(|a, b| a.1.cmp(b.1))
+        .map(|(i, _)| i)
 }
 
 /// Cuts `found` (up to `limit + 1` matches) to one page; the extra match means a next page.
@@ -126,11 +198,11 @@ fn matches(filter: &Filter, op: &Operation) -> bool {
         && filter.route.as_ref().is_none_or(|r| *r == op.route)
 }
 
-/// The index prefix of the filter term with the fewest operations (all operations if none).
+/// The index prefix of the filter term with the fewest operations; `None` without a filter.
 fn most_selective(
     counters: &ReadOnlyTable<&'static str, u64>,
     filter: &Filter,
-) -> Result<String, Fault> {
+) -> Result<Option<String>, Fault> {
     let candidates = [
         filter.state.map(state_prefix),
         filter.provider.as_ref().map(|p| format!("p/{p}")),
@@ -143,7 +215,7 @@ fn most_selective(
             best = Some((count, prefix));
         }
     }
-    Ok(best.map_or_else(|| ALL.to_owned(), |(_, prefix)| prefix))
+    Ok(best.map(|(_, prefix)| prefix))
 }
 
 pub(in crate::ledger) fn stats(txn: &ReadTransaction) -> Result<Stats, Fault> {

@@ -5,12 +5,17 @@
 //! It runs inside transactions it is handed and never begins, commits or aborts one (the
 //! writer and the read helpers do that), so a group of writes can share one commit.
 //!
-//! Layout. `ops` maps an operation ID to its record; `events` maps `(id, seq)` to one event;
-//! `responses` maps an ID to its stored response. `index` holds one empty entry
-//! `(prefix, created_at, id)` per operation and prefix, where the prefixes are `c` (all),
-//! `s/{state}`, `p/{provider}` and `r/{route}`; `counters` holds, per prefix, how many
-//! entries it has. So listing by any filter is a reverse range scan, the by-state index finds
-//! orphans and prune candidates without a full scan, and stats are point reads. The
+//! Layout. `ops` maps an operation ID to its row: its record, its kept request, its stored
+//! response and its events, in one value (`codec::encode_row`). `index` holds one empty entry
+//! `(prefix, created_at, id)` per operation and prefix, where the prefixes are `s/{state}`,
+//! `p/{provider}` and `r/{route}`; `counters` holds, per prefix, how many entries it has. So
+//! listing by any filter is a reverse range scan (the unfiltered list merges the by-state
+//! scans, which together hold every operation), the by-state index finds orphans and prune
+//! candidates without a full scan, and stats are point reads. Ledgers written before the
+//! compact layout also have `events`, one entry per event keyed `(id, seq)`, read before
+//! the row's events, `requests` and `responses`, the kept request and stored response of an
+//! operation whose row has none, and a `c` prefix holding every operation, which nothing reads and pruning
+//! removes with its operation (docs/decisions.md, "A compact record encoding"). The
 //! tombstone tables are `tombstone`'s and the replay counts `replays`'; `Tables` opens them
 //! with the rest.
 
@@ -25,9 +30,10 @@ use crate::ledger::copy::page::Live;
 use crate::ledger::fault::Fault;
 use crate::ledger::redb::counts::{self, ReplayTable};
 use crate::ledger::redb::tombstone::Tombs;
-use crate::operation::{Event, Operation, RequestChange, State, Write};
+use crate::operation::{Event, Operation, RequestChange, State, StoredResponse, Write};
 
 pub(in crate::ledger) const OPS: TableDefinition<&str, &[u8]> = TableDefinition::new("ops");
+/// Events as builds before the compact layout kept them, one entry each (read, never added to).
 pub(in crate::ledger) const EVENTS: TableDefinition<(&str, u32), &[u8]> =
     TableDefinition::new("events");
 pub(in crate::ledger) const RESPONSES: TableDefinition<&str, &[u8]> =
@@ -38,7 +44,7 @@ pub(in crate::ledger) const INDEX: TableDefinition<(&str, i64, &str), ()> =
     TableDefinition::new("index");
 pub(in crate::ledger) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
-/// The index prefix holding every operation.
+/// The index prefix older builds kept of every operation (see the layout above).
 pub(in crate::ledger) const ALL: &str = "c";
 
 /// Where an entry sits inside one index prefix: `(created_at, id)`.
@@ -82,10 +88,10 @@ fault_from!(
     redb::DatabaseError
 );
 
-/// The four index prefixes of an operation, in a fixed order so two versions compare slot by slot.
-pub(in crate::ledger) fn prefixes(op: &Operation) -> [String; 4] {
+/// The three index prefixes of an operation, in a fixed order so two versions compare slot by
+/// slot.
+pub(in crate::ledger) fn prefixes(op: &Operation) -> [String; 3] {
     [
-        ALL.to_owned(),
         state_prefix(op.state),
         format!("p/{}", op.provider),
         format!("r/{}", op.route),
@@ -100,6 +106,29 @@ pub(in crate::ledger) fn state_prefix(state: State) -> String {
 /// `prefix` and `prefix + "\0"`, so the exclusive end never cuts a longer prefix's entries in.
 pub(in crate::ledger) fn prefix_end(prefix: &str) -> String {
     format!("{prefix}\0")
+}
+
+/// What one write changes of an operation's row.
+struct RowChange<'a> {
+    /// The new record, if it changed.
+    record: Option<&'a Operation>,
+    /// Appended to the history.
+    events: &'a [Event],
+    request: &'a RequestChange,
+    /// The new stored response, if any.
+    response: Option<&'a StoredResponse>,
+}
+
+impl<'a> RowChange<'a> {
+    /// A change that only appends `events`.
+    fn events(events: &'a [Event]) -> RowChange<'a> {
+        RowChange {
+            record: None,
+            events,
+            request: &RequestChange::Keep,
+            response: None,
+        }
+    }
 }
 
 /// The ledger's tables opened in one write transaction.
@@ -215,8 +244,8 @@ impl<'t> Tables<'t> {
 
     /// Applies one `Write` to the operation stored under `id`; `old` is what `id` holds now,
     /// as `get_op_or_tombstone` reads it (a tombstone's operation has `pruned_at` set).
-    /// Returns whether it changed the operation or its response (else it only added history,
-    /// and the operation record is not rewritten).
+    /// Returns whether it changed the operation, its response or its kept request (else it only
+    /// added history).
     pub(in crate::ledger) fn apply(
         &mut self,
         id: &str,
@@ -228,35 +257,93 @@ impl<'t> Tables<'t> {
         let tombstoned = old.is_some_and(|o| o.pruned_at.is_some());
         change::admissible(id, write, tombstoned)?;
         let op_changed = old != Some(&write.op);
-        if op_changed {
-            self.put_op(old, &write.op)?;
-        }
-        // A new operation has no history yet (an operation's events go with it when pruned).
-        let first_seq = if old.is_none() { Some(0) } else { None };
-        self.append_events_from(id, first_seq, &write.events)?;
-        if let Some(response) = &write.response {
-            let bytes = codec::encode_response(response);
-            self.responses.insert(id, bytes.as_slice())?;
-            if !op_changed {
-                self.written.push(id.to_owned());
-            }
-        }
-        let request_changed = match &write.request {
-            RequestChange::Keep => false,
-            RequestChange::Store(sealed) => {
-                self.requests.insert(id, sealed.as_slice())?;
-                true
-            }
-            RequestChange::Erase => self.requests.remove(id)?.is_some(),
+        let change = RowChange {
+            record: op_changed.then_some(&write.op),
+            events: &write.events,
+            request: &write.request,
+            response: write.response.as_ref(),
         };
+        let request_changed = self.put_row(id, old.is_none(), change)?;
+        if op_changed {
+            self.reindex(old, &write.op)?;
+        }
+        if write.response.is_some() && !op_changed {
+            self.written.push(id.to_owned());
+        }
         Ok(op_changed || write.response.is_some() || request_changed)
     }
 
-    /// Stores `new` and moves its index entries and counters from where `old` had them.
-    fn put_op(&mut self, old: Option<&Operation>, new: &Operation) -> Result<(), Fault> {
-        let bytes = codec::encode_op(new)?;
-        self.ops.insert(new.id.as_str(), bytes.as_slice())?;
-        self.written.push(new.id.clone());
+    /// Rewrites `id`'s row as `change` says; nothing when it changes nothing. `new` says `id`
+    /// has no row yet, so it is not looked up. Returns whether the kept request changed.
+    fn put_row(&mut self, id: &str, new: bool, change: RowChange<'_>) -> Result<bool, Fault> {
+        let RowChange {
+            record,
+            events,
+            request,
+            response,
+        } = change;
+        let keep = matches!(request, RequestChange::Keep);
+        if record.is_none() && events.is_empty() && keep && response.is_none() {
+            return Ok(false);
+        }
+        let stored = match new {
+            true => None,
+            false => self.ops.get(id)?.map(|v| v.value().to_vec()),
+        };
+        let kept = match &stored {
+            Some(bytes) => codec::split_row(bytes)?,
+            None => codec::Row {
+                record: &[],
+                request: None,
+                response: None,
+                history: &[],
+            },
+        };
+        // Requests and responses older builds kept went into tables of their own: a change
+        // of one goes there too (a lookup only for operations that have a row already).
+        let (request, request_changed) = match request {
+            RequestChange::Keep => (kept.request, false),
+            RequestChange::Store(sealed) => {
+                if !new {
+                    self.requests.remove(id)?;
+                }
+                (Some(sealed.as_slice()), true)
+            }
+            RequestChange::Erase => match kept.request {
+                Some(_) => (None, true),
+                None => (None, self.requests.remove(id)?.is_some()),
+            },
+        };
+        let encoded_response = response.map(codec::encode_response);
+        if encoded_response.is_some() && !new {
+            self.responses.remove(id)?;
+        }
+        let encoded;
+        let record = match record {
+            Some(op) => {
+                encoded = codec::encode_op(op)?;
+                self.written.push(id.to_owned());
+                &encoded[..]
+            }
+            None if stored.is_some() => kept.record,
+            None => return Err(Fault::new(format!("no operation {id} to write to"))),
+        };
+        let history = match events.is_empty() {
+            true => kept.history.to_vec(),
+            false => codec::append_history(kept.history, events)?,
+        };
+        let row = codec::encode_row(&codec::Row {
+            record,
+            request,
+            response: encoded_response.as_deref().or(kept.response),
+            history: &history,
+        });
+        self.ops.insert(id, row.as_slice())?;
+        Ok(request_changed)
+    }
+
+    /// Moves `new`'s index entries and counters from where `old` had them.
+    fn reindex(&mut self, old: Option<&Operation>, new: &Operation) -> Result<(), Fault> {
         let new_keys = prefixes(new);
         let old_keys = old.map(|o| (prefixes(o), o.created_at.0));
         for (slot, prefix) in new_keys.iter().enumerate() {
@@ -299,34 +386,7 @@ impl<'t> Tables<'t> {
         id: &str,
         events: &[Event],
     ) -> Result<(), Fault> {
-        self.append_events_from(id, None, events)
-    }
-
-    /// Appends `events` to `id`'s history from `first_seq`, or (`None`) after its last event.
-    fn append_events_from(
-        &mut self,
-        id: &str,
-        first_seq: Option<u32>,
-        events: &[Event],
-    ) -> Result<(), Fault> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let mut seq = match first_seq {
-            Some(seq) => seq,
-            None => self
-                .events
-                .range((id, 0)..=(id, u32::MAX))?
-                .next_back()
-                .transpose()?
-                .map_or(0, |(k, _)| k.value().1.saturating_add(1)),
-        };
-        for event in events {
-            let bytes = codec::encode_event(event)?;
-            self.events.insert((id, seq), bytes.as_slice())?;
-            seq = seq.saturating_add(1);
-        }
-        Ok(())
+        self.put_row(id, false, RowChange::events(events)).map(drop)
     }
 
     /// Removes an operation with its events, response, replay counts, index entries and counts.
@@ -347,6 +407,8 @@ impl<'t> Tables<'t> {
         for prefix in prefixes(op) {
             self.unindex(&prefix, op.created_at.0, id)?;
         }
+        // The entry an older build kept under the prefix of every operation, if any.
+        self.unindex(ALL, op.created_at.0, id)?;
         Ok(())
     }
 
@@ -394,8 +456,12 @@ impl<'t> Tables<'t> {
         old: &Operation,
         (op, event): (Operation, Event),
     ) -> Result<Operation, Fault> {
-        self.put_op(Some(old), &op)?;
-        self.append_events(&op.id, &[event])?;
+        let change = RowChange {
+            record: Some(&op),
+            ..RowChange::events(std::slice::from_ref(&event))
+        };
+        self.put_row(&op.id, false, change)?;
+        self.reindex(Some(old), &op)?;
         Ok(op)
     }
 
