@@ -436,8 +436,8 @@ async fn check_one(
     let found = loop {
         let found = match state(proxy, &id).await {
             Ok(found) => found,
-            Err(why) if Instant::now() < until => {
-                let _ = why;
+            // The admin API answers again once the ledger is back.
+            Err(_) if Instant::now() < until => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
