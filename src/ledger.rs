@@ -10,12 +10,12 @@
 //! in its own folder and neither importing the other: redb (`redb` and `redb/`: its tables
 //! in `redb::store`, `redb::meta`, `redb::tombstone` and `redb::counts`, its queries in
 //! `redb::query`, its single writer in `redb::writer` and `redb::batch` (group commit, one
-//! durable redb commit per batch), its reopen after a storage error in `redb::recovery`, the
-//! replay answers it keeps in memory until the writer changes them in `redb::hot`), the
+//! durable redb commit per batch), its reopen after a storage error in `redb::recovery`), the
 //! default, for one process; and PostgreSQL (`postgres` and `postgres/`), shared by several
 //! replicas, each holding a lease. What both share lives above them: the storage rules
 //! (`change`), the record bytes (`codec`), `fault`, `fence`, `feed` (the in-process broadcast of
-//! committed events) and `copy::page`; `copy` copies one ledger into another.
+//! committed events), `hot` (the replay answers kept in memory until their operation changes)
+//! and `copy::page`; `copy` copies one ledger into another.
 //!
 //! `Ledger` dispatches to its backend through a private enum, not a trait object: every call
 //! is a `match` the compiler inlines, so the hot path (`replayable`, a synchronous point read
@@ -58,6 +58,7 @@ pub mod copy;
 mod fault;
 mod feed;
 mod fence;
+mod hot;
 mod postgres;
 mod redb;
 #[doc(hidden)]

@@ -16,6 +16,7 @@
 mod connect;
 pub(super) mod copy;
 mod lease;
+mod listen;
 mod prune;
 mod read;
 mod schema;
@@ -33,12 +34,14 @@ use tokio_util::sync::CancellationToken;
 
 use self::connect::{Conn, Tx};
 use self::lease::Lease;
+use self::listen::Hearing;
 use self::update::Appended;
 use super::Replayable;
 use super::backend::Backend;
 use super::change::Left;
 use super::fault::Fault;
 use super::feed::{Feed, Published};
+use super::hot::Hot;
 use super::{Checked, Fences, Filter, LedgerError, LedgerOptions, OnOrphaned, Page, Stats, codec};
 use super::{Commit, OnCommit};
 use super::{ReplayNote, Replays};
@@ -73,6 +76,14 @@ impl Drop for Inner {
 /// What every call and background task shares.
 pub(super) struct Core {
     pool: Pool,
+    /// Where the database is, for the listener's own connection.
+    url: PgUrl,
+    /// `pool`'s stall bound (half a lease), for the listener's connection too.
+    stall: Duration,
+    /// The replay answers kept in memory (`listen`).
+    hot: Arc<Hot>,
+    /// Whether `hot` may answer now (`listen`).
+    hearing: Hearing,
     /// This replica's ID: the owner of its claims and the epoch of its fences.
     me: i64,
     lease: Lease,
@@ -91,6 +102,12 @@ impl Core {
     async fn commit(&self, tx: Tx, durable: bool) -> Result<(), Fault> {
         let started = std::time::Instant::now();
         tx.commit(durable).await?;
+        self.committed(started, durable);
+        Ok(())
+    }
+
+    /// Tells `on_commit` of a commit that began at `started` and has returned.
+    fn committed(&self, started: std::time::Instant, durable: bool) {
         if let Some(hook) = &self.on_commit {
             hook(Commit {
                 took: started.elapsed(),
@@ -98,7 +115,6 @@ impl Core {
                 durable,
             });
         }
-        Ok(())
     }
 
     async fn conn(&self) -> Result<Conn, Fault> {
@@ -169,7 +185,8 @@ impl Postgres {
     ) -> Result<(Postgres, Vec<Operation>), LedgerError> {
         // Half a lease: a stalled replica's locks go before its lease would let another
         // replica orphan what it holds.
-        let pool = connect::pool(url, Some(opts.lease / 2)).map_err(|e| open_error(url, e))?;
+        let stall = opts.lease / 2;
+        let pool = connect::pool(url, Some(stall)).map_err(|e| open_error(url, e))?;
         let started = tokio::time::Instant::now();
         let setup = async {
             let prepared = schema::prepare(&pool, opts.secret_check.as_deref()).await?;
@@ -202,6 +219,10 @@ impl Postgres {
         };
         let core = Arc::new(Core {
             pool,
+            url: url.clone(),
+            stall,
+            hot: Arc::new(Hot::new()),
+            hearing: Hearing::new(),
             me,
             lease: Lease::new(opts.lease, started),
             reach: opts.attempt_reach,
@@ -217,6 +238,7 @@ impl Postgres {
             .map_err(|fault| open_error(url, fault))?;
         tokio::spawn(lease::heartbeat(Arc::clone(&core)));
         tokio::spawn(lease::sweeper(Arc::clone(&core)));
+        tokio::spawn(listen::listener(Arc::clone(&core)));
         let epoch = u64::try_from(me).unwrap_or_default();
         let inner = Inner {
             core,
@@ -342,11 +364,24 @@ impl Backend for Postgres {
         self.read(|c| async move { read::get(&c, id).await }).await
     }
 
+    /// A final answer read once is kept in memory and answered from there while this replica
+    /// hears of every change to it (`listen`).
     async fn replayable(&self, id: &str) -> Result<Option<Arc<Replayable>>, LedgerError> {
+        let core = self.core();
+        // Taken before the query's snapshot (see `hot`).
+        let epoch = core.hot.epoch();
+        if core.hearing.live()
+            && let Some(kept) = core.hot.get(id)
+        {
+            return Ok(Some(kept));
+        }
         let read = self
             .read(|c| async move { read::replayable(&c, id).await })
             .await?;
-        Ok(read.map(Arc::new))
+        Ok(read.map(|read| match core.hearing.live() {
+            true => core.hot.fill(id, epoch, read),
+            false => Arc::new(read),
+        }))
     }
 
     async fn events(&self, id: &str) -> Result<Vec<Event>, LedgerError> {

@@ -12,7 +12,7 @@
 pub(in crate::ledger) mod batch;
 pub(in crate::ledger) mod copy;
 pub(in crate::ledger) mod counts;
-pub(in crate::ledger) mod hot;
+
 pub(in crate::ledger) mod meta;
 pub(in crate::ledger) mod query;
 pub(in crate::ledger) mod read;

@@ -9,4 +9,5 @@
 mod common;
 
 mod check_postgres;
+mod kept_answers;
 mod replicas;

@@ -11,8 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use futures_util::future::join;
+use tokio::task::JoinHandle;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::{AsyncMessage, NoTls, Row};
 
 use super::super::fault::Fault;
 use crate::config::{PgUrl, SslMode};
@@ -70,6 +72,69 @@ pub(super) fn sqlstate(e: &tokio_postgres::Error) -> Option<&str> {
 /// its locks go, and how long a statement waits for a lock; `None` for `ledger copy` and
 /// `check`, which hold no lease.
 pub(super) fn pool(url: &PgUrl, stall: Option<Duration>) -> Result<Pool, String> {
+    let config = config(url, stall)?;
+    let recycling = ManagerConfig {
+        recycling_method: RecyclingMethod::Fast,
+    };
+    let manager = match url.ssl() {
+        SslMode::Plain => Manager::from_config(config, NoTls, recycling),
+        SslMode::Verified => Manager::from_config(config, tls()?, recycling),
+    };
+    Pool::builder(manager)
+        .max_size(POOL_SIZE)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(CONNECT_TIMEOUT))
+        .create_timeout(Some(CONNECT_TIMEOUT))
+        .recycle_timeout(Some(CONNECT_TIMEOUT))
+        .build()
+        .map_err(|e| format!("{url}: {e}"))
+}
+
+/// A connection of its own (not pooled) that listens on `channel`: each notification's
+/// payload goes to `heard`, on the task that drives the connection, in the order the server
+/// sent them. The connection's task (returned) ends when the connection does. `stall` as for
+/// `pool`.
+pub(super) async fn listen(
+    url: &PgUrl,
+    stall: Duration,
+    channel: &str,
+    heard: impl Fn(&str) + Send + 'static,
+) -> Result<(tokio_postgres::Client, JoinHandle<()>), Fault> {
+    let config = config(url, Some(stall)).map_err(Fault::new)?;
+    let (client, driver) = match url.ssl() {
+        SslMode::Plain => {
+            let (client, connection) = config.connect(NoTls).await?;
+            (client, tokio::spawn(drive(connection, heard)))
+        }
+        SslMode::Verified => {
+            let (client, connection) = config.connect(tls().map_err(Fault::new)?).await?;
+            (client, tokio::spawn(drive(connection, heard)))
+        }
+    };
+    if let Err(e) = client.batch_execute(&format!("LISTEN {channel}")).await {
+        driver.abort();
+        return Err(e.into());
+    }
+    Ok((client, driver))
+}
+
+/// Drives `connection` until it ends, handing each notification's payload to `heard`.
+async fn drive<S, T>(mut connection: tokio_postgres::Connection<S, T>, heard: impl Fn(&str))
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    loop {
+        match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            Some(Ok(AsyncMessage::Notification(note))) => heard(note.payload()),
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => return,
+        }
+    }
+}
+
+/// The connection settings of every session of a replica (see `pool`).
+fn config(url: &PgUrl, stall: Option<Duration>) -> Result<tokio_postgres::Config, String> {
     let mut config: tokio_postgres::Config = url
         .secret_url()
         .parse()
@@ -104,21 +169,7 @@ pub(super) fn pool(url: &PgUrl, stall: Option<Duration>) -> Result<Pool, String>
     if config.get_application_name().is_none() {
         config.application_name("idemproxy");
     }
-    let recycling = ManagerConfig {
-        recycling_method: RecyclingMethod::Fast,
-    };
-    let manager = match url.ssl() {
-        SslMode::Plain => Manager::from_config(config, NoTls, recycling),
-        SslMode::Verified => Manager::from_config(config, tls()?, recycling),
-    };
-    Pool::builder(manager)
-        .max_size(POOL_SIZE)
-        .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(CONNECT_TIMEOUT))
-        .create_timeout(Some(CONNECT_TIMEOUT))
-        .recycle_timeout(Some(CONNECT_TIMEOUT))
-        .build()
-        .map_err(|e| format!("{url}: {e}"))
+    Ok(config)
 }
 
 fn tls() -> Result<tokio_postgres_rustls::MakeRustlsConnect, String> {
@@ -172,8 +223,54 @@ impl Conn {
     /// Begins a READ COMMITTED transaction on this connection.
     pub(super) async fn begin(self) -> Result<Tx, Fault> {
         let mut tx = Tx { conn: Some(self.0) };
-        tx.batch("BEGIN ISOLATION LEVEL READ COMMITTED").await?;
+        tx.batch(BEGIN).await?;
         Ok(tx)
+    }
+
+    /// Begins a READ COMMITTED transaction and runs `sql` as its first statement, in one round
+    /// trip: the two are sent together (pipelined) and answered in order. `sql` never runs
+    /// outside the transaction as far as the caller knows: when `BEGIN` fails, the
+    /// transaction is dropped (its connection discarded) and the error returned.
+    pub(super) async fn begin_with(
+        self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<(Tx, Option<Row>), Fault> {
+        let tx = Tx { conn: Some(self.0) };
+        let row = {
+            let client = tx.client()?;
+            let statement = client.prepare_cached(sql).await?;
+            // `join` polls `BEGIN` first, so it is sent first.
+            let (began, row) = join(
+                client.batch_execute(BEGIN),
+                client.query_opt(&statement, params),
+            )
+            .await;
+            began?;
+            row?
+        };
+        Ok((tx, row))
+    }
+}
+
+const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// How `Tx::execute_and_commit` failed.
+pub(super) enum WriteFailed {
+    /// Nothing was sent: nothing was written.
+    Before(Fault),
+    /// The statement failed (PostgreSQL's own error, for its SQLSTATE): nothing was written.
+    Statement(tokio_postgres::Error),
+    /// The statement ran and the commit failed or went unanswered: it may have taken effect.
+    Commit(Fault),
+}
+
+impl WriteFailed {
+    pub(super) fn into_fault(self) -> Fault {
+        match self {
+            WriteFailed::Before(fault) | WriteFailed::Commit(fault) => fault,
+            WriteFailed::Statement(e) => e.into(),
+        }
     }
 }
 
@@ -234,6 +331,36 @@ impl Tx {
         )
         .await
         .map(drop)
+    }
+
+    /// Runs `sql` and then commits, in one round trip (pipelined). `Ok` only when both did:
+    /// the commit took effect. When `sql` fails, the server ends the transaction without
+    /// effect at the `COMMIT`; the error is `sql`'s and nothing was written. When `sql`
+    /// succeeds and the commit fails, whether it took effect is unknown (as for `commit`).
+    /// The connection goes back to the pool only after a commit that was answered.
+    pub(super) async fn execute_and_commit(
+        mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<(), WriteFailed> {
+        {
+            let client = self.client().map_err(WriteFailed::Before)?;
+            let statement = client
+                .prepare_cached(sql)
+                .await
+                .map_err(|e| WriteFailed::Before(e.into()))?;
+            let (done, committed) = join(
+                client.execute(&statement, params),
+                client.batch_execute("COMMIT"),
+            )
+            .await;
+            if let Err(e) = done {
+                return Err(WriteFailed::Statement(e));
+            }
+            committed.map_err(|e| WriteFailed::Commit(e.into()))?;
+        }
+        self.release();
+        Ok(())
     }
 
     /// Commits: durably (`synchronous_commit = on`, the session's setting), or, for a

@@ -10,6 +10,7 @@ use super::super::codec;
 use super::super::fault::Fault;
 use super::Core;
 use super::connect::Tx;
+use super::schema::CHANGED;
 use super::update::{Appended, append_events};
 use crate::clock::Timestamp;
 use crate::operation::{Operation, State};
@@ -42,6 +43,7 @@ pub(super) async fn prune_batch(
     ids.sort();
     let tx = core.begin().await?;
     let mut deleted = 0;
+    let mut pruned = Vec::new();
     for id in &ids {
         tx.lock(id).await?;
         let row = tx
@@ -61,8 +63,15 @@ pub(super) async fn prune_batch(
                 .await?;
         }
         deleted += 1;
+        pruned.push(op.id);
     }
-    core.commit(tx, true).await?;
+    if deleted > 0 {
+        // Every replica forgets what it kept of them (`listen`).
+        tx.execute("SELECT pg_notify($1, '*')", &[&CHANGED]).await?;
+    }
+    let committed = core.commit(tx, true).await;
+    core.hot.forget(&pruned);
+    committed?;
     Ok((deleted, full))
 }
 

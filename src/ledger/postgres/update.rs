@@ -10,14 +10,18 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::Row;
 
 use super::super::LedgerError;
 use super::super::change::{self, Left};
 use super::super::codec;
 use super::super::fault::Fault;
+use super::super::hot;
 use super::Core;
-use super::connect::Tx;
+use super::connect::{Tx, WriteFailed, sqlstate};
+use super::schema;
 use crate::clock::Timestamp;
 use crate::operation::{Event, Operation, RequestChange, Write};
 
@@ -170,21 +174,13 @@ pub(super) async fn apply(
     Ok(op_changed || write.response.is_some() || request_changed)
 }
 
-/// Whether this replica's lease is live by the database's clock, right now.
-async fn lease_live(tx: &Tx, me: i64) -> Result<bool, Fault> {
-    let row = tx
-        .query_opt(
-            "SELECT 1 FROM replicas WHERE id = $1 AND expires_at > clock_timestamp()",
-            &[&me],
-        )
-        .await?;
-    Ok(row.is_some())
-}
-
-/// `Ledger::update` as one transaction: lock, read (orphaning a lapsed owner's operation),
-/// decide, write, commit. Returns `f`'s value, what the commit appended and the operation it
+/// `Ledger::update` as one transaction of two round trips: `BEGIN` with the lock and the read
+/// (`idemproxy_read_v1`), then the write (`idemproxy_write_v1`) with the `COMMIT`, each pair
+/// sent together. An `in_flight` operation of a lapsed owner is orphaned in between (its own
+/// statements, rare). Returns `f`'s value, what the commit appended and the operation it
 /// orphaned first, if any. `staged` gets the fence of a new claim (and what a sweep must know
-/// of it, `Left`) just before its COMMIT is sent.
+/// of it, `Left`) just before its write and `COMMIT` are sent, and loses it again when the
+/// write is refused (then nothing was committed).
 pub(super) async fn run<T, F>(
     core: &Core,
     id: &str,
@@ -194,9 +190,15 @@ pub(super) async fn run<T, F>(
 where
     F: FnOnce(Option<Operation>) -> (Option<Write>, T),
 {
-    let tx = core.begin().await?;
-    tx.lock(id).await?;
-    let found = read(&tx, id, core.me).await?;
+    let (tx, row) = core
+        .conn()
+        .await?
+        .begin_with(
+            "SELECT record, lapsed, tomb FROM idemproxy_read_v1($1, $2)",
+            &[&id, &core.me],
+        )
+        .await?;
+    let found = found_in(row)?;
     let mut appended = Vec::new();
     let mut orphaned = Vec::new();
     let existing = match found.op {
@@ -214,32 +216,119 @@ where
         let why = format!("the update of {id} panicked; nothing was written");
         return Err(LedgerError::Unavailable(why));
     };
+    let started = Instant::now();
     let Some(write) = write else {
         if appended.is_empty() && existing.is_none() {
             // Nothing is stored under `id`: its lock row would only take room.
-            tx.execute("DELETE FROM op_locks WHERE id = $1", &[&id])
-                .await?;
+            let unlocked = "DELETE FROM op_locks WHERE id = $1";
+            tx.execute_and_commit(unlocked, &[&id])
+                .await
+                .map_err(|failed| failed.into_fault())?;
+        } else {
+            tx.commit(true).await?;
         }
-        tx.commit(true).await?;
+        core.committed(started, true);
         return Ok((value, appended, orphaned));
     };
     if core.fail_writes {
         tx.rollback().await;
         return Err(super::injected());
     }
-    let changed = apply(&tx, id, existing.as_ref(), &write).await?;
-    let claim = change::new_claim(existing.as_ref(), &write);
+    let old = existing.as_ref();
+    change::admissible(id, &write, old.is_some_and(|o| o.pruned_at.is_some()))?;
+    let op_changed = old != Some(&write.op);
+    let record = match op_changed {
+        true => Some(codec::encode_op(&write.op)?),
+        false => None,
+    };
+    let fence = i64::try_from(write.op.fence)
+        .map_err(|_| Fault::new(format!("fence {} of {id} is out of range", write.op.fence)))?;
+    let events = write
+        .events
+        .iter()
+        .map(codec::encode_event)
+        .collect::<Result<Vec<_>, _>>()?;
+    let response = write.response.as_ref().map(codec::encode_response);
+    let (request, sealed): (i16, Option<&[u8]>) = match &write.request {
+        RequestChange::Keep => (0, None),
+        RequestChange::Store(sealed) => (1, Some(sealed)),
+        RequestChange::Erase => (2, None),
+    };
+    // Durable when the operation, its response or its kept request changes (an erased
+    // request counts only when there was one: the function decides), or an orphaning came
+    // first; else only history was appended.
+    let durable = op_changed || write.response.is_some() || request == 1 || !appended.is_empty();
+    // What another replica may keep in memory for a replay changes (`hot`).
+    let notify =
+        old.is_some_and(|o| hot::kept(o.state)) && (op_changed || write.response.is_some());
+    let claim = change::new_claim(old, &write);
     if let Some(fence) = claim {
-        if !lease_live(&tx, core.me).await? {
-            tx.rollback().await;
-            return Err(lease_lapsed());
-        }
-        let left = Left::never(existing.as_ref());
+        let left = Left::never(old);
         *staged.lock().unwrap_or_else(PoisonError::into_inner) = Some((fence, left));
     }
-    let durable = changed || !appended.is_empty();
     crate::crash_point!("ledger.staged");
-    core.commit(tx, durable).await?;
+    let written = tx
+        .execute_and_commit(
+            "SELECT idemproxy_write_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+             $13, $14, $15, $16)",
+            &[
+                &id,
+                &core.me,
+                &record,
+                &write.op.state.as_str(),
+                &write.op.provider,
+                &write.op.route,
+                &write.op.created_at.0,
+                &write.op.updated_at.0,
+                &fence,
+                &events,
+                &response,
+                &request,
+                &sealed,
+                &claim.is_some(),
+                &durable,
+                &notify,
+            ],
+        )
+        .await;
+    if notify
+        && !matches!(
+            written,
+            Err(WriteFailed::Before(_) | WriteFailed::Statement(_))
+        )
+    {
+        // Committed, or perhaps: this replica's kept answer goes before anyone is answered.
+        core.hot.forget(&[id.to_owned()]);
+    }
+    if let Err(failed) = written {
+        if !matches!(failed, WriteFailed::Commit(_)) {
+            // Refused before the commit: nothing was written, so nothing is left to abandon.
+            staged.lock().unwrap_or_else(PoisonError::into_inner).take();
+        }
+        return Err(match failed {
+            WriteFailed::Statement(e) if sqlstate(&e) == Some(schema::LEASE_LAPSED) => {
+                lease_lapsed()
+            }
+            other => other.into_fault().into(),
+        });
+    }
+    core.committed(started, durable);
     appended.push((write.op, write.events));
     Ok((value, appended, orphaned))
+}
+
+/// What `idemproxy_read_v1` returned.
+fn found_in(row: Option<Row>) -> Result<Found, Fault> {
+    let row = row.ok_or_else(|| Fault::new("idemproxy_read_v1 returned no row".to_owned()))?;
+    if let Some(record) = row.get::<_, Option<&[u8]>>(0) {
+        return Ok(Found {
+            op: Some(codec::decode_op(record)?),
+            lapsed: row.get::<_, Option<bool>>(1).unwrap_or(false),
+        });
+    }
+    let op = match row.get::<_, Option<&[u8]>>(2) {
+        Some(tomb) => Some(codec::decode_op(tomb)?),
+        None => None,
+    };
+    Ok(Found { op, lapsed: false })
 }

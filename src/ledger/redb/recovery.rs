@@ -26,7 +26,7 @@ use crate::clock::Timestamp;
 use crate::ledger::LedgerError;
 use crate::ledger::change::Left;
 use crate::ledger::fault::Fault;
-use crate::ledger::redb::hot::Hot;
+use crate::ledger::hot::Hot;
 use crate::ledger::redb::store::Tables;
 use crate::operation::Operation;
 

@@ -1,16 +1,19 @@
-//! The answers of replays already read: a bounded map from operation ID to what
-//! `Redb::replayable` read for it (a `succeeded` operation with its stored response, or a
-//! `failed` one), so an agent polling one result reads the file once, not on every poll.
+//! The answers of replays already read: a bounded map from operation ID to what a backend's
+//! `replayable` read for it (a `succeeded` operation with its stored response, or a `failed`
+//! one), so an agent polling one result reads the store once, not on every poll. Both
+//! backends keep one; each says what drops an entry.
 //!
-//! Only the writer changes operations. Every operation a batch stores or deletes (an update,
-//! a prune, a sweep: `store::Tables::take_written`) has its entry dropped by `forget` once the
-//! batch's commit has returned, before any of its jobs is answered; a reopened file `clear`s
-//! the map. A reader
-//! fills the map only with what it read from a snapshot that began after every such change
-//! it could miss: it takes the map's `epoch` before its snapshot begins, and the fill is
-//! dropped if the epoch moved since (each `forget` and `clear` moves it, under the same lock
-//! as the fill). So an entry is never older than the last commit that wrote its operation
-//! and was answered.
+//! On redb only the writer changes operations. Every operation a batch stores or deletes (an
+//! update, a prune, a sweep: `store::Tables::take_written`) has its entry dropped by `forget`
+//! once the batch's commit has returned, before any of its jobs is answered; a reopened file
+//! `clear`s the map. On PostgreSQL, another replica's change arrives as a notification
+//! (`postgres::listen`), and this replica's own is forgotten before it is answered.
+//!
+//! A reader fills the map only with what it read from a snapshot that began after every
+//! change it could miss: it takes the map's `epoch` before its snapshot begins, and the fill
+//! is dropped if the epoch moved since (each `forget` and `clear` moves it, under the same
+//! lock as the fill). So an entry is never older than the last change to its operation that
+//! was forgotten here.
 //!
 //! Bounded by `MAX_BYTES` (an entry's ID, body and headers, and a fixed overhead); a
 //! response body over `MAX_BODY` is never kept. When full, entries are dropped in no
@@ -118,6 +121,12 @@ impl Hot {
     fn len(&self) -> usize {
         self.entries.lock().unwrap().map.len()
     }
+}
+
+/// Whether an operation in `state` may be kept: a final answer, which only a rebind, a
+/// resolution or a prune changes.
+pub(in crate::ledger) fn kept(state: State) -> bool {
+    matches!(state, State::Succeeded | State::Failed)
 }
 
 /// What keeping `read` costs, or `None` when it is not kept: only the final answers a replay
