@@ -2,7 +2,8 @@
 # Guarded requests on a PostgreSQL ledger beside the redb ledger, in one run on this machine.
 #
 #   bench/pg.sh [DURATION]          e.g. bench/pg.sh 5s (the default; BENCH_CONNS="16 64" the
-#                                   connection counts, default "1 16 64")
+#                                   connection counts, default "1 16 64"; BENCH_LEDGERS="redb pg1"
+#                                   and BENCH_KINDS=fresh run only those rows, for a quick look)
 #
 # Needs wrk, nginx (installed if missing) and PostgreSQL on 127.0.0.1:5432 (user postgres, trust
 # authentication); makes a fresh database idemproxy_bench_<pid>, dropped at exit. Upstream: the
@@ -20,6 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-5s}
 conns_list=${BENCH_CONNS:-"1 16 64"}
+ledgers=" ${BENCH_LEDGERS:-redb pg1 pg2} "
+kinds=${BENCH_KINDS:-"fresh replay"}
 workers=$(nproc)
 bench_dir=target/bench
 
@@ -50,7 +53,7 @@ pg_cpu_of=()
 scenarios() { # prefix urls...
   local prefix=$1 c kind script refunds=() u; shift
   for u in "$@"; do refunds+=("$u/bench/v1/refunds"); done
-  for kind in fresh replay; do
+  for kind in $kinds; do
     for c in $conns_list; do
       script="$work/fresh.lua"; [ "$kind" = replay ] && script="$work/same.lua"
       pg_mark
@@ -60,21 +63,27 @@ scenarios() { # prefix urls...
   done
 }
 
-start_proxy redb; measured=$proxy_pid
-scenarios redb "http://127.0.0.1:$proxy_port"
-stop_proxy
+if [[ $ledgers == *" redb "* ]]; then
+  start_proxy redb; measured=$proxy_pid
+  scenarios redb "http://127.0.0.1:$proxy_port"
+  stop_proxy
+fi
 
 ledger_url="postgres://postgres@127.0.0.1:5432/$database?sslmode=disable"
 proxy_extra=$'[replicas]\nlease = "10s"'
-start_proxy pg1; measured=$proxy_pid
-scenarios pg1 "http://127.0.0.1:$proxy_port"
-stop_proxy
+if [[ $ledgers == *" pg1 "* ]]; then
+  start_proxy pg1; measured=$proxy_pid
+  scenarios pg1 "http://127.0.0.1:$proxy_port"
+  stop_proxy
+fi
 
-start_proxy pg2a; first_pid=$proxy_pid; first_port=$proxy_port
-start_proxy pg2b; measured="$first_pid $proxy_pid"
-scenarios pg2 "http://127.0.0.1:$first_port" "http://127.0.0.1:$proxy_port"
-kill "$first_pid"; wait "$first_pid" || true
-stop_proxy
+if [[ $ledgers == *" pg2 "* ]]; then
+  start_proxy pg2a; first_pid=$proxy_pid; first_port=$proxy_port
+  start_proxy pg2b; measured="$first_pid $proxy_pid"
+  scenarios pg2 "http://127.0.0.1:$first_port" "http://127.0.0.1:$proxy_port"
+  kill "$first_pid"; wait "$first_pid" || true
+  stop_proxy
+fi
 
 echo "idemproxy on PostgreSQL: $(nproc) cores, $(uname -r), $(psql -h 127.0.0.1 -U postgres -d "$database" -tAc 'SHOW server_version'), wrk -t1 -d$duration, $(date -u +%FT%TZ)"
 echo "| scenario | conns | req/s | p50 ms | p99 ms | errors | vs redb | CPU µs/req | PostgreSQL CPU µs/req |"
@@ -83,7 +92,7 @@ hz=$(getconf CLK_TCK)
 for i in "${!rows[@]}"; do
   read -r name c rps p50 p99 errs cpu <<<"${rows[$i]}"
   read -r pg_t reqs <<<"${pg_cpu_of[$i]}"
-  base=${rps_of[redb-${name#*-}/$c]}
+  base=${rps_of[redb-${name#*-}/$c]:-0}
   ratio=$(awk -v a="$rps" -v b="$base" 'BEGIN{printf "%.2f", b ? a/b : 0}')
   pg_us=$(awk -v t="$pg_t" -v hz="$hz" -v n="$reqs" 'BEGIN{printf "%.1f", n ? t / hz * 1e6 / n : 0}')
   echo "| $name | $c | $rps | $p50 | $p99 | $errs | $ratio | $cpu | $pg_us |"

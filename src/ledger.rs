@@ -104,7 +104,7 @@ pub struct Stats {
     pub oldest_in_flight: Option<Timestamp>,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum LedgerError {
     #[error("the ledger at {path} cannot be opened: {reason}")]
     Open { path: String, reason: String },

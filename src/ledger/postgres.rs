@@ -15,6 +15,7 @@
 
 mod connect;
 pub(super) mod copy;
+mod group;
 mod lease;
 mod listen;
 mod prune;
@@ -26,13 +27,13 @@ mod update;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use tokio_util::sync::CancellationToken;
 
 use self::connect::{Conn, Tx};
+use self::group::Group;
 use self::lease::Lease;
 use self::listen::Hearing;
 use self::update::Appended;
@@ -65,6 +66,8 @@ pub struct Postgres {
 struct Inner {
     core: Arc<Core>,
     fences: Fences,
+    /// The queue of updates; dropped with the last handle, which ends its task.
+    group: Group,
 }
 
 impl Drop for Inner {
@@ -97,21 +100,21 @@ pub(super) struct Core {
 }
 
 impl Core {
-    /// Commits `tx` and tells `on_commit` (the commit metrics) how long it took: one write
-    /// per commit (PostgreSQL commits replicas' writes concurrently; nothing is grouped here).
+    /// Commits `tx` and tells `on_commit` (the commit metrics) how long it took: one job (a
+    /// prune batch, a sweep's orphaning; updates are grouped by `group`).
     async fn commit(&self, tx: Tx, durable: bool) -> Result<(), Fault> {
         let started = std::time::Instant::now();
         tx.commit(durable).await?;
-        self.committed(started, durable);
+        self.committed(started, 1, durable);
         Ok(())
     }
 
-    /// Tells `on_commit` of a commit that began at `started` and has returned.
-    fn committed(&self, started: std::time::Instant, durable: bool) {
+    /// Tells `on_commit` of a commit of `jobs` jobs that began at `started` and has returned.
+    fn committed(&self, started: std::time::Instant, jobs: usize, durable: bool) {
         if let Some(hook) = &self.on_commit {
             hook(Commit {
                 took: started.elapsed(),
-                jobs: 1,
+                jobs,
                 durable,
             });
         }
@@ -241,6 +244,7 @@ impl Postgres {
         tokio::spawn(listen::listener(Arc::clone(&core)));
         let epoch = u64::try_from(me).unwrap_or_default();
         let inner = Inner {
+            group: Group::start(Arc::clone(&core)),
             core,
             fences: Fences::from_epoch(epoch),
         };
@@ -283,47 +287,13 @@ impl Backend for Postgres {
         self.inner.fences.clone()
     }
 
-    /// `Ledger::update` on this database: one locked transaction in a spawned task.
+    /// `Ledger::update` on this database: queued for the next batch (`group`).
     async fn update<T, F>(&self, id: &str, f: F) -> Result<T, LedgerError>
     where
         F: FnOnce(Option<Operation>) -> (Option<Write>, T) + Send + 'static,
         T: Send + 'static,
     {
-        let core = Arc::clone(self.core());
-        let id = id.to_owned();
-        let task = tokio::spawn(async move {
-            // Set just before a new claim's COMMIT is sent: from then on a failure may hide a
-            // commit that landed, a claim nobody will finish, so it is abandoned.
-            let staged = Mutex::new(None);
-            let work = update::run(&core, &id, f, &staged);
-            let outcome = match tokio::time::timeout(OP_TIMEOUT, work).await {
-                Ok(outcome) => outcome,
-                Err(_) => {
-                    core.lease.unreachable();
-                    let why = format!("PostgreSQL did not answer within {}s", OP_TIMEOUT.as_secs());
-                    Err(LedgerError::Unavailable(why))
-                }
-            };
-            match outcome {
-                Ok((value, appended, orphaned)) => {
-                    core.publish(&appended);
-                    core.orphaned(&orphaned);
-                    Ok(value)
-                }
-                Err(e) => {
-                    let staged = staged.into_inner().unwrap_or_else(PoisonError::into_inner);
-                    if let Some(claim) = staged {
-                        tokio::spawn(lease::abandon(Arc::clone(&core), id, claim));
-                    }
-                    Err(e)
-                }
-            }
-        });
-        task.await.unwrap_or_else(|e| {
-            Err(LedgerError::Unavailable(format!(
-                "a ledger update failed: {e}"
-            )))
-        })
+        self.inner.group.update(id, f).await
     }
 
     fn writable(&self) -> bool {

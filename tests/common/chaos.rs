@@ -115,14 +115,19 @@ impl World {
     /// `x-operation-id` header.
     pub fn policies(&self, mut builder: ProxyBuilder) -> ProxyBuilder {
         let routes = route(ROUTE, "POST /v1/refunds", &["{header:x-operation-id}"]);
+        // Answers take milliseconds; a short `timeout` bounds how long a PostgreSQL replica
+        // that orphans a killed one's claim must treat it as still reaching the provider
+        // (its dispatch plus the longest `timeout` plus a second), so a lookup's not-found
+        // turns final within seconds, not the default's half minute.
+        let timeout = "timeout = \"3s\"";
         for provider in &self.providers {
             let keys = match provider.kind {
-                Kind::Dedupe => format!("dedupe = \"key\"\n{routes}"),
-                Kind::NoDedupe => format!("dedupe = \"none\"\n{routes}"),
+                Kind::Dedupe => format!("{timeout}\ndedupe = \"key\"\n{routes}"),
+                Kind::NoDedupe => format!("{timeout}\ndedupe = \"none\"\n{routes}"),
                 // Not found is final a second after the claim: far longer than the provider
                 // takes to act on a request it received.
                 Kind::Lookup => format!(
-                    "dedupe = \"none\"\n{routes}\n[route.reconcile]\nlookup = \
+                    "{timeout}\ndedupe = \"none\"\n{routes}\n[route.reconcile]\nlookup = \
                      \"GET {LOOKUP}{{key}}\"\nfound = \"/data/0\"\nnot_found_final_after = \"1s\"\n"
                 ),
             };

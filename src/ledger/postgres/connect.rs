@@ -231,25 +231,34 @@ impl Conn {
     /// trip: the two are sent together (pipelined) and answered in order. `sql` never runs
     /// outside the transaction as far as the caller knows: when `BEGIN` fails, the
     /// transaction is dropped (its connection discarded) and the error returned.
+    ///
+    /// `WriteFailed::Statement` when the database refused `sql` (its own error, with a
+    /// SQLSTATE); `Before` for any other failure.
     pub(super) async fn begin_with(
         self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
-    ) -> Result<(Tx, Option<Row>), Fault> {
+    ) -> Result<(Tx, Vec<Row>), WriteFailed> {
         let tx = Tx { conn: Some(self.0) };
-        let row = {
-            let client = tx.client()?;
-            let statement = client.prepare_cached(sql).await?;
+        let rows = {
+            let client = tx.client().map_err(WriteFailed::Before)?;
+            let statement = client
+                .prepare_cached(sql)
+                .await
+                .map_err(|e| WriteFailed::Before(e.into()))?;
             // `join` polls `BEGIN` first, so it is sent first.
-            let (began, row) = join(
+            let (began, rows) = join(
                 client.batch_execute(BEGIN),
-                client.query_opt(&statement, params),
+                client.query(&statement, params),
             )
             .await;
-            began?;
-            row?
+            began.map_err(|e| WriteFailed::Before(e.into()))?;
+            rows.map_err(|e| match e.as_db_error() {
+                Some(_) => WriteFailed::Statement(e),
+                None => WriteFailed::Before(e.into()),
+            })?
         };
-        Ok((tx, row))
+        Ok((tx, rows))
     }
 }
 
@@ -259,9 +268,11 @@ const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 pub(super) enum WriteFailed {
     /// Nothing was sent: nothing was written.
     Before(Fault),
-    /// The statement failed (PostgreSQL's own error, for its SQLSTATE): nothing was written.
+    /// The database refused the statement (its own error, with a SQLSTATE): nothing was
+    /// written.
     Statement(tokio_postgres::Error),
-    /// The statement ran and the commit failed or went unanswered: it may have taken effect.
+    /// The statement ran and the commit failed or went unanswered, or the connection failed
+    /// under either: it may have taken effect.
     Commit(Fault),
 }
 
@@ -354,8 +365,13 @@ impl Tx {
                 client.batch_execute("COMMIT"),
             )
             .await;
-            if let Err(e) = done {
-                return Err(WriteFailed::Statement(e));
+            match done {
+                Ok(_) => {}
+                // The database refused it: the transaction is aborted, and the `COMMIT` ends
+                // it without effect.
+                Err(e) if e.as_db_error().is_some() => return Err(WriteFailed::Statement(e)),
+                // The connection failed: the server may have run both.
+                Err(e) => return Err(WriteFailed::Commit(e.into())),
             }
             committed.map_err(|e| WriteFailed::Commit(e.into()))?;
         }

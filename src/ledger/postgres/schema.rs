@@ -40,8 +40,6 @@ CREATE TABLE IF NOT EXISTS ops (
 );
 CREATE INDEX IF NOT EXISTS ops_by_created ON ops (created_at, id);
 CREATE INDEX IF NOT EXISTS ops_by_state ON ops (state, created_at, id);
-CREATE INDEX IF NOT EXISTS ops_by_provider ON ops (provider, created_at, id);
-CREATE INDEX IF NOT EXISTS ops_by_route ON ops (route, created_at, id);
 CREATE INDEX IF NOT EXISTS ops_by_age ON ops (state, updated_at);
 CREATE INDEX IF NOT EXISTS ops_in_flight ON ops (owner) WHERE state = 'in_flight';
 CREATE TABLE IF NOT EXISTS events (
@@ -66,85 +64,110 @@ CREATE TABLE IF NOT EXISTS replays (
 );
 "#;
 
-/// The SQLSTATE `WRITE` raises when a new claim finds this replica's lease lapsed.
+/// The SQLSTATE `idemproxy_write_v1` raises when a new claim finds this replica's lease
+/// lapsed.
 pub(super) const LEASE_LAPSED: &str = "IP001";
 
 /// The channel on which a change to a final operation (`succeeded`, `failed`) is announced to
 /// every replica: the payload is its ID, or `*` for "forget everything" (a prune).
 pub(super) const CHANGED: &str = "idemproxy_changed";
 
-/// The server-side halves of `update`, installed (replaced) at every start under the version
-/// row's lock, so a database an older build created gains them. Their names carry a version:
-/// a change to what one takes or does is a new name, so replicas of two builds can share one
-/// database while a rolling restart runs.
+/// The server-side halves of a batch of `update`s (`group`), installed (replaced) at every
+/// start under the version row's lock, so a database an older build created gains them.
+/// Their names carry a version: a change to what one takes or does is a new name, so
+/// replicas of two builds can share one database while a rolling restart runs.
 ///
-/// `idemproxy_read_v1` takes the operation's lock row and then reads it (a statement of its
-/// own, so its snapshot sees what the lock's previous holder committed): the record, whether
-/// it is `in_flight` under a lapsed owner, and the tombstone when nothing is live.
+/// `idemproxy_read_v1` takes the lock rows of `p_ids` (distinct, in the order given: sorted,
+/// so two batches never wait for each other in a circle) and then reads each (a statement of
+/// its own, so its snapshot sees what each lock's previous holder committed): the record,
+/// whether it is `in_flight` under a lapsed owner, and the tombstone when nothing is live.
 ///
-/// `idemproxy_write_v1` applies one `Write` (`p_record` null when the operation is unchanged;
-/// `p_request` 0 keep, 1 store `p_sealed`, 2 erase), refuses a new claim (`p_claim`) when this
-/// replica's lease is not live by the database's clock (`LEASE_LAPSED`), announces a change to
-/// a final operation (`p_notify`), and makes the commit asynchronous when nothing durable
-/// changed (`p_durable` false and no kept request erased).
+/// `idemproxy_write_v1` applies the batch's writes in order, entry `i` being `p_ids[i]` with
+/// its record (null when the operation is unchanged), index columns, the events
+/// `p_events[p_ev_ends[i-1]+1 .. p_ev_ends[i]]`, its response (or null), its kept request
+/// (`p_requests[i]`: 0 keep, 1 store `p_sealed[i]`, 2 erase), whether it is a new claim and
+/// whether a change to a final operation is announced; then removes the lock rows `p_unlock`
+/// (IDs that hold nothing); refuses the whole batch if it holds a new claim and this
+/// replica's lease is not live by the database's clock (`LEASE_LAPSED`); and makes the
+/// commit asynchronous when nothing durable changed (`p_durable` false and no kept request
+/// erased).
 const FUNCTIONS: &str = r#"
-CREATE OR REPLACE FUNCTION idemproxy_read_v1(p_id text, p_me bigint,
-    OUT record bytea, OUT lapsed boolean, OUT tomb bytea)
+DROP INDEX IF EXISTS ops_by_provider;
+DROP INDEX IF EXISTS ops_by_route;
+
+CREATE OR REPLACE FUNCTION idemproxy_read_v1(p_ids text[], p_me bigint)
+RETURNS TABLE (op_id text, op_record bytea, op_lapsed boolean, op_tomb bytea)
 LANGUAGE plpgsql VOLATILE AS $f$
 BEGIN
-    INSERT INTO op_locks (id) VALUES (p_id) ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id;
-    SELECT o.record, (o.state = 'in_flight' AND o.owner <> p_me AND NOT EXISTS
-        (SELECT 1 FROM replicas r WHERE r.id = o.owner AND r.expires_at > now()))
-        INTO record, lapsed FROM ops o WHERE o.id = p_id;
-    IF NOT FOUND THEN
-        lapsed := false;
-        SELECT t.record INTO tomb FROM tombstones t WHERE t.id = p_id;
-    END IF;
+    INSERT INTO op_locks (id) SELECT k FROM unnest(p_ids) WITH ORDINALITY AS u (k, n) ORDER BY n
+        ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id;
+    RETURN QUERY
+    SELECT u.k, o.record,
+        COALESCE(o.state = 'in_flight' AND o.owner <> p_me AND NOT EXISTS
+            (SELECT 1 FROM replicas r WHERE r.id = o.owner AND r.expires_at > now()), false),
+        t.record
+    FROM unnest(p_ids) AS u (k)
+    LEFT JOIN ops o ON o.id = u.k
+    LEFT JOIN tombstones t ON t.id = u.k AND o.id IS NULL;
 END
 $f$;
 
-CREATE OR REPLACE FUNCTION idemproxy_write_v1(p_id text, p_me bigint, p_record bytea,
-    p_state text, p_provider text, p_route text, p_created bigint, p_updated bigint,
-    p_fence bigint, p_events bytea[], p_response bytea, p_request smallint, p_sealed bytea,
-    p_claim boolean, p_durable boolean, p_notify boolean)
+CREATE OR REPLACE FUNCTION idemproxy_write_v1(p_me bigint, p_ids text[], p_records bytea[],
+    p_states text[], p_providers text[], p_routes text[], p_created bigint[],
+    p_updated bigint[], p_fences bigint[], p_ev_ends integer[], p_events bytea[],
+    p_responses bytea[], p_requests smallint[], p_sealed bytea[], p_claims boolean[],
+    p_notify boolean[], p_unlock text[], p_durable boolean)
 RETURNS void LANGUAGE plpgsql VOLATILE AS $f$
 DECLARE
     durable boolean := p_durable;
+    claims boolean := false;
+    ev_from integer := 1;
 BEGIN
-    IF p_record IS NOT NULL THEN
-        INSERT INTO ops (id, state, provider, route, created_at, updated_at, fence, owner, record)
-        VALUES (p_id, p_state, p_provider, p_route, p_created, p_updated, p_fence,
-            p_fence >> 32, p_record)
-        ON CONFLICT (id) DO UPDATE SET state = EXCLUDED.state, provider = EXCLUDED.provider,
-            route = EXCLUDED.route, created_at = EXCLUDED.created_at,
-            updated_at = EXCLUDED.updated_at, fence = EXCLUDED.fence, owner = EXCLUDED.owner,
-            record = EXCLUDED.record;
-    END IF;
-    IF cardinality(p_events) > 0 THEN
-        INSERT INTO events (id, seq, record)
-        SELECT p_id, COALESCE((SELECT MAX(seq) FROM events WHERE id = p_id), -1) + t.ord, t.rec
-        FROM unnest(p_events) WITH ORDINALITY AS t (rec, ord);
-    END IF;
-    IF p_response IS NOT NULL THEN
-        INSERT INTO responses (id, record) VALUES (p_id, p_response)
-        ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record;
-    END IF;
-    IF p_request = 1 THEN
-        INSERT INTO requests (id, sealed) VALUES (p_id, p_sealed)
-        ON CONFLICT (id) DO UPDATE SET sealed = EXCLUDED.sealed;
-    ELSIF p_request = 2 THEN
-        DELETE FROM requests WHERE id = p_id;
-        IF FOUND THEN
-            durable := true;
+    FOR i IN 1 .. COALESCE(array_length(p_ids, 1), 0) LOOP
+        IF p_records[i] IS NOT NULL THEN
+            INSERT INTO ops (id, state, provider, route, created_at, updated_at, fence, owner,
+                record)
+            VALUES (p_ids[i], p_states[i], p_providers[i], p_routes[i], p_created[i],
+                p_updated[i], p_fences[i], p_fences[i] >> 32, p_records[i])
+            ON CONFLICT (id) DO UPDATE SET state = EXCLUDED.state,
+                provider = EXCLUDED.provider, route = EXCLUDED.route,
+                created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at,
+                fence = EXCLUDED.fence, owner = EXCLUDED.owner, record = EXCLUDED.record;
         END IF;
+        IF p_ev_ends[i] >= ev_from THEN
+            INSERT INTO events (id, seq, record)
+            SELECT p_ids[i],
+                COALESCE((SELECT MAX(seq) FROM events WHERE id = p_ids[i]), -1) + t.ord, t.rec
+            FROM unnest(p_events[ev_from:p_ev_ends[i]]) WITH ORDINALITY AS t (rec, ord);
+        END IF;
+        ev_from := p_ev_ends[i] + 1;
+        IF p_responses[i] IS NOT NULL THEN
+            INSERT INTO responses (id, record) VALUES (p_ids[i], p_responses[i])
+            ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record;
+        END IF;
+        IF p_requests[i] = 1 THEN
+            INSERT INTO requests (id, sealed) VALUES (p_ids[i], p_sealed[i])
+            ON CONFLICT (id) DO UPDATE SET sealed = EXCLUDED.sealed;
+        ELSIF p_requests[i] = 2 THEN
+            DELETE FROM requests WHERE id = p_ids[i];
+            IF FOUND THEN
+                durable := true;
+            END IF;
+        END IF;
+        IF p_claims[i] THEN
+            claims := true;
+        END IF;
+        IF p_notify[i] THEN
+            PERFORM pg_notify('idemproxy_changed',
+                CASE WHEN octet_length(p_ids[i]) <= 7000 THEN p_ids[i] ELSE '*' END);
+        END IF;
+    END LOOP;
+    IF cardinality(p_unlock) > 0 THEN
+        DELETE FROM op_locks WHERE id = ANY (p_unlock);
     END IF;
-    IF p_claim AND NOT EXISTS
+    IF claims AND NOT EXISTS
         (SELECT 1 FROM replicas WHERE id = p_me AND expires_at > clock_timestamp()) THEN
         RAISE EXCEPTION 'this replica''s lease lapsed' USING ERRCODE = 'IP001';
-    END IF;
-    IF p_notify THEN
-        PERFORM pg_notify('idemproxy_changed',
-            CASE WHEN octet_length(p_id) <= 7000 THEN p_id ELSE '*' END);
     END IF;
     IF NOT durable THEN
         PERFORM set_config('synchronous_commit', 'off', true);

@@ -266,6 +266,119 @@ async fn a_lapsed_replica_is_orphaned_by_another_and_its_late_result_refused() {
     assert_eq!(kinds.len(), 1, "one orphaned event: {kinds:?}");
 }
 
+/// Every batch of `ledger` busy: `BATCHES` claims, each waiting on a lock row this returns
+/// a transaction holding (`release` lets them go), so what is queued meanwhile waits and then
+/// runs as one batch.
+async fn busy_batches(
+    db: &TestDb,
+    ledger: &Ledger,
+) -> (tokio_postgres::Client, Vec<tokio::task::JoinHandle<()>>) {
+    let LedgerAt::Postgres(url) = &db.at else {
+        unreachable!("a TestDb is PostgreSQL")
+    };
+    let holder = admin(url.secret_url()).await;
+    let ids: Vec<String> = (0..super::group::BATCHES)
+        .map(|i| format!("held/{i}"))
+        .collect();
+    holder.batch_execute("BEGIN").await.unwrap();
+    for id in &ids {
+        holder
+            .execute("INSERT INTO op_locks (id) VALUES ($1)", &[id])
+            .await
+            .unwrap();
+    }
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                   AND datname = current_database()";
+    let mut blockers = Vec::new();
+    // One at a time, each in a batch of its own: each waits before the next is queued.
+    for (n, id) in ids.into_iter().enumerate() {
+        let ledger = ledger.clone();
+        blockers.push(tokio::spawn(async move {
+            let _ = claim(&ledger, &id).await;
+        }));
+        until(|| async { (db.query_one(waiting).await > n as i64).then_some(()) }).await;
+    }
+    (holder, blockers)
+}
+
+/// Spawns `claim(ledger, id)`.
+fn spawn_claim(
+    ledger: &Ledger,
+    id: &str,
+) -> tokio::task::JoinHandle<Result<Option<u64>, LedgerError>> {
+    let (ledger, id) = (ledger.clone(), id.to_owned());
+    tokio::spawn(async move { claim(&ledger, &id).await })
+}
+
+/// Group commit: one job of a batch whose ID the database refuses (a NUL byte, which no
+/// PostgreSQL text holds) fails alone; the fifteen queued with it are claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_member_the_database_refuses_fails_alone() {
+    let db = TestDb::new().await;
+    let (a, _) = replica(&db, Duration::from_secs(30), "a").await;
+    let (holder, blockers) = busy_batches(&db, &a).await;
+    let mut good = Vec::new();
+    for i in 0..15 {
+        good.push(spawn_claim(&a, &format!("good/{i}")));
+    }
+    let bad = spawn_claim(&a, "bad/\0/id");
+    // Queued behind the busy batches (a moment for the spawned claims to be queued).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    for blocker in blockers {
+        blocker.await.unwrap();
+    }
+    match bad.await.unwrap() {
+        Err(LedgerError::Unavailable(_)) => {}
+        other => panic!("an ID PostgreSQL cannot hold was stored: {other:?}"),
+    }
+    for (i, claimed) in good.into_iter().enumerate() {
+        let claimed = claimed.await.unwrap();
+        assert!(matches!(claimed, Ok(Some(_))), "good/{i}: {claimed:?}");
+        let stored = a.get(&format!("good/{i}")).await.unwrap();
+        assert_eq!(stored.map(|op| op.state), Some(State::InFlight), "good/{i}");
+    }
+}
+
+/// Group commit: a batch holding a new claim and another operation's result when this
+/// replica's lease has lapsed: the claim is refused, the result is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_lease_refuses_the_claims_of_a_batch_and_writes_its_results() {
+    let db = TestDb::new().await;
+    let (a, _) = replica(&db, Duration::from_secs(30), "a").await;
+    let fence = claim(&a, "p/r/running").await.unwrap().expect("claimed");
+    let (holder, blockers) = busy_batches(&db, &a).await;
+    db.execute("UPDATE replicas SET expires_at = now() - interval '1 hour'")
+        .await;
+    let new = spawn_claim(&a, "p/r/new");
+    let result = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let op = Operation {
+                fence,
+                ..Operation::example("p/r/running", State::Succeeded, Timestamp(T0))
+            };
+            a.update("p/r/running", move |_| {
+                (Some(Write::of(op, Vec::new())), ())
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    for blocker in blockers {
+        blocker.await.unwrap();
+    }
+    match new.await.unwrap() {
+        Err(LedgerError::Unavailable(why)) => assert!(why.contains("lease lapsed"), "{why}"),
+        other => panic!("claimed with a lapsed lease: {other:?}"),
+    }
+    assert_eq!(a.get("p/r/new").await.unwrap(), None, "nothing written");
+    result.await.unwrap().expect("the result is written");
+    let stored = a.get("p/r/running").await.unwrap().expect("stored");
+    assert_eq!(stored.state, State::Succeeded);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_whose_lease_lapsed_refuses_new_claims_until_renewed() {
     let db = TestDb::new().await;

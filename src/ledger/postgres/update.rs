@@ -1,27 +1,18 @@
-//! The locked read-decide-write transaction of `update`, and the writes it shares with the
-//! orphaning of lapsed replicas' operations.
+//! The statements on one operation that the orphaning of lapsed replicas' operations (`lease`,
+//! and a batch of updates, `group`, that finds one) and `ledger copy` share: the locked read,
+//! the record's upsert, the history's append, and `apply` of one `Write`.
 //!
 //! Every write of an operation runs inside a transaction holding that operation's row in
-//! `op_locks`, so two replicas never interleave a read and a write of one ID. Inside it: an
-//! `in_flight` operation whose owner's lease lapsed (by the database's clock) is orphaned
-//! first; the caller's closure decides on what is then stored; its `Write` is applied with the
-//! rules every backend shares (`change`); a new claim is written only while this replica's
-//! own lease is live. It never decides what a request means.
+//! `op_locks`, so two replicas never interleave a read and a write of one ID. It applies the
+//! rules every backend shares (`change`) and never decides what a request means.
 
-use std::panic::AssertUnwindSafe;
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
-
-use tokio_postgres::Row;
+use std::time::Duration;
 
 use super::super::LedgerError;
-use super::super::change::{self, Left};
+use super::super::change;
 use super::super::codec;
 use super::super::fault::Fault;
-use super::super::hot;
-use super::Core;
-use super::connect::{Tx, WriteFailed, sqlstate};
-use super::schema;
+use super::connect::Tx;
 use crate::clock::Timestamp;
 use crate::operation::{Event, Operation, RequestChange, Write};
 
@@ -119,7 +110,11 @@ pub(super) async fn append_events(tx: &Tx, id: &str, events: &[Event]) -> Result
 
 /// Makes `old`, whose owner's lease lapsed, `unknown` (see `change::lapsed`) and stores it
 /// with its orphaned event; returns it as it now is with that event.
-async fn orphan(tx: &Tx, old: &Operation, reach: Duration) -> Result<(Operation, Event), Fault> {
+pub(super) async fn orphan(
+    tx: &Tx,
+    old: &Operation,
+    reach: Duration,
+) -> Result<(Operation, Event), Fault> {
     let (op, event) = change::lapsed(old, Timestamp::now(), reach);
     store_changed(tx, &op, &event).await?;
     Ok((op, event))
@@ -172,163 +167,4 @@ pub(super) async fn apply(
         }
     };
     Ok(op_changed || write.response.is_some() || request_changed)
-}
-
-/// `Ledger::update` as one transaction of two round trips: `BEGIN` with the lock and the read
-/// (`idemproxy_read_v1`), then the write (`idemproxy_write_v1`) with the `COMMIT`, each pair
-/// sent together. An `in_flight` operation of a lapsed owner is orphaned in between (its own
-/// statements, rare). Returns `f`'s value, what the commit appended and the operation it
-/// orphaned first, if any. `staged` gets the fence of a new claim (and what a sweep must know
-/// of it, `Left`) just before its write and `COMMIT` are sent, and loses it again when the
-/// write is refused (then nothing was committed).
-pub(super) async fn run<T, F>(
-    core: &Core,
-    id: &str,
-    f: F,
-    staged: &Mutex<Option<(u64, Left)>>,
-) -> Result<(T, Appended, Vec<Operation>), LedgerError>
-where
-    F: FnOnce(Option<Operation>) -> (Option<Write>, T),
-{
-    let (tx, row) = core
-        .conn()
-        .await?
-        .begin_with(
-            "SELECT record, lapsed, tomb FROM idemproxy_read_v1($1, $2)",
-            &[&id, &core.me],
-        )
-        .await?;
-    let found = found_in(row)?;
-    let mut appended = Vec::new();
-    let mut orphaned = Vec::new();
-    let existing = match found.op {
-        Some(old) if found.lapsed => {
-            let (op, event) = orphan(&tx, &old, core.reach).await?;
-            appended.push((op.clone(), vec![event]));
-            orphaned.push(op.clone());
-            Some(op)
-        }
-        other => other,
-    };
-    let decided = std::panic::catch_unwind(AssertUnwindSafe(|| f(existing.clone())));
-    let Ok((write, value)) = decided else {
-        tx.rollback().await;
-        let why = format!("the update of {id} panicked; nothing was written");
-        return Err(LedgerError::Unavailable(why));
-    };
-    let started = Instant::now();
-    let Some(write) = write else {
-        if appended.is_empty() && existing.is_none() {
-            // Nothing is stored under `id`: its lock row would only take room.
-            let unlocked = "DELETE FROM op_locks WHERE id = $1";
-            tx.execute_and_commit(unlocked, &[&id])
-                .await
-                .map_err(|failed| failed.into_fault())?;
-        } else {
-            tx.commit(true).await?;
-        }
-        core.committed(started, true);
-        return Ok((value, appended, orphaned));
-    };
-    if core.fail_writes {
-        tx.rollback().await;
-        return Err(super::injected());
-    }
-    let old = existing.as_ref();
-    change::admissible(id, &write, old.is_some_and(|o| o.pruned_at.is_some()))?;
-    let op_changed = old != Some(&write.op);
-    let record = match op_changed {
-        true => Some(codec::encode_op(&write.op)?),
-        false => None,
-    };
-    let fence = i64::try_from(write.op.fence)
-        .map_err(|_| Fault::new(format!("fence {} of {id} is out of range", write.op.fence)))?;
-    let events = write
-        .events
-        .iter()
-        .map(codec::encode_event)
-        .collect::<Result<Vec<_>, _>>()?;
-    let response = write.response.as_ref().map(codec::encode_response);
-    let (request, sealed): (i16, Option<&[u8]>) = match &write.request {
-        RequestChange::Keep => (0, None),
-        RequestChange::Store(sealed) => (1, Some(sealed)),
-        RequestChange::Erase => (2, None),
-    };
-    // Durable when the operation, its response or its kept request changes (an erased
-    // request counts only when there was one: the function decides), or an orphaning came
-    // first; else only history was appended.
-    let durable = op_changed || write.response.is_some() || request == 1 || !appended.is_empty();
-    // What another replica may keep in memory for a replay changes (`hot`).
-    let notify =
-        old.is_some_and(|o| hot::kept(o.state)) && (op_changed || write.response.is_some());
-    let claim = change::new_claim(old, &write);
-    if let Some(fence) = claim {
-        let left = Left::never(old);
-        *staged.lock().unwrap_or_else(PoisonError::into_inner) = Some((fence, left));
-    }
-    crate::crash_point!("ledger.staged");
-    let written = tx
-        .execute_and_commit(
-            "SELECT idemproxy_write_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
-             $13, $14, $15, $16)",
-            &[
-                &id,
-                &core.me,
-                &record,
-                &write.op.state.as_str(),
-                &write.op.provider,
-                &write.op.route,
-                &write.op.created_at.0,
-                &write.op.updated_at.0,
-                &fence,
-                &events,
-                &response,
-                &request,
-                &sealed,
-                &claim.is_some(),
-                &durable,
-                &notify,
-            ],
-        )
-        .await;
-    if notify
-        && !matches!(
-            written,
-            Err(WriteFailed::Before(_) | WriteFailed::Statement(_))
-        )
-    {
-        // Committed, or perhaps: this replica's kept answer goes before anyone is answered.
-        core.hot.forget(&[id.to_owned()]);
-    }
-    if let Err(failed) = written {
-        if !matches!(failed, WriteFailed::Commit(_)) {
-            // Refused before the commit: nothing was written, so nothing is left to abandon.
-            staged.lock().unwrap_or_else(PoisonError::into_inner).take();
-        }
-        return Err(match failed {
-            WriteFailed::Statement(e) if sqlstate(&e) == Some(schema::LEASE_LAPSED) => {
-                lease_lapsed()
-            }
-            other => other.into_fault().into(),
-        });
-    }
-    core.committed(started, durable);
-    appended.push((write.op, write.events));
-    Ok((value, appended, orphaned))
-}
-
-/// What `idemproxy_read_v1` returned.
-fn found_in(row: Option<Row>) -> Result<Found, Fault> {
-    let row = row.ok_or_else(|| Fault::new("idemproxy_read_v1 returned no row".to_owned()))?;
-    if let Some(record) = row.get::<_, Option<&[u8]>>(0) {
-        return Ok(Found {
-            op: Some(codec::decode_op(record)?),
-            lapsed: row.get::<_, Option<bool>>(1).unwrap_or(false),
-        });
-    }
-    let op = match row.get::<_, Option<&[u8]>>(2) {
-        Some(tomb) => Some(codec::decode_op(tomb)?),
-        None => None,
-    };
-    Ok(Found { op, lapsed: false })
 }
