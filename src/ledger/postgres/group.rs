@@ -518,14 +518,17 @@ async fn decide_and_write(
             core.committed(started, entries.len(), durable);
             // This replica's kept answers go before anyone is answered.
             core.hot.forget(&forget);
+            // Published before anyone is answered: a caller that subscribed sees its events.
+            let mut jobs = Vec::with_capacity(entries.len());
             for entry in entries {
                 if let Some(write) = entry.write {
                     appended.push((write.op, write.events));
                 }
-                entry.job.finish(Ok(()));
+                jobs.push(entry.job);
             }
             core.publish(&appended);
             core.orphaned(&orphaned);
+            jobs.into_iter().for_each(|job| job.finish(Ok(())));
             Ok(())
         }
         Err(WriteFailed::Commit(fault)) => {
