@@ -3,6 +3,10 @@
 //! (`crash_restart`: `pg_ctl stop -m immediate`, which recovers from its write-ahead log at the
 //! next start) without touching the server the rest of the suite shares. It listens on a free
 //! loopback port with trust authentication and is stopped and removed when the guard drops.
+//!
+//! A test process killed outright (SIGKILL, a timeout) drops nothing, and its server would run
+//! on: each cluster's folder names the process that made it (`owner`), and every `start` first
+//! stops and removes the clusters whose owner has gone (`sweep_orphans`).
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -71,14 +75,56 @@ fn free_port() -> u16 {
     listener.local_addr().expect("its address").port()
 }
 
+/// The prefix of every cluster's folder in the temporary directory.
+const PREFIX: &str = "idemproxy-cluster-";
+/// The file in a cluster's folder that holds the process ID of the test that made it.
+const OWNER: &str = "owner";
+
+/// Stops and removes every cluster whose owning test process is no longer running (one killed
+/// before it could drop its guard); leaves the others, and folders it cannot read, alone.
+/// Returns the folders it removed.
+pub fn sweep_orphans() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let named = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(PREFIX));
+        let owner = std::fs::read_to_string(dir.join(OWNER)).ok();
+        let Some(owner) = owner.and_then(|o| o.trim().parse::<u32>().ok()) else {
+            continue;
+        };
+        if !named || Path::new(&format!("/proc/{owner}")).exists() {
+            continue;
+        }
+        let data = dir.join("data").to_string_lossy().into_owned();
+        let _ = as_postgres(
+            &server_bin().join("pg_ctl"),
+            &["-D", &data, "-m", "immediate", "-w", "stop"],
+        );
+        if std::fs::remove_dir_all(&dir).is_ok() {
+            removed.push(dir);
+        }
+    }
+    removed
+}
+
 impl Cluster {
-    /// Initialises and starts a new server (about two seconds).
+    /// Initialises and starts a new server (about two seconds), once the servers of killed
+    /// tests are gone (`sweep_orphans`).
     pub fn start() -> Cluster {
+        sweep_orphans();
         let bin = server_bin();
         let dir = tempfile::Builder::new()
-            .prefix("idemproxy-cluster-")
+            .prefix(PREFIX)
             .tempdir()
             .expect("cluster dir");
+        std::fs::write(dir.path().join(OWNER), std::process::id().to_string())
+            .expect("write the cluster's owner");
         if is_root() {
             let chown = Command::new("chown")
                 .args(["-R", "postgres:postgres"])
@@ -149,6 +195,11 @@ impl Cluster {
         );
         checked(stop, "pg_ctl stop -m immediate");
         self.pg_ctl_start();
+    }
+
+    /// Its folder (data, socket, log and owner).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// The server's log, for failure messages.

@@ -393,3 +393,65 @@ async fn a_postgres_database_reached_through_a_relay_that_can_be_cut_and_restore
     drop(database);
     assert!(!Database::exists(&name), "dropped with its guard");
 }
+
+/// Run only by `a_killed_tests_private_server_is_stopped_by_the_next_start`, in a child
+/// process: starts a private server, prints its folder and port, and waits to be killed.
+#[test]
+#[ignore = "a helper: run by another test in a process it kills"]
+fn hold_a_private_server_until_killed() {
+    // Only for the test that kills it (not for a run of every ignored test).
+    if std::env::var_os("IDEMPROXY_HOLD_CLUSTER").is_none() {
+        return;
+    }
+    let cluster = crate::common::cluster::Cluster::start();
+    println!(
+        "cluster {} {}",
+        cluster.dir().display(),
+        cluster.addr().port()
+    );
+    std::thread::sleep(std::time::Duration::from_secs(600));
+}
+
+/// A test killed outright (SIGKILL) never drops its private PostgreSQL server: the next
+/// `Cluster::start` stops it and removes its folder (before the fix it ran on until the
+/// machine stopped).
+#[test]
+fn a_killed_tests_private_server_is_stopped_by_the_next_start() {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().expect("this binary"))
+        .args([
+            "--ignored",
+            "--exact",
+            "harness::hold_a_private_server_until_killed",
+        ])
+        .args(["--nocapture", "--test-threads", "1"])
+        .env("IDEMPROXY_HOLD_CLUSTER", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run the helper");
+    let stdout = child.stdout.take().expect("piped stdout");
+    // After libtest's own "test NAME ... " on the same line.
+    let line = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| Some(l.split_once("cluster ")?.1.to_owned()))
+        .expect("the helper prints its cluster");
+    let mut words = line.split_whitespace();
+    let dir = std::path::PathBuf::from(words.next().expect("a folder"));
+    let port: u16 = words.next().and_then(|p| p.parse().ok()).expect("a port");
+    let reachable = || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+    assert!(reachable(), "the helper's server runs");
+    child.kill().expect("SIGKILL the helper");
+    child.wait().expect("reap the helper");
+    assert!(reachable(), "nothing stopped the killed test's server");
+
+    let removed = crate::common::cluster::sweep_orphans();
+    assert!(
+        removed.contains(&dir),
+        "{removed:?} misses {}",
+        dir.display()
+    );
+    assert!(!dir.exists());
+    assert!(!reachable(), "the killed test's server still runs");
+}

@@ -14,7 +14,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, R
 use futures_util::future::join;
 use tokio::task::JoinHandle;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{AsyncMessage, NoTls, Row};
+use tokio_postgres::{AsyncMessage, NoTls, Row, Statement};
 
 use super::super::fault::Fault;
 use crate::config::{PgUrl, SslMode};
@@ -241,11 +241,7 @@ impl Conn {
     ) -> Result<(Tx, Vec<Row>), WriteFailed> {
         let tx = Tx { conn: Some(self.0) };
         let rows = {
-            let client = tx.client().map_err(WriteFailed::Before)?;
-            let statement = client
-                .prepare_cached(sql)
-                .await
-                .map_err(|e| WriteFailed::Before(e.into()))?;
+            let (client, statement) = tx.prepared(sql).await?;
             // `join` polls `BEGIN` first, so it is sent first.
             let (began, rows) = join(
                 client.batch_execute(BEGIN),
@@ -296,6 +292,17 @@ impl Tx {
         self.conn
             .as_ref()
             .ok_or_else(|| Fault::new("the transaction has ended".to_owned()))
+    }
+
+    /// This transaction's connection with `sql` prepared on it (cached per connection), for
+    /// statements sent together with another: nothing has been sent for them yet.
+    async fn prepared(&self, sql: &str) -> Result<(&Object, Statement), WriteFailed> {
+        let client = self.client().map_err(WriteFailed::Before)?;
+        let statement = client
+            .prepare_cached(sql)
+            .await
+            .map_err(|e| WriteFailed::Before(e.into()))?;
+        Ok((client, statement))
     }
 
     pub(super) async fn batch(&mut self, sql: &str) -> Result<(), Fault> {
@@ -355,11 +362,7 @@ impl Tx {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<(), WriteFailed> {
         {
-            let client = self.client().map_err(WriteFailed::Before)?;
-            let statement = client
-                .prepare_cached(sql)
-                .await
-                .map_err(|e| WriteFailed::Before(e.into()))?;
+            let (client, statement) = self.prepared(sql).await?;
             let (done, committed) = join(
                 client.execute(&statement, params),
                 client.batch_execute("COMMIT"),
