@@ -141,6 +141,15 @@ impl Disk {
         lost
     }
 
+    /// The last write not synced yet of the file at `path` (relative to the mount), as this
+    /// file system received it: `(offset, length)`. The kernel may split one `write` call
+    /// (a short write, which `write_all_at` completes with another call).
+    pub fn last_unsynced(&self, path: &Path) -> Option<(u64, usize)> {
+        let state = lock(&self.state);
+        let ino = state.inodes.get(path)?;
+        state.files.get(ino)?.unsynced.last().copied()
+    }
+
     /// Bytes written and not synced yet, over every file.
     pub fn unsynced_bytes(&self) -> u64 {
         lock(&self.state)
