@@ -241,7 +241,12 @@ impl Postgres {
             .map_err(|fault| open_error(url, fault))?;
         tokio::spawn(lease::heartbeat(Arc::clone(&core)));
         tokio::spawn(lease::sweeper(Arc::clone(&core)));
-        tokio::spawn(listen::listener(Arc::clone(&core)));
+        // Listening before the open returns: replays are answered from memory from the start.
+        let first = listen::listen(&core).await;
+        if first.is_some() {
+            listen::hearing(&core);
+        }
+        tokio::spawn(listen::listener(Arc::clone(&core), first));
         let epoch = u64::try_from(me).unwrap_or_default();
         let inner = Inner {
             group: Group::start(Arc::clone(&core)),

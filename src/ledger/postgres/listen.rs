@@ -74,36 +74,63 @@ impl Hearing {
     }
 }
 
-/// Listens for changes to kept answers until the ledger stops, listening again after every
-/// failure.
-pub(super) async fn listener(core: Arc<Core>) {
+/// A listening connection and the task that drives it.
+pub(super) type Listening = (tokio_postgres::Client, JoinHandle<()>);
+
+/// Opens a listening connection (bounded by the connect timeout); once it returns, every
+/// change committed from then on is heard of.
+pub(super) async fn listen(core: &Core) -> Option<Listening> {
+    let hot = Arc::clone(&core.hot);
+    let heard = move |id: &str| match id {
+        "*" => hot.clear(),
+        id => hot.forget(&[id.to_owned()]),
+    };
+    let listening = connect::listen(&core.url, core.stall, CHANGED, heard);
+    match tokio::time::timeout(connect::CONNECT_TIMEOUT, listening).await {
+        Ok(Ok(listening)) => Some(listening),
+        Ok(Err(fault)) => {
+            tracing::debug!(error = %fault, "cannot listen for ledger changes");
+            None
+        }
+        Err(_) => {
+            tracing::debug!("cannot listen for ledger changes: no answer");
+            None
+        }
+    }
+}
+
+/// A listening connection is in place: every change from here on is heard of, what changed
+/// before may not be, so the map starts empty and may answer.
+pub(super) fn hearing(core: &Core) {
+    core.hot.clear();
+    core.hearing.heard(Instant::now());
+}
+
+/// Listens for changes to kept answers until the ledger stops, on `first` (opened by the
+/// ledger's open, so replays are answered from memory from the start) and then on a new
+/// connection after every failure.
+pub(super) async fn listener(core: Arc<Core>, mut first: Option<Listening>) {
     loop {
-        let hot = Arc::clone(&core.hot);
-        let heard = move |id: &str| match id {
-            "*" => hot.clear(),
-            id => hot.forget(&[id.to_owned()]),
+        // The open already called `hearing` for `first`.
+        let (listening, opened) = match first.take() {
+            Some(listening) => (Some(listening), true),
+            None => tokio::select! {
+                () = core.stop.cancelled() => return,
+                listening = listen(&core) => (listening, false),
+            },
         };
-        let listening = connect::listen(&core.url, core.stall, CHANGED, heard);
-        let client = tokio::select! {
-            () = core.stop.cancelled() => return,
-            listening = tokio::time::timeout(connect::CONNECT_TIMEOUT, listening) => listening,
-        };
-        match client {
-            Ok(Ok((client, mut driver))) => {
-                // Every change from here on is heard of; what changed before may not be.
-                core.hot.clear();
-                core.hearing.heard(Instant::now());
-                let stopped = keep_hearing(&core, &client, &mut driver).await;
-                driver.abort();
-                if stopped {
-                    return;
-                }
-                tracing::warn!(
-                    "the ledger's change notifications stopped; replays read the database until they are back"
-                );
+        if let Some((client, mut driver)) = listening {
+            if !opened {
+                hearing(&core);
             }
-            Ok(Err(fault)) => tracing::debug!(error = %fault, "cannot listen for ledger changes"),
-            Err(_) => tracing::debug!("cannot listen for ledger changes: no answer"),
+            let stopped = keep_hearing(&core, &client, &mut driver).await;
+            driver.abort();
+            if stopped {
+                return;
+            }
+            tracing::warn!(
+                "the ledger's change notifications stopped; replays read the database until they are back"
+            );
         }
         core.hearing.deaf();
         core.hot.clear();
