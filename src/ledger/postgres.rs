@@ -265,6 +265,12 @@ impl Postgres {
         &self.inner.core
     }
 
+    /// How many updates wait for a batch (`group`), for the tests that fill one.
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
+        self.inner.group.waiting()
+    }
+
     /// Runs one read on a pooled connection, bounded in time.
     async fn read<'a, T, Fut>(&'a self, f: impl FnOnce(Conn) -> Fut) -> Result<T, LedgerError>
     where

@@ -88,6 +88,31 @@ async fn until_answer(
     }
 }
 
+/// Rebinds `wf` through replica 0 and has the rotated key adopt it there.
+async fn rotate_through_the_first(replicas: &Replicas, wf: &str) {
+    let id = op_id(wf);
+    let done = rebind(&replicas[0], &id).await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.text());
+    let adopted = as_caller(&replicas[0], wf, OTHER).await;
+    assert_op_headers(&adopted, &id, "succeeded", true);
+}
+
+/// Replica 1 refuses the first key for `wf` (every answer before that one `allowed` says yes
+/// to) and replays it to the rotated key; nothing was sent again.
+async fn rotated_through_the_second(
+    replicas: &Replicas,
+    provider: &FakeProvider,
+    wf: &str,
+    allowed: impl Fn(&Resp) -> bool,
+) {
+    let old = until_answer(&replicas[1], wf, FIRST, StatusCode::FORBIDDEN, allowed);
+    problem(&old.await, StatusCode::FORBIDDEN, "principal-mismatch");
+    let rotated = as_caller(&replicas[1], wf, OTHER).await;
+    assert_op_headers(&rotated, &op_id(wf), "succeeded", true);
+    assert_eq!(rotated.text(), "refund-made");
+    assert_eq!(provider.request_count(), 1, "nothing sent again");
+}
+
 /// A rebind through replica 0, and the rotated key's adoption there, reach replica 1's
 /// kept answer: the first key, whose answer replica 1 kept, is then refused through replica 1
 /// too (a pure replay: nothing but the kept answer would tell replica 1 otherwise), and the
@@ -96,28 +121,12 @@ async fn until_answer(
 async fn a_rebind_through_one_replica_is_honoured_by_anothers_kept_answer() {
     let provider = FakeProvider::start(Behavior::fixed(200, "refund-made")).await;
     let replicas = Replicas::start(replica(&provider, "", ""), 2).await;
-    let id = op_id("wf-kept-rebind");
     let first = kept_by_the_second(&replicas, "wf-kept-rebind").await;
-
-    let done = rebind(&replicas[0], &id).await;
-    assert_eq!(done.status, StatusCode::OK, "{}", done.text());
-    let adopted = as_caller(&replicas[0], "wf-kept-rebind", OTHER).await;
-    assert_op_headers(&adopted, &id, "succeeded", true);
+    rotate_through_the_first(&replicas, "wf-kept-rebind").await;
     // The change reaches replica 1 as a notification, within moments of its commit: until
     // then its answer may still be the kept replay, never anything else.
     let kept = |r: &Resp| r.status == StatusCode::OK && r.body == first.body;
-    let old = until_answer(
-        &replicas[1],
-        "wf-kept-rebind",
-        FIRST,
-        StatusCode::FORBIDDEN,
-        kept,
-    );
-    problem(&old.await, StatusCode::FORBIDDEN, "principal-mismatch");
-    let rotated = as_caller(&replicas[1], "wf-kept-rebind", OTHER).await;
-    assert_op_headers(&rotated, &id, "succeeded", true);
-    assert_eq!(rotated.text(), "refund-made");
-    assert_eq!(provider.request_count(), 1, "nothing sent again");
+    rotated_through_the_second(&replicas, &provider, "wf-kept-rebind", kept).await;
 }
 
 /// Retention prunes an operation whose answer both replicas keep: each then answers its
@@ -148,7 +157,6 @@ async fn a_pruned_operation_is_gone_through_every_replica_that_kept_its_answer()
 async fn a_replica_that_stopped_hearing_never_answers_from_what_it_kept_before() {
     let provider = FakeProvider::start(Behavior::fixed(200, "refund-made")).await;
     let replicas = Replicas::start(replica(&provider, "", ""), 2).await;
-    let id = op_id("wf-kept-deaf");
     kept_by_the_second(&replicas, "wf-kept-deaf").await;
 
     replicas.relay(1).cut();
@@ -166,24 +174,11 @@ async fn a_replica_that_stopped_hearing_never_answers_from_what_it_kept_before()
         StatusCode::SERVICE_UNAVAILABLE,
         "ledger-unavailable",
     );
-    let done = rebind(&replicas[0], &id).await;
-    assert_eq!(done.status, StatusCode::OK, "{}", done.text());
-    let adopted = as_caller(&replicas[0], "wf-kept-deaf", OTHER).await;
-    assert_op_headers(&adopted, &id, "succeeded", true);
+    rotate_through_the_first(&replicas, "wf-kept-deaf").await;
     replicas.relay(1).restore();
 
     // The kept answer (the first key's replay) is never given again: once replica 1 reaches
     // the database, the first key is refused there and the rotated key replayed.
     let unavailable = |r: &Resp| r.status == StatusCode::SERVICE_UNAVAILABLE;
-    let old = until_answer(
-        &replicas[1],
-        "wf-kept-deaf",
-        FIRST,
-        StatusCode::FORBIDDEN,
-        unavailable,
-    );
-    problem(&old.await, StatusCode::FORBIDDEN, "principal-mismatch");
-    let rotated = as_caller(&replicas[1], "wf-kept-deaf", OTHER).await;
-    assert_op_headers(&rotated, &id, "succeeded", true);
-    assert_eq!(provider.request_count(), 1, "nothing sent again");
+    rotated_through_the_second(&replicas, &provider, "wf-kept-deaf", unavailable).await;
 }

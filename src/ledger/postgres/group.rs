@@ -25,6 +25,7 @@
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -137,14 +138,23 @@ impl Job for Decided {
 /// The queue of a replica's updates; dropping it ends the task that runs them.
 pub(super) struct Group {
     queue: mpsc::UnboundedSender<Box<dyn Job>>,
+    /// How many jobs are queued and not yet taken into a batch.
+    waiting: Arc<AtomicUsize>,
 }
 
 impl Group {
     /// Starts the task that batches what is queued.
     pub(super) fn start(core: Arc<Core>) -> Group {
         let (queue, jobs) = mpsc::unbounded_channel();
-        tokio::spawn(batcher(core, jobs));
-        Group { queue }
+        let waiting = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(batcher(core, jobs, Arc::clone(&waiting)));
+        Group { queue, waiting }
+    }
+
+    /// How many updates wait for a batch (for tests that fill one on purpose).
+    #[cfg(test)]
+    pub(super) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Acquire)
     }
 
     /// `Ledger::update`: queued, run in the next batch, answered once its commit returned.
@@ -160,22 +170,30 @@ impl Group {
             value: None,
             reply,
         };
+        self.waiting.fetch_add(1, Ordering::AcqRel);
         if self.queue.send(Box::new(job)).is_err() {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
             return Err(LedgerError::Unavailable(
                 "the ledger has stopped".to_owned(),
             ));
         }
+        // Dropped unanswered: its batch ran out of time (`OP_TIMEOUT`) or the ledger stopped.
         answer.await.unwrap_or_else(|_| {
-            Err(LedgerError::Unavailable(
-                "a ledger update was dropped unanswered".to_owned(),
-            ))
+            Err(LedgerError::Unavailable(format!(
+                "PostgreSQL did not answer within {}s",
+                OP_TIMEOUT.as_secs()
+            )))
         })
     }
 }
 
 /// Takes what is queued, up to `MAX_JOBS` at a time, into batches, `BATCHES` at once at most:
 /// while they run, the queue fills the next one.
-async fn batcher(core: Arc<Core>, mut jobs: mpsc::UnboundedReceiver<Box<dyn Job>>) {
+async fn batcher(
+    core: Arc<Core>,
+    mut jobs: mpsc::UnboundedReceiver<Box<dyn Job>>,
+    waiting: Arc<AtomicUsize>,
+) {
     let running = Arc::new(Semaphore::new(BATCHES));
     loop {
         let Ok(permit) = Arc::clone(&running).acquire_owned().await else {
@@ -191,6 +209,7 @@ async fn batcher(core: Arc<Core>, mut jobs: mpsc::UnboundedReceiver<Box<dyn Job>
                 Err(_) => break,
             }
         }
+        waiting.fetch_sub(batch.len(), Ordering::AcqRel);
         let core = Arc::clone(&core);
         tokio::spawn(async move {
             run(&core, batch).await;
@@ -382,6 +401,11 @@ async fn attempt(core: &Arc<Core>, jobs: Vec<Box<dyn Job>>) -> Option<Vec<Box<dy
     }
 }
 
+/// The refusal of a claim while this replica's lease is not live in the database.
+fn lease_lapsed() -> LedgerError {
+    LedgerError::Unavailable("this replica's lease lapsed; it claims again once renewed".into())
+}
+
 /// What `idemproxy_read_v1` returned for one ID.
 fn found_in(row: &tokio_postgres::Row) -> Result<Found, Fault> {
     if let Some(record) = row.get::<_, Option<&[u8]>>(1) {
@@ -548,7 +572,7 @@ async fn decide_and_write(
                 if sqlstate(e) == Some(schema::LEASE_LAPSED));
             if entries.len() == 1 {
                 let error = match lapsed {
-                    true => super::update::lease_lapsed(),
+                    true => lease_lapsed(),
                     false => LedgerError::from(failed.into_fault()),
                 };
                 entries

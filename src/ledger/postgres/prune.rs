@@ -42,7 +42,6 @@ pub(super) async fn prune_batch(
     }
     ids.sort();
     let tx = core.begin().await?;
-    let mut deleted = 0;
     let mut pruned = Vec::new();
     for id in &ids {
         tx.lock(id).await?;
@@ -62,17 +61,16 @@ pub(super) async fn prune_batch(
             tx.execute("DELETE FROM op_locks WHERE id = $1", &[id])
                 .await?;
         }
-        deleted += 1;
         pruned.push(op.id);
     }
-    if deleted > 0 {
+    if !pruned.is_empty() {
         // Every replica forgets what it kept of them (`listen`).
         tx.execute("SELECT pg_notify($1, '*')", &[&CHANGED]).await?;
     }
     let committed = core.commit(tx, true).await;
     core.hot.forget(&pruned);
     committed?;
-    Ok((deleted, full))
+    Ok((pruned.len(), full))
 }
 
 /// Removes an operation with its events, response, kept request and replay counts.

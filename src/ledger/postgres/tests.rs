@@ -322,8 +322,8 @@ async fn a_batch_member_the_database_refuses_fails_alone() {
         good.push(spawn_claim(&a, &format!("good/{i}")));
     }
     let bad = spawn_claim(&a, "bad/\0/id");
-    // Queued behind the busy batches (a moment for the spawned claims to be queued).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // All sixteen queued behind the busy batches: the next batch takes them together.
+    until(|| async { (a.postgres().waiting() == 16).then_some(()) }).await;
     holder.batch_execute("ROLLBACK").await.unwrap();
     for blocker in blockers {
         blocker.await.unwrap();
@@ -364,7 +364,8 @@ async fn a_lapsed_lease_refuses_the_claims_of_a_batch_and_writes_its_results() {
             .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Both queued behind the busy batches: the next batch takes them together.
+    until(|| async { (a.postgres().waiting() == 2).then_some(()) }).await;
     holder.batch_execute("ROLLBACK").await.unwrap();
     for blocker in blockers {
         blocker.await.unwrap();

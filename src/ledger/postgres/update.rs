@@ -8,7 +8,6 @@
 
 use std::time::Duration;
 
-use super::super::LedgerError;
 use super::super::change;
 use super::super::codec;
 use super::super::fault::Fault;
@@ -19,11 +18,6 @@ use crate::operation::{Event, Operation, RequestChange, Write};
 /// What a committed transaction appended, for the feed: each operation as the commit left it
 /// with the events it gained.
 pub(super) type Appended = Vec<(Operation, Vec<Event>)>;
-
-/// The refusal of a claim while this replica's lease is not live in the database.
-pub(super) fn lease_lapsed() -> LedgerError {
-    LedgerError::Unavailable("this replica's lease lapsed; it claims again once renewed".into())
-}
 
 /// The operation stored under `id` as a locked transaction sees it.
 pub(super) struct Found {
